@@ -1,0 +1,248 @@
+//! The one error type of the crate, with per-node detail where nodes failed.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything that can go wrong when locking, extending or releasing.
+///
+/// Each variant carries what a caller needs to act on it: which resource,
+/// how many nodes answered, and what each failing node said. Tokens and
+/// passwords never appear in the `Display` or `Debug` output.
+///
+/// [`Error::is_retryable`] tells whether another attempt could succeed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another owner holds the resource: enough nodes answered, but too few
+    /// of them granted the lock.
+    #[error(
+        "resource `{resource}` is held by another owner: {granted} of {quorum} required nodes granted it{}",
+        FailureList(failures)
+    )]
+    #[non_exhaustive]
+    Contended {
+        /// The resource that was requested.
+        resource: String,
+        /// How many nodes granted the lock in the last attempt.
+        granted: usize,
+        /// How many grants were needed.
+        quorum: usize,
+        /// Nodes that failed (timed out, refused the connection, …) in the
+        /// last attempt, if any.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// Too few nodes answered to possibly reach a quorum. Each unreachable
+    /// node is listed with its error.
+    #[error(
+        "too few nodes reachable for `{resource}`: {} of {nodes} failed, a quorum of {quorum} needs at most {}{}",
+        failures.len(),
+        nodes - quorum,
+        FailureList(failures)
+    )]
+    #[non_exhaustive]
+    Unavailable {
+        /// The resource that was requested.
+        resource: String,
+        /// How many nodes the manager has.
+        nodes: usize,
+        /// How many nodes must agree.
+        quorum: usize,
+        /// Every node that failed, with what it said.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// A quorum granted the lock, but acquiring took so long that no
+    /// validity was left once clock drift was accounted for. The keys were
+    /// released again.
+    #[error(
+        "quorum for `{resource}` reached but its validity was used up: {elapsed:?} of a {ttl:?} ttl spent acquiring"
+    )]
+    #[non_exhaustive]
+    ValidityExpired {
+        /// The resource that was requested.
+        resource: String,
+        /// Time spent from the start of the attempt to the quorum decision.
+        elapsed: Duration,
+        /// The requested time-to-live.
+        ttl: Duration,
+    },
+
+    /// The retry policy's overall wait deadline passed before the lock could
+    /// be taken. `last` is the error of the final attempt.
+    #[error("gave up on `{resource}` after waiting {waited:?} ({attempts} attempts)")]
+    #[non_exhaustive]
+    WaitTimeout {
+        /// The resource that was requested.
+        resource: String,
+        /// How long `lock` waited in total.
+        waited: Duration,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Why the last attempt failed.
+        #[source]
+        last: Box<Error>,
+    },
+
+    /// The lock can no longer be trusted: its deadline passed, or an extend
+    /// or release found the token gone on too many nodes (it expired, or a
+    /// node restarted without persistence).
+    #[error(
+        "lock on `{resource}` was lost: {held} node(s) still held its token, {quorum} required{}",
+        FailureList(failures)
+    )]
+    #[non_exhaustive]
+    Lost {
+        /// The resource of the lost lock.
+        resource: String,
+        /// How many nodes still held the token when the loss was detected
+        /// (0 when the deadline had already passed and no node was asked).
+        held: usize,
+        /// How many nodes must hold it.
+        quorum: usize,
+        /// Nodes that failed during the operation, if any.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// An argument to a call was rejected before any I/O.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(#[from] ArgumentError),
+
+    /// The manager's configuration was rejected by `build()`.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(#[from] ConfigError),
+
+    /// The operating system's secure random source failed, so no token
+    /// could be generated.
+    #[error("the operating system's random source failed: {0}")]
+    Random(String),
+}
+
+impl Error {
+    /// Whether another attempt could succeed: contention, unreachable nodes
+    /// and used-up validity are transient; bad input and lost locks are not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Contended { .. } | Error::Unavailable { .. } | Error::ValidityExpired { .. }
+        )
+    }
+
+    /// The per-node failures this error carries (empty when none failed).
+    pub fn node_failures(&self) -> &[NodeFailure] {
+        match self {
+            Error::Contended { failures, .. }
+            | Error::Unavailable { failures, .. }
+            | Error::Lost { failures, .. } => failures,
+            Error::WaitTimeout { last, .. } => last.node_failures(),
+            _ => &[],
+        }
+    }
+}
+
+/// One node's failure during an operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node, as `host:port` (with `/db` when not 0). Never includes
+    /// credentials.
+    pub node: Arc<str>,
+    /// What went wrong there.
+    pub error: NodeError,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.error)
+    }
+}
+
+/// What went wrong on one node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The node did not answer within the per-node timeout (or the
+    /// remaining validity budget, if that was shorter).
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The connection or the server reported an error.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// The node answered something the protocol does not allow.
+    #[error("unexpected reply: {0}")]
+    UnexpectedReply(String),
+}
+
+/// A call argument that was rejected before any I/O.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgumentError {
+    /// The resource name is empty.
+    #[error("the resource name is empty")]
+    EmptyResource,
+    /// The time-to-live is shorter than one millisecond (Redis' resolution).
+    #[error("the ttl must be at least 1ms")]
+    ZeroTtl,
+    /// The time-to-live exceeds [`MAX_TTL`](crate::MAX_TTL).
+    #[error("the ttl {ttl:?} exceeds the maximum of {max:?}")]
+    TtlTooLong {
+        /// The requested time-to-live.
+        ttl: Duration,
+        /// The largest accepted time-to-live.
+        max: Duration,
+    },
+    /// The time-to-live leaves no validity once clock drift is subtracted.
+    #[error("the ttl {ttl:?} is not larger than the clock drift allowance {drift:?}")]
+    TtlNotAboveDrift {
+        /// The requested time-to-live.
+        ttl: Duration,
+        /// `ttl * drift_factor + 2ms`.
+        drift: Duration,
+    },
+}
+
+/// A configuration rejected by [`RedlockBuilder::build`](crate::RedlockBuilder::build).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node was given.
+    #[error("no nodes were given")]
+    NoNodes,
+    /// A node URL could not be parsed. The URL is shown with its
+    /// credentials masked.
+    #[error("malformed node url `{url}`: {reason}")]
+    MalformedUrl {
+        /// The URL with any user information replaced by `***`.
+        url: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The same node (address and database) was given twice.
+    #[error("node {node} was given more than once")]
+    DuplicateNode {
+        /// The node, as `host:port[/db]`.
+        node: String,
+    },
+    /// The per-node timeout is zero.
+    #[error("the node timeout must be greater than zero")]
+    ZeroNodeTimeout,
+    /// The drift factor is negative, NaN, infinite, or not below 1.
+    #[error("the drift factor must be a finite number in [0, 1), got {0}")]
+    DriftFactor(f64),
+    /// The retry policy allows no attempt at all.
+    #[error("the retry policy must allow at least one attempt")]
+    ZeroAttempts,
+}
+
+/// Displays a list of node failures as `; a: …; b: …` (nothing when empty).
+struct FailureList<'a>(&'a [NodeFailure]);
+
+impl fmt::Display for FailureList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for failure in self.0 {
+            write!(f, "; {failure}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! The retry policy of `lock`: randomized delays, an attempt limit and an
+//! optional overall wait deadline.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Default number of attempts `lock` makes, the first included.
+pub const DEFAULT_RETRY_ATTEMPTS: u32 = 10;
+/// Default fixed part of the delay between attempts.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// Default upper bound of the random part of the delay between attempts.
+pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+
+/// How [`Redlock::lock`](crate::Redlock::lock) retries a failed attempt.
+///
+/// Between two attempts it sleeps `delay + U(0, jitter)`: a fixed base plus
+/// full jitter, drawn uniformly at random, so that competing clients do not
+/// retry in lockstep. It stops after `attempts` attempts, or once the
+/// overall `wait` deadline (measured from the call) has passed, whichever
+/// comes first; the last attempt starts no later than the deadline.
+/// Only transient failures are retried (see
+/// [`Error::is_retryable`](crate::Error::is_retryable)).
+///
+/// # Examples
+///
+/// Wait up to five seconds for a busy resource, however many attempts that
+/// takes:
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::Retry;
+///
+/// let retry = Retry::default()
+///     .unlimited_attempts()
+///     .wait(Duration::from_secs(5))
+///     .delay(Duration::from_millis(20))
+///     .jitter(Duration::from_millis(30));
+/// # let _ = retry;
+/// ```
+///
+/// Wait for as long as it takes (the blog-era `-1`):
+///
+/// ```
+/// let retry = quorumlock::Retry::forever();
+/// # let _ = retry;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Retry {
+    /// `None`: unlimited. `Some(0)` is representable so that `build()` can
+    /// reject it with a typed error instead of this setter panicking.
+    attempts: Option<u32>,
+    delay: Duration,
+    jitter: Duration,
+    wait: Option<Duration>,
+}
+
+impl Default for Retry {
+    /// [`DEFAULT_RETRY_ATTEMPTS`] attempts, [`DEFAULT_RETRY_DELAY`] plus up to
+    /// [`DEFAULT_RETRY_JITTER`] between them, no overall deadline.
+    fn default() -> Self {
+        Self {
+            attempts: Some(DEFAULT_RETRY_ATTEMPTS),
+            delay: DEFAULT_RETRY_DELAY,
+            jitter: DEFAULT_RETRY_JITTER,
+            wait: None,
+        }
+    }
+}
+
+impl Retry {
+    /// A single attempt, no retry: `lock` then behaves like `try_lock`.
+    pub fn none() -> Self {
+        Self::default().attempts(1)
+    }
+
+    /// Unlimited attempts and no deadline: wait until the lock is free.
+    pub fn forever() -> Self {
+        Self {
+            attempts: None,
+            wait: None,
+            ..Self::default()
+        }
+    }
+
+    /// At most `attempts` attempts, the first included. Zero is rejected by
+    /// `build()`. Defaults to [`DEFAULT_RETRY_ATTEMPTS`].
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = Some(attempts);
+        self
+    }
+
+    /// No limit on the number of attempts; combine with [`Retry::wait`] to
+    /// bound the time instead.
+    pub fn unlimited_attempts(mut self) -> Self {
+        self.attempts = None;
+        self
+    }
+
+    /// The fixed part of the delay between attempts. Defaults to
+    /// [`DEFAULT_RETRY_DELAY`].
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The upper bound of the uniformly random part of the delay. Defaults
+    /// to [`DEFAULT_RETRY_JITTER`].
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Stop retrying once `wait` has passed since `lock` was called; `lock`
+    /// then fails with [`Error::WaitTimeout`](crate::Error::WaitTimeout).
+    /// Defaults to no deadline.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Remove the overall deadline (the default).
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// Checks the policy; `build()` calls this.
+    pub(crate) fn validate(&self) -> Result<(), crate::ConfigError> {
+        match self.attempts {
+            Some(0) => Err(crate::ConfigError::ZeroAttempts),
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh schedule for one call of `lock` that started at `started`.
+    pub(crate) fn schedule(&self, started: Instant) -> Schedule {
+        Schedule {
+            attempts: self.attempts.and_then(NonZeroU32::new),
+            delay: self.delay,
+            jitter: self.jitter,
+            deadline: self.wait.map(|w| started + w),
+            made: 0,
+        }
+    }
+}
+
+/// The state of one `lock` call's retries.
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    attempts: Option<NonZeroU32>,
+    delay: Duration,
+    jitter: Duration,
+    deadline: Option<Instant>,
+    made: u32,
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Sleep this long, then try again.
+    RetryAfter(Duration),
+    /// The attempt limit is used up.
+    AttemptsExhausted,
+    /// The wait deadline has passed.
+    DeadlinePassed,
+}
+
+impl Schedule {
+    /// Records a failed attempt at `now` and decides what comes next.
+    /// `unit` is a uniform sample in `[0, 1)` that scales the jitter.
+    pub(crate) fn after_failure(&mut self, now: Instant, unit: f64) -> Next {
+        self.made = self.made.saturating_add(1);
+        if let Some(limit) = self.attempts
+            && self.made >= limit.get()
+        {
+            return Next::AttemptsExhausted;
+        }
+        let wanted = self.delay + self.jitter.mul_f64(unit.clamp(0.0, 1.0));
+        match self.deadline {
+            Some(deadline) if now >= deadline => Next::DeadlinePassed,
+            // The last attempt starts at the deadline at the latest.
+            Some(deadline) => Next::RetryAfter(wanted.min(deadline - now)),
+            None => Next::RetryAfter(wanted),
+        }
+    }
+
+    pub(crate) fn attempts_made(&self) -> u32 {
+        self.made
+    }
+}
+
+/// A uniform sample in `[0, 1)` for the jitter.
+pub(crate) fn jitter_unit() -> f64 {
+    rand::random::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_limit_counts_the_first_attempt() {
+        let now = Instant::now();
+        let mut s = Retry::default()
+            .attempts(3)
+            .jitter(Duration::ZERO)
+            .schedule(now);
+        assert_eq!(
+            s.after_failure(now, 0.5),
+            Next::RetryAfter(DEFAULT_RETRY_DELAY)
+        );
+        assert_eq!(
+            s.after_failure(now, 0.5),
+            Next::RetryAfter(DEFAULT_RETRY_DELAY)
+        );
+        assert_eq!(s.after_failure(now, 0.5), Next::AttemptsExhausted);
+        assert_eq!(s.attempts_made(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn none_means_exactly_one_attempt() {
+        let now = Instant::now();
+        let mut s = Retry::none().schedule(now);
+        assert_eq!(s.after_failure(now, 0.0), Next::AttemptsExhausted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_is_base_plus_scaled_jitter() {
+        let now = Instant::now();
+        let retry = Retry::forever().delay(10 * MS).jitter(100 * MS);
+        let mut s = retry.schedule(now);
+        assert_eq!(s.after_failure(now, 0.0), Next::RetryAfter(10 * MS));
+        assert_eq!(s.after_failure(now, 0.5), Next::RetryAfter(60 * MS));
+        // Out-of-range samples are clamped, never producing a huge delay.
+        assert_eq!(s.after_failure(now, 7.0), Next::RetryAfter(110 * MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forever_never_gives_up() {
+        let now = Instant::now();
+        let mut s = Retry::forever().schedule(now);
+        for _ in 0..10_000 {
+            assert!(matches!(s.after_failure(now, 0.3), Next::RetryAfter(_)));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_deadline_clamps_the_last_sleep_then_stops() {
+        let start = Instant::now();
+        let retry = Retry::forever()
+            .delay(100 * MS)
+            .jitter(Duration::ZERO)
+            .wait(250 * MS);
+        let mut s = retry.schedule(start);
+        assert_eq!(s.after_failure(start, 0.0), Next::RetryAfter(100 * MS));
+        tokio::time::advance(200 * MS).await;
+        // 50ms are left: sleep only that long, so the last attempt starts at
+        // the deadline rather than after it.
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0),
+            Next::RetryAfter(50 * MS)
+        );
+        tokio::time::advance(50 * MS).await;
+        assert_eq!(s.after_failure(Instant::now(), 0.0), Next::DeadlinePassed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn attempts_and_deadline_whichever_first() {
+        let start = Instant::now();
+        let mut s = Retry::default()
+            .attempts(2)
+            .wait(Duration::from_secs(60))
+            .schedule(start);
+        assert!(matches!(s.after_failure(start, 0.0), Next::RetryAfter(_)));
+        assert_eq!(s.after_failure(start, 0.0), Next::AttemptsExhausted);
+    }
+
+    #[test]
+    fn zero_attempts_is_a_config_error() {
+        assert_eq!(
+            Retry::default().attempts(0).validate(),
+            Err(crate::ConfigError::ZeroAttempts)
+        );
+        assert_eq!(Retry::forever().validate(), Ok(()));
+    }
+
+    #[test]
+    fn jitter_unit_is_in_range() {
+        for _ in 0..1000 {
+            let u = jitter_unit();
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The Lua scripts, each in its own `.lua` file, sent with EVALSHA and
+//! reloaded on NOSCRIPT by `redis::Script` (a restarted node has an empty
+//! script cache). Scripts are constant text: keys only in KEYS, token and
+//! ttl only in ARGV.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `if GET key == token then DEL key`.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("release.lua")));
+
+/// `if GET key == token then PEXPIRE key ttl`.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("extend.lua")));

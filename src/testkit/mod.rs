@@ -1,0 +1,439 @@
+//! Real `redis-server` processes on free loopback ports, for tests, examples
+//! and demos (feature `testkit`).
+//!
+//! Each server runs in its own temporary directory, bound to 127.0.0.1,
+//! without persistence unless asked. Servers can be killed (SIGKILL),
+//! paused (SIGSTOP), resumed (SIGCONT) and restarted on the same port.
+//! Every process is killed when its handle drops — including when a test
+//! fails or panics.
+//!
+//! The binary is `$QUORUMLOCK_REDIS_SERVER` if set, else `redis-server` on
+//! `PATH`.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use quorumlock::{Redlock, testkit::RedisNodes};
+//! # use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let nodes = RedisNodes::start(5)?;
+//! let locks = Redlock::new(nodes.urls())?;
+//! nodes[0].kill();
+//! nodes[1].pause()?;
+//! let guard = locks.lock("jobs:a", Duration::from_secs(5)).await?; // 3 of 5 still answer
+//! nodes[1].resume()?;
+//! nodes[0].restart()?;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::ops::Index;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The environment variable naming the `redis-server` binary to use.
+pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";
+
+/// How long a server may take to print that it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many log lines are kept for error reports.
+const LOG_LINES: usize = 40;
+/// How many fresh ports to try when one is taken between probe and bind.
+const PORT_ATTEMPTS: usize = 8;
+
+/// What went wrong starting or controlling a server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// No `redis-server` binary could be found.
+    #[error(
+        "redis-server not found ({looked}); install it (Debian/Ubuntu: `apt-get install redis-server`, macOS: `brew install redis`) or set {REDIS_SERVER_ENV} to its path"
+    )]
+    NotFound {
+        /// Where it was looked for.
+        looked: String,
+    },
+    /// The server exited or did not become ready.
+    #[error("redis-server on port {port} did not start: {reason}; last log lines:\n{log}")]
+    StartFailed {
+        /// The port it was started on.
+        port: u16,
+        /// Why it is considered failed.
+        reason: String,
+        /// The end of its log.
+        log: String,
+    },
+    /// The server is not running (killed, or never started).
+    #[error("redis-server on port {0} is not running")]
+    NotRunning(u16),
+    /// Spawning or signalling the process failed.
+    #[error("i/o error controlling redis-server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Options for the servers a [`RedisServer`] or [`RedisNodes`] starts.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ServerOptions {
+    persistent: bool,
+    args: Vec<String>,
+}
+
+impl ServerOptions {
+    /// No persistence, no extra arguments.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Persist every write (`appendonly yes`, `appendfsync always`), so a
+    /// restarted server comes back with its keys.
+    pub fn persistent(mut self) -> Self {
+        self.persistent = true;
+        self
+    }
+
+    /// One more command-line argument for `redis-server`, e.g.
+    /// `"--requirepass"` followed by `"secret"`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+}
+
+/// One `redis-server` process on a loopback port, killed on drop.
+///
+/// All methods take `&self`, so a server can be shared (e.g. in an `Arc`)
+/// between a test and the tasks that kill and restart it.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    binary: PathBuf,
+    options: ServerOptions,
+    process: Mutex<Option<Process>>,
+    // Declared last: removed after the process is gone.
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug)]
+struct Process {
+    child: Child,
+    log: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence on a free port.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NotFound`] when there is no `redis-server`, and
+    /// [`TestkitError::StartFailed`] (with its log) when it does not start.
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(ServerOptions::new())
+    }
+
+    /// Starts a server with `options` on a free port.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`].
+    pub fn start_with(options: ServerOptions) -> Result<Self, TestkitError> {
+        let binary = find_redis_server()?;
+        let dir = tempfile::Builder::new()
+            .prefix("quorumlock-redis-")
+            .tempdir()?;
+        let mut last_error = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port()?;
+            match spawn(&binary, port, dir.path(), &options) {
+                Ok(process) => {
+                    return Ok(Self {
+                        port,
+                        binary,
+                        options,
+                        process: Mutex::new(Some(process)),
+                        dir,
+                    });
+                }
+                // Another process took the port between probe and bind.
+                Err(e @ TestkitError::StartFailed { .. }) if e.to_string().contains("in use") => {
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or(TestkitError::NotRunning(0)))
+    }
+
+    /// The port it listens on (the same across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.process().as_ref().map(|p| p.child.id())
+    }
+
+    /// The last lines the current process logged, for diagnostics.
+    pub fn log_tail(&self) -> String {
+        self.process()
+            .as_ref()
+            .map(|p| join_log(&p.log))
+            .unwrap_or_default()
+    }
+
+    /// Whether the process is running (paused counts as running).
+    pub fn is_running(&self) -> bool {
+        self.process().is_some()
+    }
+
+    /// Kills the process with SIGKILL and reaps it. Keys not persisted are
+    /// lost. Does nothing if it is not running.
+    pub fn kill(&self) {
+        if let Some(mut process) = self.process().take() {
+            // Fails only if it already exited; either way it is gone.
+            let _ = process.child.kill();
+            let _ = process.child.wait();
+        }
+    }
+
+    /// Freezes the process with SIGSTOP: connections stay open, nothing is
+    /// answered.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NotRunning`] if it was killed.
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Thaws a paused process with SIGCONT.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NotRunning`] if it was killed.
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// Kills the process if running, then starts it again on the same port
+    /// and directory (so a persistent server gets its data back).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`]; also if another process took the port.
+    pub fn restart(&self) -> Result<(), TestkitError> {
+        self.kill();
+        let process = spawn(&self.binary, self.port, self.dir.path(), &self.options)?;
+        *self.process() = Some(process);
+        Ok(())
+    }
+
+    fn signal(&self, signal: Signal) -> Result<(), TestkitError> {
+        let guard = self.process();
+        let process = guard.as_ref().ok_or(TestkitError::NotRunning(self.port))?;
+        let pid =
+            i32::try_from(process.child.id()).map_err(|_| TestkitError::NotRunning(self.port))?;
+        kill(Pid::from_raw(pid), signal).map_err(|e| TestkitError::Io(e.into()))
+    }
+
+    fn process(&self) -> MutexGuard<'_, Option<Process>> {
+        // A panic while holding the lock cannot leave the Option torn.
+        self.process.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL also ends a paused (SIGSTOPped) process.
+        self.kill();
+    }
+}
+
+/// A set of independent `redis-server` processes, each killed on drop.
+///
+/// Index it to reach one server: `nodes[2].kill()`.
+#[derive(Debug)]
+pub struct RedisNodes {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisNodes {
+    /// Starts `n` servers without persistence.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`]; servers already started are killed.
+    pub fn start(n: usize) -> Result<Self, TestkitError> {
+        Self::start_with(n, ServerOptions::new())
+    }
+
+    /// Starts `n` servers with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::start`]; servers already started are killed.
+    pub fn start_with(n: usize, options: ServerOptions) -> Result<Self, TestkitError> {
+        let servers = (0..n)
+            .map(|_| RedisServer::start_with(options.clone()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { servers })
+    }
+
+    /// Every server's URL, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The servers.
+    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
+        self.servers.iter()
+    }
+
+    /// How many servers there are.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
+
+impl Index<usize> for RedisNodes {
+    type Output = RedisServer;
+
+    fn index(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+}
+
+impl<'a> IntoIterator for &'a RedisNodes {
+    type Item = &'a RedisServer;
+    type IntoIter = std::slice::Iter<'a, RedisServer>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.servers.iter()
+    }
+}
+
+/// Finds the `redis-server` binary: the environment variable, then `PATH`.
+pub fn find_redis_server() -> Result<PathBuf, TestkitError> {
+    if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(TestkitError::NotFound {
+                looked: format!("{REDIS_SERVER_ENV}={} is not a file", path.display()),
+            })
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| TestkitError::NotFound {
+            looked: format!("not on PATH and {REDIS_SERVER_ENV} is unset"),
+        })
+}
+
+/// Asks the OS for a free loopback port.
+fn free_port() -> Result<u16, TestkitError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts one process and waits for its "ready" log line.
+fn spawn(
+    binary: &Path,
+    port: u16,
+    dir: &Path,
+    options: &ServerOptions,
+) -> Result<Process, TestkitError> {
+    let mut cmd = Command::new(binary);
+    cmd.arg("--port")
+        .arg(port.to_string())
+        .arg("--bind")
+        .arg("127.0.0.1")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--daemonize")
+        .arg("no")
+        .arg("--logfile")
+        .arg("")
+        .arg("--save")
+        .arg("")
+        .arg("--enable-debug-command")
+        .arg("local");
+    if options.persistent {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    cmd.args(&options.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn()?;
+
+    let log = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_LINES)));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    if let Some(stdout) = child.stdout.take() {
+        let log = log.clone();
+        // Drains the log for the process' whole life (a full pipe would
+        // block the server) and signals readiness once.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("Ready to accept connections") {
+                    let _ = ready_tx.send(());
+                }
+                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                if log.len() == LOG_LINES {
+                    log.pop_front();
+                }
+                log.push_back(line);
+            }
+        });
+    }
+    let failure = match ready_rx.recv_timeout(START_TIMEOUT) {
+        Ok(()) => return Ok(Process { child, log }),
+        Err(mpsc::RecvTimeoutError::Timeout) => "not ready in time",
+        Err(mpsc::RecvTimeoutError::Disconnected) => "exited",
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = join_log(&log);
+    let reason = if log.contains("Address already in use") {
+        "port in use".to_owned()
+    } else {
+        failure.to_owned()
+    };
+    Err(TestkitError::StartFailed { port, reason, log })
+}
+
+fn join_log(log: &Mutex<VecDeque<String>>) -> String {
+    let log = log.lock().unwrap_or_else(|e| e.into_inner());
+    log.iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,64 @@
+//! Helpers shared by the integration tests: managers over testkit nodes,
+//! and direct reads of what each node holds.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use quorumlock::testkit::RedisNodes;
+use quorumlock::{Redlock, RedlockBuilder, Retry};
+use redis::AsyncCommands;
+
+/// A bound that turns a hang into a test failure; not a timing assertion.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// A builder over `nodes` with a fast retry policy for tests.
+pub fn builder(nodes: &RedisNodes) -> RedlockBuilder {
+    Redlock::builder().nodes(nodes.urls()).retry(
+        Retry::default()
+            .attempts(5)
+            .delay(Duration::from_millis(10))
+            .jitter(Duration::from_millis(10)),
+    )
+}
+
+/// Awaits `fut`, failing the test if it hangs.
+pub async fn no_hang<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(HANG_GUARD, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} hung for {HANG_GUARD:?}"),
+    }
+}
+
+/// A fresh direct connection to one node, independent of the library's.
+pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// What `key` holds (as a string) on each running node; `None` where absent
+/// or where the node is down.
+pub async fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for server in nodes {
+        if !server.is_running() {
+            out.push(None);
+            continue;
+        }
+        let mut c = conn(&server.url()).await;
+        out.push(c.get(key).await.expect("GET"));
+    }
+    out
+}
+
+/// How many nodes hold exactly `token` at `key`.
+pub async fn holding(nodes: &RedisNodes, key: &str, token: &str) -> usize {
+    values(nodes, key)
+        .await
+        .iter()
+        .filter(|v| v.as_deref() == Some(token))
+        .count()
+}
