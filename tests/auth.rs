@@ -1,0 +1,118 @@
+//! Credentials in node URLs: a password, an ACL user; and that neither
+//! leaks into errors or `Debug` output.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testkit::{RedisServer, ServerOptions};
+use quorumlock::{Error, Redlock, Retry};
+
+const PASSWORD: &str = "s3cret-pw-7f1e";
+const USER_PASSWORD: &str = "alice-pw-91c2";
+
+/// The commands a lock user needs: SET for acquire; EVALSHA (EVAL and
+/// SCRIPT LOAD for the NOSCRIPT fallback) for the scripts, which run GET,
+/// DEL and PEXPIRE.
+const LOCK_COMMANDS: [&str; 7] = [
+    "+set",
+    "+get",
+    "+del",
+    "+pexpire",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+];
+
+fn secured() -> RedisServer {
+    secured_with(&LOCK_COMMANDS)
+}
+
+fn secured_with(commands: &[&str]) -> RedisServer {
+    let mut options = ServerOptions::new()
+        .arg("--requirepass")
+        .arg(PASSWORD)
+        // An ACL user confined to lock keys, with only what the library needs.
+        .arg("--user")
+        .arg("alice")
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg("~locks:*");
+    for command in commands {
+        options = options.arg(*command);
+    }
+    RedisServer::start_with(options).expect("server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_and_acl_user_in_the_url_work() {
+    let server = secured();
+    let port = server.port();
+    for url in [
+        format!("redis://:{PASSWORD}@127.0.0.1:{port}"),
+        format!("redis://alice:{USER_PASSWORD}@127.0.0.1:{port}"),
+    ] {
+        let locks = Redlock::new([url]).expect("config");
+        let guard = locks
+            .lock("locks:a", Duration::from_secs(5))
+            .await
+            .expect("lock");
+        guard.extend(Duration::from_secs(5)).await.expect("extend");
+        assert_eq!(guard.release().await.expect("release").released(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_appear_in_errors_or_debug_output() {
+    let server = secured();
+    let port = server.port();
+    let wrong = "wrong-pw-3d9a";
+    let locks = Redlock::builder()
+        .node(format!("redis://alice:{wrong}@127.0.0.1:{port}"))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let err = locks
+        .lock("locks:a", Duration::from_secs(5))
+        .await
+        .expect_err("bad password");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let shown = format!("{err} {err:?} {locks:?}");
+    assert!(!shown.contains(wrong), "{shown}");
+    assert!(shown.contains(&port.to_string()), "names the node: {shown}");
+
+    let good = Redlock::new([format!("redis://:{PASSWORD}@127.0.0.1:{port}")]).expect("config");
+    let guard = good
+        .lock("locks:b", Duration::from_secs(5))
+        .await
+        .expect("lock");
+    let token = guard.token().as_str().to_owned();
+    let shown = format!("{good:?} {guard:?} {:?}", guard.token());
+    assert!(!shown.contains(PASSWORD), "{shown}");
+    assert!(!shown.contains(&token), "{shown}");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_reported_not_mistaken_for_a_lost_lock() {
+    // Without GET the release script cannot check the token.
+    let server = secured_with(&["+set", "+evalsha", "+eval", "+script|load"]);
+    let locks = Redlock::builder()
+        .node(format!(
+            "redis://alice:{USER_PASSWORD}@127.0.0.1:{}",
+            server.port()
+        ))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let guard = locks
+        .lock("locks:p", Duration::from_secs(5))
+        .await
+        .expect("SET is allowed");
+    let err = guard
+        .extend(Duration::from_secs(5))
+        .await
+        .expect_err("GET is not allowed");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("can't run this command"), "{err}");
+}
