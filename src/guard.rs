@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::error::NodeFailure;
 use crate::quorum::{Decision, Window};
-use crate::redlock::{Redlock, Request, Until, fan_out, release_everywhere};
+use crate::redlock::{Redlock, Request, Stragglers, Until, fan_out, release_everywhere};
 use crate::{Error, Token};
 
 /// A held lock.
@@ -88,6 +88,35 @@ impl LockGuard {
             }),
             released: false,
         }
+    }
+
+    /// Lets acquire requests that were still in flight at the quorum
+    /// decision finish in the background, so that the lock ends up on every
+    /// node that grants it (more nodes tolerate more failures while held).
+    /// A node that grants after the holder let go is released right away:
+    /// the holder marks itself lost *before* sending its own release, so
+    /// either that release runs after the grant, or this task sees the mark.
+    pub(crate) fn follow_stragglers<F>(&self, mut stragglers: Stragglers<F>)
+    where
+        F: Future<Output = Result<bool, crate::NodeError>> + Send + 'static,
+    {
+        if stragglers.is_empty() {
+            return;
+        }
+        let (redlock, held) = (self.redlock.clone(), self.held.clone());
+        tokio::spawn(
+            async move {
+                while let Some((i, answer)) = futures::StreamExt::next(&mut stragglers).await {
+                    tracing::debug!(op = "acquire", node = %redlock.config().nodes[i].label(), late = true, granted = ?answer.as_ref().ok());
+                    if matches!(answer, Ok(true)) && held.status.borrow().lost {
+                        let node = &redlock.config().nodes[i];
+                        let deadline = Instant::now() + redlock.config().node_timeout;
+                        let _ = node.release(&held.key, held.token.as_str(), deadline).await;
+                    }
+                }
+            }
+            .in_current_span(),
+        );
     }
 
     /// The resource name this lock is held on.
@@ -210,7 +239,8 @@ impl LockGuard {
             let window = Window::new(start, ttl, config.drift_factor);
             let deadline = (start + config.node_timeout).min(current.deadline);
             let (key, token) = (&*self.held.key, self.held.token.as_str());
-            let round = fan_out(&config.nodes, Until::Decided, "extend", |_, node| {
+            // Late PEXPIREs are harmless (token-checked): stragglers are dropped.
+            let (round, _) = fan_out(&config.nodes, Until::Decided, "extend", |_, node| {
                 node.extend(key, token, ttl_ms, deadline)
             })
             .await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::{Join, Ready, join, ready};
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -314,8 +315,16 @@ impl Redlock {
             token: token.clone(),
         };
 
-        let mut round = fan_out(&config.nodes, Until::Decided, "acquire", |_, node| {
-            node.acquire(&request.key, token.as_str(), request.ttl_ms, deadline)
+        // Owned futures, so that requests still in flight at the decision
+        // can be handed to the guard instead of being dropped.
+        let ttl_ms = request.ttl_ms;
+        let (mut round, stragglers) = fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+            let (this, key, token) = (self.clone(), request.key.clone(), token.clone());
+            async move {
+                this.inner.nodes[i]
+                    .acquire(&key, token.as_str(), ttl_ms, deadline)
+                    .await
+            }
         })
         .await;
         let refused = std::mem::take(&mut round.refused);
@@ -325,7 +334,9 @@ impl Redlock {
                 Some(validity) => {
                     cleanup.disarm();
                     tracing::debug!(granted = round.tally.yes(), ?validity, "lock acquired");
-                    return Ok(LockGuard::new(self.clone(), request, token, window));
+                    let guard = LockGuard::new(self.clone(), request, token, window);
+                    guard.follow_stragglers(stragglers);
+                    return Ok(guard);
                 }
                 None => Error::ValidityExpired {
                     resource: request.resource.to_string(),
@@ -351,8 +362,8 @@ fn lock_span(request: &Request, op: &'static str) -> tracing::Span {
 /// Whether a fan-out stops at the quorum decision or waits for every node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Until {
-    /// Stop as soon as the decision is known; stragglers are dropped (their
-    /// requests, once written, still reach the node in order).
+    /// Stop as soon as the decision is known; the requests still in flight
+    /// are returned to the caller.
     Decided,
     /// Wait for every node's answer (or its deadline).
     AllAnswered,
@@ -388,13 +399,19 @@ impl Round {
     }
 }
 
+/// Requests still in flight when a fan-out decided, each with its node's
+/// index. A concrete type (not `impl Future`), so that it does not capture
+/// the request-building closure and can outlive it.
+pub(crate) type Stragglers<Fut> = FuturesUnordered<Join<Ready<usize>, Fut>>;
+
 /// Sends one request to every node in parallel and tallies the answers.
+/// Returns the requests still in flight (none with [`Until::AllAnswered`]).
 pub(crate) async fn fan_out<'a, F, Fut>(
     nodes: &'a [Node],
     until: Until,
     op: &'static str,
     call: F,
-) -> Round
+) -> (Round, Stragglers<Fut>)
 where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<bool, NodeError>>,
@@ -402,10 +419,7 @@ where
     let mut calls: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| {
-            let call = call(i, node);
-            async move { (i, call.await) }
-        })
+        .map(|(i, node)| join(ready(i), call(i, node)))
         .collect();
     let mut round = Round {
         tally: Tally::new(nodes.len()),
@@ -436,7 +450,7 @@ where
             break;
         }
     }
-    round
+    (round, calls)
 }
 
 /// Token-checked release on every node (except those `skip` marks),
@@ -462,6 +476,7 @@ pub(crate) async fn release_everywhere(
         },
     )
     .await
+    .0
 }
 
 /// Removes an attempt's token from the nodes, even if the attempt's future
