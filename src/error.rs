@@ -36,7 +36,7 @@ pub enum Error {
     /// Too few nodes answered to possibly reach a quorum. Each unreachable
     /// node is listed with its error.
     #[error(
-        "too few nodes reachable for `{resource}`: {} of {nodes} failed, a quorum of {quorum} needs at most {}{}",
+        "too few nodes reachable for `{resource}`: {} of {nodes} failed, a quorum of {quorum} tolerates {}{}",
         failures.len(),
         nodes - quorum,
         FailureList(failures)

@@ -72,6 +72,17 @@
 //!   loopback ports, and kills, pauses, resumes and restarts them.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
+// Library code never panics and never prints; tests and examples may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::print_stdout,
+        clippy::print_stderr
+    )
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;

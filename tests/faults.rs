@@ -1,0 +1,161 @@
+//! Node faults: killed, restarted, paused, or down when the manager starts.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testkit::RedisNodes;
+use quorumlock::{Error, NodeError};
+use support::{builder, no_hang};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn failed_ports(err: &Error) -> Vec<u16> {
+    let mut ports: Vec<u16> = err
+        .node_failures()
+        .iter()
+        .map(|f| {
+            f.node
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("host:port")
+        })
+        .collect();
+    ports.sort_unstable();
+    ports
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_down_works_majority_down_fails_fast_restart_recovers() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+
+    nodes[0].kill();
+    nodes[1].kill();
+    let guard = no_hang("lock", locks.lock("jobs:a", TTL))
+        .await
+        .expect("3 of 5 suffice");
+    let summary = guard.release().await.expect("release");
+    assert_eq!(summary.released(), 3);
+    assert_eq!(summary.failures().len(), 2);
+
+    nodes[2].kill();
+    let err = no_hang("lock without a majority", locks.lock("jobs:a", TTL))
+        .await
+        .expect_err("2 of 5 cannot grant");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let mut down: Vec<u16> = (0..3).map(|i| nodes[i].port()).collect();
+    down.sort_unstable();
+    assert_eq!(
+        failed_ports(&err),
+        down,
+        "names exactly the unreachable nodes: {err}"
+    );
+    for port in &down {
+        assert!(err.to_string().contains(&port.to_string()), "{err}");
+    }
+
+    for i in 0..3 {
+        nodes[i].restart().expect("restart");
+    }
+    // The same manager, no rebuild: connections come back on their own.
+    let guard = no_hang("lock after restart", async {
+        loop {
+            match locks.lock("jobs:a", TTL).await {
+                Ok(guard) => break guard,
+                Err(e) => assert!(e.is_retryable(), "{e}"),
+            }
+        }
+    })
+    .await;
+    // Every restarted node takes part again (a fresh script cache too).
+    let mut summary = guard.release().await.expect("release");
+    no_hang("every node back", async {
+        while summary.released() < 5 {
+            let guard = locks.lock("jobs:a", TTL).await.expect("lock");
+            summary = guard.release().await.expect("release");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_at_start_is_used_once_it_comes_up() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    nodes[2].kill();
+    let locks = builder(&nodes)
+        .build()
+        .expect("builds while a node is down");
+    let guard = locks.lock("late", TTL).await.expect("2 of 3");
+    assert_eq!(guard.release().await.expect("release").released(), 2);
+
+    nodes[2].restart().expect("restart");
+    let released = no_hang("late node joins", async {
+        loop {
+            let guard = locks.lock("late", TTL).await.expect("lock");
+            let released = guard.release().await.expect("release").released();
+            if released == 3 {
+                break released;
+            }
+        }
+    })
+    .await;
+    assert_eq!(released, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_does_not_stall_the_decision() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let node_timeout = Duration::from_secs(2);
+    let locks = builder(&nodes)
+        .node_timeout(node_timeout)
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(30);
+    // Connect to every node first, so the pause hits an open connection.
+    locks
+        .lock("warm", ttl)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    nodes[2].pause().expect("pause");
+    let guard = no_hang("lock with a paused node", locks.try_lock("p", ttl))
+        .await
+        .expect("2 of 3");
+    // validity = ttl - elapsed - drift: had the decision waited for the paused
+    // node, at least `node_timeout` would be gone.
+    let drift = ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2);
+    assert!(
+        guard.validity() > ttl - drift - node_timeout,
+        "decision waited for the paused node: validity {:?}",
+        guard.validity()
+    );
+    let summary = guard.release().await.expect("release");
+    assert_eq!(summary.released(), 2);
+    assert!(matches!(summary.failures()[0].error, NodeError::Timeout(_)));
+
+    // With a majority paused, the attempt fails on the per-node timeout
+    // instead of waiting for the nodes to wake up.
+    nodes[1].pause().expect("pause");
+    let err = no_hang("lock with a majority paused", locks.try_lock("p", ttl))
+        .await
+        .expect_err("1 of 3 cannot grant");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(
+        err.node_failures()
+            .iter()
+            .all(|f| matches!(f.error, NodeError::Timeout(_))),
+        "{err}"
+    );
+
+    nodes[1].resume().expect("resume");
+    nodes[2].resume().expect("resume");
+    let guard = no_hang("lock after resume", locks.lock("p", ttl))
+        .await
+        .expect("lock");
+    assert_eq!(guard.release().await.expect("release").released(), 3);
+}
