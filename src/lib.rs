@@ -104,3 +104,8 @@ pub use guard::{LockGuard, ReleaseSummary};
 pub use redlock::Redlock;
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use token::Token;
+
+// Compiles the README's examples as doctests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
