@@ -175,6 +175,8 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             retry: self.retry,
             key_prefix: self.key_prefix,
+            renewer: Default::default(),
+            background: Default::default(),
         }))
     }
 }

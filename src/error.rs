@@ -85,17 +85,20 @@ pub enum Error {
         last: Box<Error>,
     },
 
-    /// The lock can no longer be trusted: its deadline passed, or an extend
+    /// The lock can no longer be trusted: its deadline passed, an extend
     /// or release found the token gone on too many nodes (it expired, or a
-    /// node restarted without persistence).
+    /// node restarted without persistence), or renewal could not reach a
+    /// quorum in time.
     #[error(
-        "lock on `{resource}` was lost: {held} node(s) still held its token, {quorum} required{}",
+        "lock on `{resource}` was lost ({reason}): {held} node(s) still held its token, {quorum} required{}",
         FailureList(failures)
     )]
     #[non_exhaustive]
     Lost {
         /// The resource of the lost lock.
         resource: String,
+        /// Why it is considered lost.
+        reason: crate::LossReason,
         /// How many nodes still held the token when the loss was detected
         /// (0 when the deadline had already passed and no node was asked).
         held: usize,

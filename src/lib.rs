@@ -88,11 +88,14 @@
 mod builder;
 mod error;
 mod guard;
+mod lease;
 mod node;
 mod quorum;
 mod redlock;
+mod renew;
 mod retry;
 mod scripts;
+mod tasks;
 mod token;
 
 #[cfg(feature = "testkit")]
@@ -101,6 +104,7 @@ pub mod testkit;
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, MAX_TTL, RedlockBuilder};
 pub use error::{ArgumentError, ConfigError, Error, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
+pub use lease::{Lease, LossReason};
 pub use redlock::Redlock;
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use token::Token;

@@ -119,9 +119,46 @@ impl Node {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let mut invocation = scripts::EXTEND.key(key);
-        invocation.arg(token).arg(ttl_ms);
-        self.flag_script(&invocation, deadline).await
+        let flags = self.extend_many([(key, token, ttl_ms)], deadline).await?;
+        match flags.as_slice() {
+            [flag] => Ok(*flag),
+            _ => Err(NodeError::UnexpectedReply(format!(
+                "{} answers for one key",
+                flags.len()
+            ))),
+        }
+    }
+
+    /// Token-checked PEXPIRE of many locks in one script call: one flag per
+    /// `(key, token, ttl_ms)`, in order.
+    pub(crate) async fn extend_many<'k>(
+        &self,
+        locks: impl IntoIterator<Item = (&'k str, &'k str, u64)>,
+        deadline: Instant,
+    ) -> Result<Vec<bool>, NodeError> {
+        let mut invocation = scripts::EXTEND.prepare_invoke();
+        let mut count = 0;
+        for (key, token, ttl_ms) in locks {
+            invocation.key(key).arg(token).arg(ttl_ms);
+            count += 1;
+        }
+        let reply = within(deadline, async {
+            let mut conn = self.connection().await?;
+            Ok(invocation.invoke_async::<Value>(&mut conn).await?)
+        })
+        .await?;
+        let flags = match reply {
+            Value::Array(items) if items.len() == count => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(1) => Ok(true),
+                    Value::Int(0) => Ok(false),
+                    other => Err(unexpected(other)),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            other => return Err(unexpected(&other)),
+        };
+        Ok(flags)
     }
 
     async fn command(&self, cmd: &Cmd, deadline: Instant) -> Result<Value, NodeError> {

@@ -15,9 +15,12 @@ use tracing::Instrument;
 use crate::builder::MAX_TTL;
 use crate::error::{ArgumentError, NodeError, NodeFailure};
 use crate::guard::LockGuard;
+use crate::lease::Lease;
 use crate::node::Node;
 use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
+use crate::renew::Renewer;
 use crate::retry::{Next, jitter_unit};
+use crate::tasks::Background;
 use crate::{Error, RedlockBuilder, Retry, Token};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -58,6 +61,15 @@ pub(crate) struct Config {
     pub(crate) drift_factor: f64,
     pub(crate) retry: Retry,
     pub(crate) key_prefix: String,
+    pub(crate) renewer: Arc<Renewer>,
+    pub(crate) background: Arc<Background>,
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        // The renewer holds the manager weakly: let it notice and stop.
+        self.renewer.shutdown();
+    }
 }
 
 impl fmt::Debug for Redlock {
@@ -114,13 +126,48 @@ impl Redlock {
     }
 
     pub(crate) fn from_config(config: Config) -> Self {
-        Self {
-            inner: Arc::new(config),
-        }
+        Self::from_shared(Arc::new(config))
+    }
+
+    pub(crate) fn from_shared(inner: Arc<Config>) -> Self {
+        Self { inner }
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Config> {
+        self.inner.clone()
     }
 
     pub(crate) fn config(&self) -> &Config {
         &self.inner
+    }
+
+    /// Waits until the manager's background work has finished: cleanup of
+    /// cancelled or failed attempts, releases of dropped guards, and
+    /// acquire requests still answering after a quorum decided. (Renewal of
+    /// auto-extended locks is not waited for; release those guards first.)
+    ///
+    /// Call it before shutting down the runtime, so that no key is left to
+    /// expire by its ttl instead of being released.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only observes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock("jobs:a", Duration::from_secs(10)).await?;
+    /// drop(guard); // released in the background…
+    /// locks.settle().await; // …and now that release has finished
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn settle(&self) {
+        self.inner.background.idle().await;
     }
 
     /// How many nodes must agree: `N / 2 + 1`.
@@ -227,6 +274,82 @@ impl Redlock {
         }
     }
 
+    /// Runs `work` while holding `resource`: acquires (with the retry
+    /// policy), keeps the lock alive with [`LockGuard::auto_extend`], runs
+    /// the future `work` builds, and releases when it completes.
+    ///
+    /// `work` receives a [`Lease`]: an owned, cloneable view of the lock
+    /// (resource, token, fence, validity, [`lost`](Lease::lost)) that
+    /// `async move` blocks and spawned sub-tasks can keep.
+    ///
+    /// If the lock is lost while `work` runs (renewal found the token gone,
+    /// or could not reach a quorum in time), the future of `work` is
+    /// dropped at once and the call returns [`Error::Lost`] instead of its
+    /// output. Sub-tasks spawned by `work` are not dropped with it: give
+    /// them the lease and let them watch `lost()`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`lock`](Self::lock), and [`Error::Lost`] when the lock was
+    /// lost before `work` completed. A failed release after `work`
+    /// completed is not an error (the keys expire by ttl); it is logged.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: if its future is dropped, `work` is
+    /// dropped and the guard inside releases the lock in the background.
+    ///
+    /// # Examples
+    ///
+    /// Settle payments at most once at a time across the fleet, however
+    /// long it takes:
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn settle(batch: u64) -> u64 { batch }
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let settled = locks
+    ///     .with_lock("payments:settle", Duration::from_secs(10), |lease| async move {
+    ///         println!("holding {} for {:?}", lease.resource(), lease.validity());
+    ///         settle(42).await
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(resource, ttl).await?;
+        guard.auto_extend();
+        let lost = guard.lost();
+        let work = work(guard.lease());
+        tokio::select! {
+            biased;
+            reason = lost => {
+                let error = guard.held().lost_error(reason, 0, self.quorum(), Vec::new());
+                // Dropping the guard releases whatever is left in the background.
+                drop(guard);
+                Err(error)
+            }
+            output = work => {
+                if let Err(error) = guard.release().await {
+                    tracing::debug!(error = %error, "release after with_lock failed");
+                }
+                Ok(output)
+            }
+        }
+    }
+
     /// Validates a call's arguments into a request. No I/O.
     fn request(&self, resource: &str, ttl: Duration) -> Result<Request, Error> {
         if resource.is_empty() {
@@ -318,7 +441,7 @@ impl Redlock {
         // Owned futures, so that requests still in flight at the decision
         // can be handed to the guard instead of being dropped.
         let ttl_ms = request.ttl_ms;
-        let (mut round, stragglers) = fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+        let (round, stragglers) = fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
             let (this, key, token) = (self.clone(), request.key.clone(), token.clone());
             async move {
                 this.inner.nodes[i]
@@ -327,14 +450,14 @@ impl Redlock {
             }
         })
         .await;
-        let refused = std::mem::take(&mut round.refused);
+        let refused: Vec<bool> = round.votes.iter().map(|v| *v == Some(Vote::No)).collect();
 
         let error = match round.decision {
             Decision::Reached => match window.validity_at(Instant::now()) {
                 Some(validity) => {
                     cleanup.disarm();
                     tracing::debug!(granted = round.tally.yes(), ?validity, "lock acquired");
-                    let guard = LockGuard::new(self.clone(), request, token, window);
+                    let guard = LockGuard::new(self.clone(), request, token, None, window);
                     guard.follow_stragglers(stragglers);
                     return Ok(guard);
                 }
@@ -375,8 +498,8 @@ pub(crate) struct Round {
     pub(crate) tally: Tally,
     pub(crate) decision: Decision,
     pub(crate) failures: Vec<NodeFailure>,
-    /// Per node: whether it answered "no".
-    pub(crate) refused: Vec<bool>,
+    /// Per node: its vote, if it answered before the decision.
+    pub(crate) votes: Vec<Option<Vote>>,
 }
 
 impl Round {
@@ -425,16 +548,13 @@ where
         tally: Tally::new(nodes.len()),
         decision: Decision::Pending,
         failures: Vec::new(),
-        refused: vec![false; nodes.len()],
+        votes: vec![None; nodes.len()],
     };
     while let Some((i, answer)) = calls.next().await {
         let node = nodes[i].label();
         let vote = match answer {
             Ok(true) => Vote::Yes,
-            Ok(false) => {
-                round.refused[i] = true;
-                Vote::No
-            }
+            Ok(false) => Vote::No,
             Err(error) => {
                 tracing::debug!(op, node = %node, error = %error, "node failed");
                 round.failures.push(NodeFailure {
@@ -445,6 +565,7 @@ where
             }
         };
         tracing::debug!(op, node = %node, ?vote);
+        round.votes[i] = Some(vote);
         round.decision = round.tally.record(vote);
         if until == Until::Decided && round.decision != Decision::Pending {
             break;
@@ -507,14 +628,14 @@ impl Cleanup {
             return;
         }
         let (key, token) = (self.key.clone(), self.token.clone());
-        let task = tokio::spawn(
-            async move {
-                release_everywhere(&redlock, &key, &token, skip.as_deref()).await;
-            }
-            .in_current_span(),
-        );
+        let background = redlock.inner.background.clone();
+        let task = background.spawn(async move {
+            release_everywhere(&redlock, &key, &token, skip.as_deref()).await;
+        });
         // Dropping the JoinHandle detaches the task; it still completes.
-        let _ = task.await;
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 }
 
@@ -525,11 +646,10 @@ impl Drop for Cleanup {
         };
         // Cancelled mid-attempt: we do not know which nodes refused, so
         // release everywhere. Without a runtime the keys expire by ttl.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (key, token) = (self.key.clone(), self.token.clone());
-            runtime.spawn(async move {
-                release_everywhere(&redlock, &key, &token, None).await;
-            });
-        }
+        let (key, token) = (self.key.clone(), self.token.clone());
+        let background = redlock.inner.background.clone();
+        background.spawn(async move {
+            release_everywhere(&redlock, &key, &token, None).await;
+        });
     }
 }

@@ -11,6 +11,6 @@ use redis::Script;
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("release.lua")));
 
-/// `if GET key == token then PEXPIRE key ttl`.
+/// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("extend.lua")));

@@ -1,0 +1,329 @@
+//! The state a holder shares with its observers: deadline and loss, as a
+//! watch channel, and `Lease`, the owned, cloneable view of a held lock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::NodeFailure;
+use crate::{Error, Token};
+
+/// Why a lock can no longer be trusted; what [`Lease::lost`] resolves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The deadline passed without a successful extension.
+    Expired,
+    /// An extension found the token gone on so many nodes that no quorum
+    /// holds it (it expired there, or nodes restarted empty).
+    TokenGone,
+    /// Automatic renewal kept failing because too few nodes answered, and
+    /// too little validity was left to try again. Declared ahead of the
+    /// deadline.
+    Unreachable,
+    /// The holder released the lock or dropped its guard.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "its deadline passed without an extension",
+            LossReason::TokenGone => "its token was gone on too many nodes",
+            LossReason::Unreachable => "renewal could not reach a quorum in time",
+            LossReason::Released => "it was released",
+        })
+    }
+}
+
+/// Shared by a guard, its leases, and the renewer.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) resource: Arc<str>,
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<u64>,
+    status: watch::Sender<Status>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Status {
+    /// After this instant the holder must assume the lock is gone.
+    pub(crate) deadline: Instant,
+    /// Set once the lock is known to be gone (or released) before then.
+    pub(crate) lost: Option<LossReason>,
+}
+
+impl Status {
+    pub(crate) fn trusted_at(&self, now: Instant) -> bool {
+        self.lost.is_none() && now < self.deadline
+    }
+}
+
+impl Held {
+    pub(crate) fn new(
+        resource: Arc<str>,
+        key: Arc<str>,
+        token: Token,
+        fence: Option<u64>,
+        deadline: Instant,
+    ) -> Self {
+        let (status, _) = watch::channel(Status {
+            deadline,
+            lost: None,
+        });
+        Self {
+            resource,
+            key,
+            token,
+            fence,
+            status,
+        }
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        *self.status.borrow()
+    }
+
+    /// Records the loss; the first reason wins, and loss is final.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        self.status.send_if_modified(|s| {
+            let first = s.lost.is_none();
+            if first {
+                s.lost = Some(reason);
+            }
+            first
+        });
+    }
+
+    /// Moves the deadline if the lock is still trusted at `now`; returns
+    /// whether it did. Lost is final: a late success cannot revive a lock
+    /// whose deadline has passed (`lost()` may already have fired).
+    pub(crate) fn extend_to(&self, now: Instant, deadline: Instant) -> bool {
+        self.status.send_if_modified(|s| {
+            let ok = s.trusted_at(now) && now < deadline;
+            if ok {
+                s.deadline = deadline;
+            }
+            ok
+        })
+    }
+
+    pub(crate) fn lost_error(
+        &self,
+        reason: LossReason,
+        held: usize,
+        quorum: usize,
+        failures: Vec<NodeFailure>,
+    ) -> Error {
+        Error::Lost {
+            resource: self.resource.to_string(),
+            reason,
+            held,
+            quorum,
+            failures,
+        }
+    }
+}
+
+/// An owned, cloneable view of a held lock: what it is, how long it can be
+/// trusted, and a signal for when it cannot.
+///
+/// Leases are for the code running under the lock — hand clones to
+/// sub-tasks, move them into `async move` blocks. They cannot release or
+/// extend; the [`LockGuard`](crate::LockGuard) (or
+/// [`Redlock::with_lock`](crate::Redlock::with_lock)) does that. Every
+/// method of `Lease` is also available on the guard.
+#[derive(Clone)]
+pub struct Lease {
+    pub(crate) held: Arc<Held>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resource", &self.held.resource)
+            .field("token", &self.held.token)
+            .field("fence", &self.held.fence)
+            .field("validity", &self.validity())
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The resource name the lock is held on.
+    pub fn resource(&self) -> &str {
+        &self.held.resource
+    }
+
+    /// This grant's token (see [`Token`]).
+    pub fn token(&self) -> &Token {
+        &self.held.token
+    }
+
+    /// The fencing token of this grant, for fenced locks; `None` otherwise.
+    pub fn fence(&self) -> Option<u64> {
+        self.held.fence
+    }
+
+    /// The instant (on tokio's monotonic clock) after which the holder must
+    /// assume it no longer holds the lock: `start + ttl - drift`, where
+    /// `start` is when the acquiring (or last extending) request began.
+    pub fn deadline(&self) -> Instant {
+        self.held.status().deadline
+    }
+
+    /// How much longer the lock can be trusted; zero once it is lost,
+    /// released or past its deadline.
+    pub fn validity(&self) -> Duration {
+        let status = self.held.status();
+        if status.lost.is_some() {
+            Duration::ZERO
+        } else {
+            status.deadline.saturating_duration_since(Instant::now())
+        }
+    }
+
+    /// Why the lock is lost, if it is (including a passed deadline).
+    pub fn loss(&self) -> Option<LossReason> {
+        let status = self.held.status();
+        status
+            .lost
+            .or_else(|| (Instant::now() >= status.deadline).then_some(LossReason::Expired))
+    }
+
+    /// Resolves once the holder must assume the lock is gone, with the
+    /// reason: its deadline passed without a successful extension, a
+    /// renewal found the token gone on too many nodes or could not reach a
+    /// quorum in time, or the guard was released or dropped.
+    ///
+    /// The future does not borrow anything (it is `Send + 'static`), so it
+    /// can be handed to another task or raced with `tokio::select!` against
+    /// a critical section. Each call subscribes anew; it is cheap.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only observes.
+    ///
+    /// # Examples
+    ///
+    /// Abandon the work the moment the lock can no longer be trusted:
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn settle_payments() {}
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock("payments:settle", Duration::from_secs(30)).await?;
+    /// guard.auto_extend();
+    /// tokio::select! {
+    ///     _ = settle_payments() => { guard.release().await?; }
+    ///     reason = guard.lost() => eprintln!("lock lost ({reason}); settlement abandoned"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static + use<> {
+        wait_lost(self.held.status.subscribe())
+    }
+}
+
+/// Waits until the status says lost, its deadline passes, or every holder
+/// of the state is gone.
+pub(crate) async fn wait_lost(mut status: watch::Receiver<Status>) -> LossReason {
+    loop {
+        let current = *status.borrow_and_update();
+        if let Some(reason) = current.lost {
+            return reason;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(current.deadline) => return LossReason::Expired,
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return LossReason::Released;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(deadline: Instant) -> Arc<Held> {
+        let token = Token::generate().expect("random source");
+        Arc::new(Held::new("r".into(), "r".into(), token, None, deadline))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_deadline_as_expired() {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let lease = Lease {
+            held: held(deadline),
+        };
+        assert_eq!(lease.loss(), None);
+        assert_eq!(lease.lost().await, LossReason::Expired);
+        assert!(Instant::now() >= deadline);
+        assert_eq!(lease.loss(), Some(LossReason::Expired));
+        assert_eq!(lease.validity(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_follows_an_extended_deadline() {
+        let start = Instant::now();
+        let lease = Lease {
+            held: held(start + Duration::from_secs(1)),
+        };
+        let waiter = tokio::spawn(lease.lost());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            lease
+                .held
+                .extend_to(Instant::now(), start + Duration::from_secs(3))
+        );
+        assert_eq!(waiter.await.expect("waiter"), LossReason::Expired);
+        assert!(Instant::now() >= start + Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn loss_is_final_and_the_first_reason_wins() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let lease = Lease { held: held(far) };
+        let waiter = tokio::spawn(lease.lost());
+        lease.held.mark_lost(LossReason::TokenGone);
+        lease.held.mark_lost(LossReason::Released);
+        assert_eq!(waiter.await.expect("waiter"), LossReason::TokenGone);
+        assert!(Instant::now() < far);
+        assert!(!lease.held.extend_to(Instant::now(), far), "cannot revive");
+        assert_eq!(lease.loss(), Some(LossReason::TokenGone));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_cannot_be_moved() {
+        let start = Instant::now();
+        let lease = Lease {
+            held: held(start + Duration::from_secs(1)),
+        };
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(
+            !lease
+                .held
+                .extend_to(Instant::now(), start + Duration::from_secs(10))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_resolves_when_every_holder_is_gone() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let lease = Lease { held: held(far) };
+        let lost = lease.lost();
+        drop(lease);
+        assert_eq!(lost.await, LossReason::Released);
+        assert!(Instant::now() < far);
+    }
+}

@@ -1,0 +1,387 @@
+//! Auto-extension. One renewer task per manager keeps every auto-extended
+//! lock alive: it wakes when the first lock is due, takes every lock whose
+//! renewal window is open, and renews them all with one script call per
+//! node (in chunks of `MAX_BATCH`). No timer or task per lock or per node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::lease::{Held, LossReason};
+use crate::quorum::{Decision, Tally, Vote, Window};
+use crate::redlock::{Config, Redlock};
+
+/// The most locks renewed by one script call.
+const MAX_BATCH: usize = 1000;
+/// The shortest pause before retrying a failed renewal.
+const MIN_RETRY: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Default)]
+pub(crate) struct Renewer {
+    registry: Mutex<HashMap<u64, Entry>>,
+    next_id: std::sync::atomic::AtomicU64,
+    wake: Notify,
+    started: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    held: Arc<Held>,
+    ttl: Duration,
+    ttl_ms: u64,
+    plan: Plan,
+    in_flight: bool,
+}
+
+/// When to renew a lock, relative to its validity window `W = ttl - drift`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// No earlier than this: half of `W` left. Locks whose windows are open
+    /// at the same time share a round.
+    earliest: Instant,
+    /// At the latest: a third of `W` left, time for several quick retries.
+    due: Instant,
+}
+
+impl Plan {
+    /// The plan for a lock valid until `deadline` with window `w`.
+    pub(crate) fn for_deadline(deadline: Instant, w: Duration) -> Self {
+        Self {
+            earliest: deadline.checked_sub(w / 2).unwrap_or(deadline),
+            due: deadline.checked_sub(w / 3).unwrap_or(deadline),
+        }
+    }
+
+    /// After a failed round at `now`: retry soon, or give up when less than
+    /// a sixth of `W` is left — too little for another round to help, and
+    /// far enough ahead of the deadline for the holder to stop cleanly.
+    pub(crate) fn after_failure(now: Instant, deadline: Instant, w: Duration) -> Option<Self> {
+        if deadline.saturating_duration_since(now) < w / 6 {
+            return None;
+        }
+        let retry = now + (w / 20).max(MIN_RETRY);
+        Some(Self {
+            earliest: retry,
+            due: retry,
+        })
+    }
+}
+
+/// A lock taken for a round.
+#[derive(Debug, Clone)]
+struct Due {
+    id: u64,
+    held: Arc<Held>,
+    ttl: Duration,
+    ttl_ms: u64,
+}
+
+/// What a round decided for one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Renewed,
+    /// Too few nodes answered yes, but not because the token was gone.
+    Failed,
+    TokenGone,
+    /// Lost or released meanwhile: nothing to do any more.
+    Finished,
+}
+
+impl Renewer {
+    fn registry(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        // Entries stay consistent even if a holder of the lock panicked.
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts renewing `held` until it is lost or released. Without a tokio
+    /// runtime nothing can be renewed and the lock expires at its deadline.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        redlock: &Redlock,
+        held: Arc<Held>,
+        ttl: Duration,
+        ttl_ms: u64,
+    ) {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                self.started.store(false, Ordering::Release);
+                tracing::debug!("auto_extend outside a tokio runtime: the lock will expire");
+                return;
+            };
+            runtime.spawn(run(Arc::downgrade(&redlock.shared()), self.clone()));
+        }
+        let w = window_len(redlock, ttl);
+        let plan = Plan::for_deadline(held.status().deadline, w);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.registry().insert(
+            id,
+            Entry {
+                held,
+                ttl,
+                ttl_ms,
+                plan,
+                in_flight: false,
+            },
+        );
+        self.wake.notify_one();
+    }
+
+    /// Wakes the renewer so that it notices its manager is gone.
+    pub(crate) fn shutdown(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Takes every lock whose window is open; forgets finished ones.
+    /// Returns the batch and when the next lock falls due.
+    fn take_due(&self, now: Instant) -> (Vec<Due>, Option<Instant>) {
+        let mut registry = self.registry();
+        registry.retain(|_, e| e.held.status().trusted_at(now));
+        let mut batch = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (&id, entry) in registry.iter_mut() {
+            if entry.in_flight {
+                continue;
+            }
+            if entry.plan.earliest <= now {
+                entry.in_flight = true;
+                batch.push(Due {
+                    id,
+                    held: entry.held.clone(),
+                    ttl: entry.ttl,
+                    ttl_ms: entry.ttl_ms,
+                });
+            } else {
+                next = Some(next.map_or(entry.plan.due, |n| n.min(entry.plan.due)));
+            }
+        }
+        (batch, next)
+    }
+
+    /// Applies a round's outcomes and wakes the loop to reschedule.
+    fn finish(&self, redlock: &Redlock, outcomes: Vec<(u64, Outcome)>) {
+        let now = Instant::now();
+        let mut registry = self.registry();
+        for (id, outcome) in outcomes {
+            let Some(entry) = registry.get_mut(&id) else {
+                continue;
+            };
+            let deadline = entry.held.status().deadline;
+            let w = window_len(redlock, entry.ttl);
+            let next = match outcome {
+                Outcome::Renewed => Some(Plan::for_deadline(deadline, w)),
+                Outcome::Failed => {
+                    let next = Plan::after_failure(now, deadline, w);
+                    if next.is_none() {
+                        entry.held.mark_lost(LossReason::Unreachable);
+                    }
+                    next
+                }
+                Outcome::TokenGone => {
+                    entry.held.mark_lost(LossReason::TokenGone);
+                    None
+                }
+                Outcome::Finished => None,
+            };
+            match next {
+                Some(plan) => {
+                    entry.plan = plan;
+                    entry.in_flight = false;
+                }
+                None => {
+                    registry.remove(&id);
+                }
+            }
+        }
+        drop(registry);
+        self.wake.notify_one();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.registry().len()
+    }
+}
+
+fn window_len(redlock: &Redlock, ttl: Duration) -> Duration {
+    ttl.saturating_sub(crate::quorum::drift(ttl, redlock.config().drift_factor))
+}
+
+/// The renewer loop. Holds its manager only weakly between rounds, so it
+/// ends once every handle and guard of the manager is gone.
+async fn run(config: Weak<Config>, renewer: Arc<Renewer>) {
+    loop {
+        let woken = renewer.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let Some(config) = config.upgrade() else {
+            return;
+        };
+        let redlock = Redlock::from_shared(config);
+        let (batch, next) = renewer.take_due(Instant::now());
+        for chunk in batch.chunks(MAX_BATCH) {
+            let (redlock, renewer, chunk) = (redlock.clone(), renewer.clone(), chunk.to_vec());
+            tokio::spawn(async move {
+                let outcomes = renew_round(&redlock, &chunk).await;
+                renewer.finish(&redlock, outcomes);
+            });
+        }
+        drop(redlock);
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = &mut woken => {}
+                }
+            }
+            None => woken.await,
+        }
+    }
+}
+
+/// Renews a batch: one script call per node, each lock decided as soon as
+/// its quorum is known.
+async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
+    let config = redlock.config();
+    let start = Instant::now();
+    let deadline = start + config.node_timeout;
+    let mut calls: FuturesUnordered<_> = config
+        .nodes
+        .iter()
+        .map(|node| async move {
+            let locks = batch
+                .iter()
+                .map(|due| (&*due.held.key, due.held.token.as_str(), due.ttl_ms));
+            (node, node.extend_many(locks, deadline).await)
+        })
+        .collect();
+    let mut tallies = vec![Tally::new(config.nodes.len()); batch.len()];
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+    while let Some((node, answer)) = calls.next().await {
+        match &answer {
+            Ok(_) => tracing::debug!(op = "renew", node = %node.label(), locks = batch.len()),
+            Err(error) => {
+                tracing::debug!(op = "renew", node = %node.label(), error = %error, "node failed");
+            }
+        }
+        for (j, Due { held, ttl, .. }) in batch.iter().enumerate() {
+            if outcomes[j].is_some() {
+                continue;
+            }
+            let vote = match &answer {
+                Ok(flags) if flags.get(j) == Some(&true) => Vote::Yes,
+                Ok(_) => Vote::No,
+                Err(_) => Vote::Failed,
+            };
+            outcomes[j] = match tallies[j].record(vote) {
+                Decision::Pending => None,
+                Decision::Reached => {
+                    let window = Window::new(start, *ttl, config.drift_factor);
+                    let now = Instant::now();
+                    let renewed =
+                        window.validity_at(now).is_some() && held.extend_to(now, window.deadline());
+                    Some(if renewed {
+                        Outcome::Renewed
+                    } else {
+                        Outcome::Finished
+                    })
+                }
+                Decision::Impossible if tallies[j].refused_by_quorum_complement() => {
+                    Some(Outcome::TokenGone)
+                }
+                Decision::Impossible => Some(Outcome::Failed),
+            };
+        }
+    }
+    batch
+        .iter()
+        .zip(outcomes)
+        .map(|(due, outcome)| (due.id, outcome.unwrap_or(Outcome::Failed)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_millis(900);
+
+    #[tokio::test(start_paused = true)]
+    async fn renews_between_half_and_a_third_of_the_window_left() {
+        let deadline = Instant::now() + W;
+        let plan = Plan::for_deadline(deadline, W);
+        assert_eq!(plan.earliest, deadline - Duration::from_millis(450));
+        assert_eq!(plan.due, deadline - Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_quickly_then_gives_up_ahead_of_the_deadline() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_millis(300);
+        let retry = Plan::after_failure(now, deadline, W).expect("time left");
+        assert_eq!(retry.due, now + Duration::from_millis(45));
+        // Under a sixth of the window left: give up, still before the deadline.
+        let late = deadline - Duration::from_millis(149);
+        assert_eq!(Plan::after_failure(late, deadline, W), None);
+        assert!(late < deadline);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tiny_windows_never_underflow() {
+        let now = Instant::now();
+        let plan = Plan::for_deadline(now, Duration::from_millis(1));
+        assert!(plan.earliest <= plan.due);
+        let retry = Plan::after_failure(now, now + Duration::from_secs(1), Duration::ZERO)
+            .expect("time left");
+        assert_eq!(retry.due, now + MIN_RETRY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn take_due_batches_open_windows_and_forgets_finished_locks() {
+        let renewer = Renewer::default();
+        let now = Instant::now();
+        let token = || crate::Token::generate().expect("random source");
+        let mk = |deadline| Arc::new(Held::new("r".into(), "r".into(), token(), None, deadline));
+        let insert = |id, held: Arc<Held>, plan| {
+            renewer.registry().insert(
+                id,
+                Entry {
+                    held,
+                    ttl: W,
+                    ttl_ms: 900,
+                    plan,
+                    in_flight: false,
+                },
+            );
+        };
+        let far = now + Duration::from_secs(60);
+        let open = Plan {
+            earliest: now,
+            due: now + Duration::from_millis(10),
+        };
+        let later = Plan {
+            earliest: now + Duration::from_millis(20),
+            due: now + Duration::from_millis(30),
+        };
+        insert(1, mk(far), open);
+        insert(2, mk(far), open);
+        insert(3, mk(far), later);
+        let released = mk(far);
+        released.mark_lost(LossReason::Released);
+        insert(4, released, open);
+
+        let (batch, next) = renewer.take_due(now);
+        let mut ids: Vec<u64> = batch.iter().map(|due| due.id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [1, 2], "open windows share one round");
+        assert_eq!(next, Some(later.due));
+        assert_eq!(renewer.len(), 3, "the released lock is forgotten");
+        let (again, _) = renewer.take_due(now);
+        assert!(again.is_empty(), "in-flight locks are not taken twice");
+    }
+}
