@@ -51,9 +51,9 @@
 //! - node clocks do not run faster than the client's by more than the drift
 //!   allowance (`drift_factor`, default 1 %);
 //! - the holder's process is not paused (GC, swap, SIGSTOP) past its
-//!   deadline between checking [`LockGuard::validity`] and acting: no lock
+//!   deadline between checking [`Lease::validity`] and acting: no lock
 //!   library can prevent that, so race critical work against
-//!   [`LockGuard::lost`];
+//!   [`Lease::lost`];
 //! - a node that crashes either persists keys (`appendonly yes` with
 //!   `appendfsync always`) or stays down for longer than the largest ttl
 //!   before rejoining; a node that restarts empty at once can hand a second
