@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::error::{NodeError, NodeFailure};
 use crate::lease::{Held, Lease, LossReason};
 use crate::quorum::{Decision, Vote, Window};
-use crate::redlock::{Redlock, Request, Stragglers, Until, fan_out, release_everywhere};
+use crate::redlock::{Answer, Redlock, Request, Stragglers, Until, fan_out, release_everywhere};
 use crate::{Error, Token};
 
 /// A held lock.
@@ -89,9 +89,10 @@ impl LockGuard {
     /// A node that grants after the holder let go is released right away:
     /// the holder marks itself lost *before* sending its own release, so
     /// either that release runs after the grant, or this task sees the mark.
-    pub(crate) fn follow_stragglers<F>(&self, mut stragglers: Stragglers<F>)
+    pub(crate) fn follow_stragglers<T, F>(&self, mut stragglers: Stragglers<F>)
     where
-        F: Future<Output = Result<bool, NodeError>> + Send + 'static,
+        T: Answer + Send + 'static,
+        F: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         if stragglers.is_empty() {
             return;
@@ -101,8 +102,9 @@ impl LockGuard {
         background.spawn(async move {
             while let Some((i, answer)) = futures::StreamExt::next(&mut stragglers).await {
                 let node = &redlock.config().nodes[i];
-                tracing::debug!(op = "acquire", node = %node.label(), late = true, granted = ?answer.as_ref().ok());
-                if matches!(answer, Ok(true)) && held.status().lost.is_some() {
+                let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
+                tracing::debug!(op = "acquire", node = %node.label(), late = true, ?vote);
+                if vote == Vote::Yes && held.status().lost.is_some() {
                     let deadline = Instant::now() + redlock.config().node_timeout;
                     let _ = node.release(&held.key, held.token.as_str(), deadline).await;
                 }
@@ -276,8 +278,8 @@ impl LockGuard {
             .config()
             .nodes
             .iter()
-            .zip(&round.votes)
-            .filter(|(_, vote)| **vote == Some(Vote::Yes))
+            .zip(&round.answers)
+            .filter(|(_, answer)| **answer == Some(true))
             .map(|(node, _)| node.label().clone())
             .collect();
         Ok(ReleaseSummary {

@@ -105,7 +105,7 @@ pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, MAX_TTL, RedlockBu
 pub use error::{ArgumentError, ConfigError, Error, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use lease::{Lease, LossReason};
-pub use redlock::Redlock;
+pub use redlock::{FENCE_SUFFIX, Redlock};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use token::Token;
 

@@ -98,6 +98,39 @@ impl Node {
         }
     }
 
+    /// Fenced acquire, phase 1: the node's new fence counter value if it
+    /// granted the lock, `None` if the key exists.
+    pub(crate) async fn acquire_fenced(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> Result<Option<u64>, NodeError> {
+        let mut invocation = scripts::ACQUIRE_FENCED.key(key);
+        invocation.key(fence_key).arg(token).arg(ttl_ms);
+        match self.script(&invocation, deadline).await? {
+            Value::Int(0) => Ok(None),
+            Value::Int(fence) => u64::try_from(fence)
+                .map(Some)
+                .map_err(|_| unexpected(&Value::Int(fence))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Fenced acquire, phase 2: `counter = max(counter, fence)`.
+    pub(crate) async fn fence_writeback(
+        &self,
+        fence_key: &str,
+        fence: u64,
+        deadline: Instant,
+    ) -> Result<bool, NodeError> {
+        let mut invocation = scripts::FENCE_WRITEBACK.key(fence_key);
+        invocation.arg(fence);
+        self.flag_script(&invocation, deadline).await
+    }
+
     /// Token-checked delete: true if this node held the token and deleted it.
     pub(crate) async fn release(
         &self,
@@ -142,12 +175,7 @@ impl Node {
             invocation.key(key).arg(token).arg(ttl_ms);
             count += 1;
         }
-        let reply = within(deadline, async {
-            let mut conn = self.connection().await?;
-            Ok(invocation.invoke_async::<Value>(&mut conn).await?)
-        })
-        .await?;
-        let flags = match reply {
+        let flags = match self.script(&invocation, deadline).await? {
             Value::Array(items) if items.len() == count => items
                 .iter()
                 .map(|item| match item {
@@ -169,18 +197,26 @@ impl Node {
         .await
     }
 
+    /// Runs a script (EVALSHA, loading it on NOSCRIPT) within `deadline`.
+    async fn script(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        deadline: Instant,
+    ) -> Result<Value, NodeError> {
+        within(deadline, async {
+            let mut conn = self.connection().await?;
+            Ok(invocation.invoke_async::<Value>(&mut conn).await?)
+        })
+        .await
+    }
+
     /// Runs a script that answers 1 (done) or 0 (not ours).
     async fn flag_script(
         &self,
         invocation: &ScriptInvocation<'_>,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let reply = within(deadline, async {
-            let mut conn = self.connection().await?;
-            Ok(invocation.invoke_async::<Value>(&mut conn).await?)
-        })
-        .await?;
-        match reply {
+        match self.script(invocation, deadline).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&other)),

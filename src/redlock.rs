@@ -86,11 +86,23 @@ impl fmt::Debug for Redlock {
     }
 }
 
+/// Appended to a lock's key to form its fence counter's key.
+pub const FENCE_SUFFIX: &str = ":fence";
+
+/// Whether a request wants a fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fencing {
+    Off,
+    On,
+}
+
 /// One validated lock request.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) resource: Arc<str>,
     pub(crate) key: Arc<str>,
+    /// The fence counter's key, for fenced locks.
+    pub(crate) fence_key: Option<Arc<str>>,
     pub(crate) ttl: Duration,
     pub(crate) ttl_ms: u64,
 }
@@ -226,8 +238,98 @@ impl Redlock {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
-        let request = self.request(resource, ttl);
+        let request = self.request(resource, ttl, Fencing::Off);
         async move { this.lock_with_retry(request?).await }
+    }
+
+    /// Like [`lock`](Self::lock), but the guard also carries a **fencing
+    /// token**: a number that grows with every fenced grant of the same
+    /// resource, in [`fence`](Lease::fence).
+    ///
+    /// Pass it to the storage your critical section writes to, and have
+    /// the storage reject writes carrying a lower fence than one it has
+    /// seen: a holder whose lock expired while it was paused (GC, swap, a
+    /// slow network) is then stopped at the storage, which no lock can do
+    /// on its own.
+    ///
+    /// # How it stays monotonic
+    ///
+    /// Each node keeps a counter beside the lock key (`<key>:fence`, never
+    /// expiring). A node that grants the lock increments its counter in the
+    /// same script; the fence is the largest value among the granting
+    /// quorum. Before the lock counts as acquired, every node is asked to
+    /// raise its counter to at least that fence, and a quorum must confirm.
+    /// Any two quorums share a node, so the next grant reads a counter at
+    /// least this high on one node and hands out a larger fence. Validity is
+    /// measured from the start of the attempt, so the second round trip is
+    /// paid for out of the ttl.
+    ///
+    /// # Limits
+    ///
+    /// Counters live in node memory: a node that restarts without its data
+    /// can hand out a fence already used. Run nodes with `appendonly yes`
+    /// and `appendfsync always`, or keep a crashed node away for longer
+    /// than the ttl *and* accept that fences may repeat after losing a
+    /// majority's data. On a Redis Cluster node, the lock key and the
+    /// counter key must share a hash slot: use a hash-tagged resource such
+    /// as `{orders}:42`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock); a write-back that cannot reach a quorum
+    /// fails the attempt like unreachable nodes do (and cleans up).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`lock`](Self::lock) is.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn write_report(fence: u64) {}
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock_fenced("reports:daily", Duration::from_secs(10)).await?;
+    /// let fence = guard.fence().expect("fenced locks carry a fence");
+    /// write_report(fence).await; // the store rejects fences lower than the last it saw
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_fenced(
+        &self,
+        resource: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let this = self.clone();
+        let request = self.request(resource, ttl, Fencing::On);
+        async move { this.lock_with_retry(request?).await }
+    }
+
+    /// Like [`try_lock`](Self::try_lock) (exactly one attempt), with a
+    /// fencing token as [`lock_fenced`](Self::lock_fenced) describes.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`lock`](Self::lock) is.
+    pub fn try_lock_fenced(
+        &self,
+        resource: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let this = self.clone();
+        let request = self.request(resource, ttl, Fencing::On);
+        async move {
+            let request = request?;
+            let span = lock_span(&request, "try_lock_fenced");
+            this.attempt(&request).instrument(span).await
+        }
     }
 
     /// Makes exactly one attempt to acquire `resource` for `ttl`; see
@@ -266,7 +368,7 @@ impl Redlock {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
-        let request = self.request(resource, ttl);
+        let request = self.request(resource, ttl, Fencing::Off);
         async move {
             let request = request?;
             let span = lock_span(&request, "try_lock");
@@ -351,7 +453,7 @@ impl Redlock {
     }
 
     /// Validates a call's arguments into a request. No I/O.
-    fn request(&self, resource: &str, ttl: Duration) -> Result<Request, Error> {
+    fn request(&self, resource: &str, ttl: Duration, fencing: Fencing) -> Result<Request, Error> {
         if resource.is_empty() {
             return Err(ArgumentError::EmptyResource.into());
         }
@@ -361,9 +463,11 @@ impl Redlock {
         } else {
             Arc::from(format!("{}{resource}", self.inner.key_prefix))
         };
+        let fence_key = (fencing == Fencing::On).then(|| Arc::from(format!("{key}{FENCE_SUFFIX}")));
         Ok(Request {
             resource: Arc::from(resource),
             key,
+            fence_key,
             ttl,
             ttl_ms,
         })
@@ -441,33 +545,84 @@ impl Redlock {
         // Owned futures, so that requests still in flight at the decision
         // can be handed to the guard instead of being dropped.
         let ttl_ms = request.ttl_ms;
-        let (round, stragglers) = fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
-            let (this, key, token) = (self.clone(), request.key.clone(), token.clone());
-            async move {
-                this.inner.nodes[i]
-                    .acquire(&key, token.as_str(), ttl_ms, deadline)
-                    .await
-            }
-        })
-        .await;
-        let refused: Vec<bool> = round.votes.iter().map(|v| *v == Some(Vote::No)).collect();
-
-        let error = match round.decision {
-            Decision::Reached => match window.validity_at(Instant::now()) {
-                Some(validity) => {
-                    cleanup.disarm();
-                    tracing::debug!(granted = round.tally.yes(), ?validity, "lock acquired");
-                    let guard = LockGuard::new(self.clone(), request, token, None, window);
-                    guard.follow_stragglers(stragglers);
-                    return Ok(guard);
+        let (refused, error) = match request.fence_key.clone() {
+            None => {
+                let (round, stragglers) =
+                    fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+                        let (this, key, token) = (self.clone(), request.key.clone(), token.clone());
+                        async move {
+                            this.inner.nodes[i]
+                                .acquire(&key, token.as_str(), ttl_ms, deadline)
+                                .await
+                        }
+                    })
+                    .await;
+                let refused = round.refused();
+                match self.granted(request, round, &window, start) {
+                    Ok(_) => {
+                        cleanup.disarm();
+                        let guard = LockGuard::new(self.clone(), request, token, None, window);
+                        guard.follow_stragglers(stragglers);
+                        return Ok(guard);
+                    }
+                    Err(error) => (refused, error),
                 }
-                None => Error::ValidityExpired {
-                    resource: request.resource.to_string(),
-                    elapsed: start.elapsed(),
-                    ttl: request.ttl,
-                },
-            },
-            Decision::Impossible | Decision::Pending => round.failure(&request.resource),
+            }
+            Some(fence_key) => {
+                // Phase 1: SET NX PX, and INCR the counter where granted.
+                let (round, stragglers) =
+                    fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+                        let (this, key, token) = (self.clone(), request.key.clone(), token.clone());
+                        let fence_key = fence_key.clone();
+                        async move {
+                            this.inner.nodes[i]
+                                .acquire_fenced(&key, &fence_key, token.as_str(), ttl_ms, deadline)
+                                .await
+                        }
+                    })
+                    .await;
+                let refused = round.refused();
+                // A reached quorum holds at least one granted counter value.
+                let fence = |round: Round<Option<u64>>| {
+                    round
+                        .answers
+                        .iter()
+                        .flatten()
+                        .flatten()
+                        .max()
+                        .copied()
+                        .unwrap_or_default()
+                };
+                match self.granted(request, round, &window, start).map(fence) {
+                    Err(error) => (refused, error),
+                    Ok(fence) => {
+                        // Phase 2: raise the counter to the fence on a quorum, so
+                        // that every later quorum reads at least this fence.
+                        let deadline =
+                            (Instant::now() + config.node_timeout).min(window.deadline());
+                        let (writeback, _) =
+                            fan_out(&config.nodes, Until::Decided, "fence", |_, node| {
+                                node.fence_writeback(&fence_key, fence, deadline)
+                            })
+                            .await;
+                        match self.granted(request, writeback, &window, start) {
+                            Ok(_) => {
+                                cleanup.disarm();
+                                let guard = LockGuard::new(
+                                    self.clone(),
+                                    request,
+                                    token,
+                                    Some(fence),
+                                    window,
+                                );
+                                guard.follow_stragglers(stragglers);
+                                return Ok(guard);
+                            }
+                            Err(error) => (refused, error),
+                        }
+                    }
+                }
+            }
         };
         tracing::debug!(error = %error, "attempt failed, cleaning up");
         // A node that answered "no" to SET NX certainly did not store our
@@ -475,6 +630,31 @@ impl Redlock {
         // failed, timed out or never heard from — may hold it.
         cleanup.run(Some(refused)).await;
         Err(error)
+    }
+
+    /// Whether a round grants the lock: a quorum said yes and validity is
+    /// left, measured from the attempt's start.
+    fn granted<T: Answer>(
+        &self,
+        request: &Request,
+        round: Round<T>,
+        window: &Window,
+        start: Instant,
+    ) -> Result<Round<T>, Error> {
+        if round.decision != Decision::Reached {
+            return Err(round.failure(&request.resource));
+        }
+        match window.validity_at(Instant::now()) {
+            Some(validity) => {
+                tracing::debug!(granted = round.tally.yes(), ?validity, "quorum reached");
+                Ok(round)
+            }
+            None => Err(Error::ValidityExpired {
+                resource: request.resource.to_string(),
+                elapsed: start.elapsed(),
+                ttl: request.ttl,
+            }),
+        }
     }
 }
 
@@ -492,17 +672,45 @@ pub(crate) enum Until {
     AllAnswered,
 }
 
+/// A node's successful answer, which counts as a vote.
+pub(crate) trait Answer: Copy {
+    fn vote(&self) -> Vote;
+}
+
+/// Done (yes) or refused (no).
+impl Answer for bool {
+    fn vote(&self) -> Vote {
+        if *self { Vote::Yes } else { Vote::No }
+    }
+}
+
+/// A fenced grant with the node's counter value, or a refusal.
+impl Answer for Option<u64> {
+    fn vote(&self) -> Vote {
+        self.map_or(Vote::No, |_| Vote::Yes)
+    }
+}
+
 /// What one request to every node produced.
 #[derive(Debug)]
-pub(crate) struct Round {
+pub(crate) struct Round<T = bool> {
     pub(crate) tally: Tally,
     pub(crate) decision: Decision,
     pub(crate) failures: Vec<NodeFailure>,
-    /// Per node: its vote, if it answered before the decision.
-    pub(crate) votes: Vec<Option<Vote>>,
+    /// Per node: its answer, if it answered (without error) before the
+    /// decision.
+    pub(crate) answers: Vec<Option<T>>,
 }
 
-impl Round {
+impl<T: Answer> Round<T> {
+    /// Per node: whether it answered "no".
+    pub(crate) fn refused(&self) -> Vec<bool> {
+        self.answers
+            .iter()
+            .map(|a| a.map(|a| a.vote()) == Some(Vote::No))
+            .collect()
+    }
+
     /// The error for a round that did not reach a quorum.
     pub(crate) fn failure(self, resource: &str) -> Error {
         match self.tally.shortfall() {
@@ -529,15 +737,16 @@ pub(crate) type Stragglers<Fut> = FuturesUnordered<Join<Ready<usize>, Fut>>;
 
 /// Sends one request to every node in parallel and tallies the answers.
 /// Returns the requests still in flight (none with [`Until::AllAnswered`]).
-pub(crate) async fn fan_out<'a, F, Fut>(
+pub(crate) async fn fan_out<'a, T, F, Fut>(
     nodes: &'a [Node],
     until: Until,
     op: &'static str,
     call: F,
-) -> (Round, Stragglers<Fut>)
+) -> (Round<T>, Stragglers<Fut>)
 where
+    T: Answer,
     F: Fn(usize, &'a Node) -> Fut,
-    Fut: Future<Output = Result<bool, NodeError>>,
+    Fut: Future<Output = Result<T, NodeError>>,
 {
     let mut calls: FuturesUnordered<_> = nodes
         .iter()
@@ -548,13 +757,15 @@ where
         tally: Tally::new(nodes.len()),
         decision: Decision::Pending,
         failures: Vec::new(),
-        votes: vec![None; nodes.len()],
+        answers: vec![None; nodes.len()],
     };
     while let Some((i, answer)) = calls.next().await {
         let node = nodes[i].label();
         let vote = match answer {
-            Ok(true) => Vote::Yes,
-            Ok(false) => Vote::No,
+            Ok(answer) => {
+                round.answers[i] = Some(answer);
+                answer.vote()
+            }
             Err(error) => {
                 tracing::debug!(op, node = %node, error = %error, "node failed");
                 round.failures.push(NodeFailure {
@@ -565,7 +776,6 @@ where
             }
         };
         tracing::debug!(op, node = %node, ?vote);
-        round.votes[i] = Some(vote);
         round.decision = round.tally.record(vote);
         if until == Until::Decided && round.decision != Decision::Pending {
             break;

@@ -14,3 +14,11 @@ pub(crate) static RELEASE: LazyLock<Script> =
 /// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("extend.lua")));
+
+/// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire_fenced.lua")));
+
+/// `counter = max(counter, fence)`: fenced acquire, phase 2.
+pub(crate) static FENCE_WRITEBACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fence_writeback.lua")));
