@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
-use redis::AsyncCommands;
 use support::{builder, conn, no_hang, values};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -150,11 +149,12 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
         [None, None, None],
         "no lock left behind"
     );
-    // Phase 1 did run: the counters moved, which is harmless (fences may skip).
-    let counter: Option<u64> = conn(&nodes[0].url())
+    // Phase 1 did run on a quorum: counters moved, which is harmless (fences
+    // may skip numbers, never repeat them).
+    let moved = values(&nodes, "audit:fence")
         .await
-        .get("audit:fence")
-        .await
-        .expect("GET");
-    assert_eq!(counter, Some(1));
+        .iter()
+        .filter(|v| v.as_deref() == Some("1"))
+        .count();
+    assert!(moved >= 2, "phase 1 granted on a quorum: {moved}");
 }
