@@ -184,6 +184,15 @@ pub enum ArgumentError {
     /// The resource name is empty.
     #[error("the resource name is empty")]
     EmptyResource,
+    /// A multi-resource request named no resource.
+    #[error("no resources were given")]
+    NoResources,
+    /// A multi-resource request named the same resource twice.
+    #[error("resource `{resource}` was requested twice")]
+    DuplicateResource {
+        /// The repeated resource name.
+        resource: String,
+    },
     /// The time-to-live is shorter than one millisecond (Redis' resolution).
     #[error("the ttl must be at least 1ms")]
     ZeroTtl,

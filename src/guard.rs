@@ -58,7 +58,7 @@ impl LockGuard {
     ) -> Self {
         let held = Held::new(
             request.resource.clone(),
-            request.key.clone(),
+            request.keys.clone(),
             token,
             fence,
             window.deadline(),
@@ -106,7 +106,9 @@ impl LockGuard {
                 tracing::debug!(op = "acquire", node = %node.label(), late = true, ?vote);
                 if vote == Vote::Yes && held.status().lost.is_some() {
                     let deadline = Instant::now() + redlock.config().node_timeout;
-                    let _ = node.release(&held.key, held.token.as_str(), deadline).await;
+                    let _ = node
+                        .release(&held.keys, held.token.as_str(), deadline)
+                        .await;
                 }
             }
         });
@@ -201,10 +203,10 @@ impl LockGuard {
             }
             let window = Window::new(start, ttl, config.drift_factor);
             let deadline = (start + config.node_timeout).min(current.deadline);
-            let (key, token) = (&*held.key, held.token.as_str());
+            let (keys, token) = (&*held.keys, held.token.as_str());
             // Late PEXPIREs are harmless (token-checked): stragglers are dropped.
             let (round, _) = fan_out(&config.nodes, Until::Decided, "extend", |_, node| {
-                node.extend(key, token, ttl_ms, deadline)
+                node.extend(keys, token, ttl_ms, deadline)
             })
             .await;
 
@@ -254,7 +256,7 @@ impl LockGuard {
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
         // Marked before the release is sent; see `follow_stragglers`.
         held.mark_lost(LossReason::Released);
-        let round = release_everywhere(&self.redlock, &held.key, &held.token, None)
+        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None)
             .instrument(span)
             .await;
         self.released = true;
@@ -310,7 +312,7 @@ impl Drop for LockGuard {
         let background = redlock.config().background.clone();
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = background.spawn(async move {
-            release_everywhere(&redlock, &held.key, &held.token, None).await;
+            release_everywhere(&redlock, &held.keys, &held.token, None).await;
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");

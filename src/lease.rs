@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::NodeFailure;
+use crate::redlock::Keys;
 use crate::{Error, Token};
 
 /// Why a lock can no longer be trusted; what [`Lease::lost`] resolves to.
@@ -43,7 +44,7 @@ impl fmt::Display for LossReason {
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) resource: Arc<str>,
-    pub(crate) key: Arc<str>,
+    pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) fence: Option<u64>,
     status: watch::Sender<Status>,
@@ -66,7 +67,7 @@ impl Status {
 impl Held {
     pub(crate) fn new(
         resource: Arc<str>,
-        key: Arc<str>,
+        keys: Keys,
         token: Token,
         fence: Option<u64>,
         deadline: Instant,
@@ -77,7 +78,7 @@ impl Held {
         });
         Self {
             resource,
-            key,
+            keys,
             token,
             fence,
             status,
@@ -257,7 +258,13 @@ mod tests {
 
     fn held(deadline: Instant) -> Arc<Held> {
         let token = Token::generate().expect("random source");
-        Arc::new(Held::new("r".into(), "r".into(), token, None, deadline))
+        Arc::new(Held::new(
+            "r".into(),
+            Arc::new(["r".into()]),
+            token,
+            None,
+            deadline,
+        ))
     }
 
     #[tokio::test(start_paused = true)]

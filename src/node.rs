@@ -131,35 +131,53 @@ impl Node {
         self.flag_script(&invocation, deadline).await
     }
 
-    /// Token-checked delete: true if this node held the token and deleted it.
-    pub(crate) async fn release(
+    /// All of `keys` or none, atomically: true if every key was set.
+    pub(crate) async fn acquire_many(
         &self,
-        key: &str,
-        token: &str,
-        deadline: Instant,
-    ) -> Result<bool, NodeError> {
-        let mut invocation = scripts::RELEASE.key(key);
-        invocation.arg(token);
-        self.flag_script(&invocation, deadline).await
-    }
-
-    /// Token-checked PEXPIRE: true if this node held the token and reset its
-    /// time-to-live.
-    pub(crate) async fn extend(
-        &self,
-        key: &str,
+        keys: &[Arc<str>],
         token: &str,
         ttl_ms: u64,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let flags = self.extend_many([(key, token, ttl_ms)], deadline).await?;
-        match flags.as_slice() {
-            [flag] => Ok(*flag),
-            _ => Err(NodeError::UnexpectedReply(format!(
-                "{} answers for one key",
-                flags.len()
-            ))),
+        let mut invocation = scripts::ACQUIRE_MANY.prepare_invoke();
+        for key in keys {
+            invocation.key(&**key);
         }
+        invocation.arg(token).arg(ttl_ms);
+        self.flag_script(&invocation, deadline).await
+    }
+
+    /// Token-checked delete of a lock's keys: true if this node held the
+    /// token on every key and deleted them.
+    pub(crate) async fn release(
+        &self,
+        keys: &[Arc<str>],
+        token: &str,
+        deadline: Instant,
+    ) -> Result<bool, NodeError> {
+        let mut invocation = scripts::RELEASE.prepare_invoke();
+        for key in keys {
+            invocation.key(&**key);
+        }
+        invocation.arg(token);
+        match self.script(&invocation, deadline).await? {
+            Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Token-checked PEXPIRE of a lock's keys: true if this node held the
+    /// token on every key and reset their time-to-live.
+    pub(crate) async fn extend(
+        &self,
+        keys: &[Arc<str>],
+        token: &str,
+        ttl_ms: u64,
+        deadline: Instant,
+    ) -> Result<bool, NodeError> {
+        let locks = keys.iter().map(|key| (&**key, token, ttl_ms));
+        let flags = self.extend_many(locks, deadline).await?;
+        Ok(flags.iter().all(|&flag| flag))
     }
 
     /// Token-checked PEXPIRE of many locks in one script call: one flag per

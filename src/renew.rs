@@ -250,14 +250,22 @@ async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
     let config = redlock.config();
     let start = Instant::now();
     let deadline = start + config.node_timeout;
+    // Every key of every lock, in batch order: the same list for each node.
+    let mut locks: Vec<(&str, &str, u64)> = Vec::with_capacity(batch.len());
+    for due in batch {
+        for key in due.held.keys.iter() {
+            locks.push((key, due.held.token.as_str(), due.ttl_ms));
+        }
+    }
+    let locks = &locks;
     let mut calls: FuturesUnordered<_> = config
         .nodes
         .iter()
         .map(|node| async move {
-            let locks = batch
-                .iter()
-                .map(|due| (&*due.held.key, due.held.token.as_str(), due.ttl_ms));
-            (node, node.extend_many(locks, deadline).await)
+            (
+                node,
+                node.extend_many(locks.iter().copied(), deadline).await,
+            )
         })
         .collect();
     let mut tallies = vec![Tally::new(config.nodes.len()); batch.len()];
@@ -269,12 +277,16 @@ async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
                 tracing::debug!(op = "renew", node = %node.label(), error = %error, "node failed");
             }
         }
+        // A lock's keys sit side by side in the node's answer.
+        let mut offset = 0;
         for (j, Due { held, ttl, .. }) in batch.iter().enumerate() {
+            let keys = offset..offset + held.keys.len();
+            offset = keys.end;
             if outcomes[j].is_some() {
                 continue;
             }
             let vote = match &answer {
-                Ok(flags) if flags.get(j) == Some(&true) => Vote::Yes,
+                Ok(flags) if flags.get(keys).is_some_and(|f| f.iter().all(|&x| x)) => Vote::Yes,
                 Ok(_) => Vote::No,
                 Err(_) => Vote::Failed,
             };
@@ -346,7 +358,15 @@ mod tests {
         let renewer = Renewer::default();
         let now = Instant::now();
         let token = || crate::Token::generate().expect("random source");
-        let mk = |deadline| Arc::new(Held::new("r".into(), "r".into(), token(), None, deadline));
+        let mk = |deadline| {
+            Arc::new(Held::new(
+                "r".into(),
+                Arc::new(["r".into()]),
+                token(),
+                None,
+                deadline,
+            ))
+        };
         let insert = |id, held: Arc<Held>, plan| {
             renewer.registry().insert(
                 id,

@@ -7,13 +7,17 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `if GET key == token then DEL key`.
+/// `if GET key == token then DEL key`, for each of a lock's keys.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("release.lua")));
 
 /// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("extend.lua")));
+
+/// All keys or none: multi-resource acquire.
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acquire_many.lua")));
 
 /// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
