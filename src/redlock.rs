@@ -242,9 +242,7 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request(resource, ttl, Fencing::Off);
-        async move { this.lock_with_retry(request?).await }
+        self.retrying(self.request(resource, ttl, Fencing::Off))
     }
 
     /// Like [`lock`](Self::lock), but the guard also carries a **fencing
@@ -308,9 +306,7 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request(resource, ttl, Fencing::On);
-        async move { this.lock_with_retry(request?).await }
+        self.retrying(self.request(resource, ttl, Fencing::On))
     }
 
     /// Like [`try_lock`](Self::try_lock) (exactly one attempt), with a
@@ -328,13 +324,7 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request(resource, ttl, Fencing::On);
-        async move {
-            let request = request?;
-            let span = lock_span(&request, "try_lock_fenced");
-            this.attempt(&request).instrument(span).await
-        }
+        self.once(self.request(resource, ttl, Fencing::On), "try_lock_fenced")
     }
 
     /// Makes exactly one attempt to acquire `resource` for `ttl`; see
@@ -372,13 +362,7 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request(resource, ttl, Fencing::Off);
-        async move {
-            let request = request?;
-            let span = lock_span(&request, "try_lock");
-            this.attempt(&request).instrument(span).await
-        }
+        self.once(self.request(resource, ttl, Fencing::Off), "try_lock")
     }
 
     /// Acquires several resources as one lock: all of them or none, with
@@ -427,9 +411,7 @@ impl Redlock {
         resources: &[&str],
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request_many(resources, ttl, Fencing::Off);
-        async move { this.lock_with_retry(request?).await }
+        self.retrying(self.request_many(resources, ttl, Fencing::Off))
     }
 
     /// Like [`lock_many`](Self::lock_many), with exactly one attempt.
@@ -446,13 +428,10 @@ impl Redlock {
         resources: &[&str],
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        let request = self.request_many(resources, ttl, Fencing::Off);
-        async move {
-            let request = request?;
-            let span = lock_span(&request, "try_lock_many");
-            this.attempt(&request).instrument(span).await
-        }
+        self.once(
+            self.request_many(resources, ttl, Fencing::Off),
+            "try_lock_many",
+        )
     }
 
     /// Runs `work` while holding `resource`: acquires (with the retry
@@ -528,6 +507,30 @@ impl Redlock {
                 }
                 Ok(output)
             }
+        }
+    }
+
+    /// The future of a retrying entry point, for a request validated up
+    /// front (so it borrows nothing and is `'static`).
+    fn retrying(
+        &self,
+        request: Result<Request, Error>,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let this = self.clone();
+        async move { this.lock_with_retry(request?).await }
+    }
+
+    /// The future of a single-attempt entry point.
+    fn once(
+        &self,
+        request: Result<Request, Error>,
+        op: &'static str,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let this = self.clone();
+        async move {
+            let request = request?;
+            let span = lock_span(&request, op);
+            this.attempt(&request).instrument(span).await
         }
     }
 
