@@ -91,7 +91,8 @@ async fn a_holder_of_ab_excludes_bc_and_the_refusal_leaves_c_free() {
         .release()
         .await
         .expect("release");
-    assert_eq!(ab.release().await.expect("release").released(), 3);
+    // A quorum at least (a straggler may still be on its way to the third).
+    assert!(ab.release().await.expect("release").released() >= locks.quorum());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,18 +105,17 @@ async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock() {
     let fresh = no_hang("lock after expiry", locks.lock("s", TTL))
         .await
         .expect("lock");
-    assert_eq!(holding(&nodes, "s", fresh.token().as_str()).await, 3);
+    // A quorum holds it (a straggler may still be on its way to the third).
+    let before = holding(&nodes, "s", fresh.token().as_str()).await;
+    assert!(before >= 2, "{before}");
 
     let err = stale.extend(TTL).await.expect_err("past its deadline");
     assert!(matches!(err, Error::Lost { .. }), "{err}");
     let err = stale.release().await.expect_err("token gone everywhere");
     assert!(matches!(err, Error::Lost { held: 0, .. }), "{err}");
-    assert_eq!(
-        holding(&nodes, "s", fresh.token().as_str()).await,
-        3,
-        "new holder untouched"
-    );
-    assert_eq!(fresh.release().await.expect("release").released(), 3);
+    let after = holding(&nodes, "s", fresh.token().as_str()).await;
+    assert!(after >= before, "new holder untouched: {before} -> {after}");
+    assert!(fresh.release().await.expect("release").released() >= 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
