@@ -218,11 +218,38 @@ pub enum ConfigError {
         /// What the parser said.
         reason: String,
     },
-    /// The same node (address and database) was given twice.
+    /// The same node (address and database, or a cluster with the same
+    /// seeds) was given twice.
     #[error("node {node} was given more than once")]
     DuplicateNode {
-        /// The node, as `host:port[/db]`.
+        /// The node, as `host:port[/db]` or `cluster(host:port,…)`.
         node: String,
+    },
+    /// One server address belongs to two voting nodes: it is a standalone
+    /// node and a cluster seed, or a seed of two clusters. Its votes would
+    /// count twice.
+    #[error(
+        "address {address} belongs to both {first} and {second}; each Redis deployment must be given as exactly one node"
+    )]
+    SharedAddress {
+        /// The `host:port` given twice.
+        address: String,
+        /// The node it was first given for.
+        first: String,
+        /// The node it was given for again.
+        second: String,
+    },
+    /// A cluster node was given no seed URL.
+    #[error("a cluster node needs at least one seed url")]
+    EmptyCluster,
+    /// A cluster's seed URLs cannot describe one cluster: they disagree on
+    /// the password, user name, TLS or database, or name a Unix socket.
+    #[error("invalid cluster node {node}: {reason}")]
+    InvalidCluster {
+        /// The node, as `cluster(host:port,…)`.
+        node: String,
+        /// What the cluster client rejected (never a credential).
+        reason: String,
     },
     /// The per-node timeout is zero.
     #[error("the node timeout must be greater than zero")]
