@@ -172,6 +172,13 @@ pub enum NodeError {
     /// The node answered something the protocol does not allow.
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
+    /// A node configured as a Redis Cluster reached a server with cluster
+    /// support disabled. It never votes: give standalone masters with
+    /// [`RedlockBuilder::nodes`](crate::RedlockBuilder::nodes), one node each.
+    #[error(
+        "configured as a cluster, but a seed is a standalone server (cluster support disabled); add standalone masters as nodes, one each"
+    )]
+    NotACluster,
 }
 
 /// A call argument that was rejected before any I/O.

@@ -51,6 +51,11 @@ struct ClusterBackend {
     /// the background, follows MOVED / ASK, refreshes its slot map after a
     /// failover, and reconnects to members that come back.
     conn: OnceLock<ClusterConnection>,
+    /// Set once a member confirmed it runs in cluster mode. Until then no
+    /// vote counts: standalone servers given as "seeds" would each get a
+    /// random share of the requests, and two of them would both grant the
+    /// same lock.
+    verified: OnceCell<()>,
 }
 
 /// A handle on a node's shared connection.
@@ -128,6 +133,7 @@ impl Node {
                 client,
                 config,
                 conn: OnceLock::new(),
+                verified: OnceCell::new(),
             }),
         })
     }
@@ -177,6 +183,10 @@ impl Node {
                         .client
                         .get_pending_async_connection_with_config(cluster.config.clone())
                 });
+                cluster
+                    .verified
+                    .get_or_try_init(|| verify_cluster(conn.clone()))
+                    .await?;
                 Ok(Connection::Cluster(conn.clone()))
             }
         }
@@ -262,6 +272,21 @@ impl Node {
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&other)),
         }
+    }
+}
+
+/// Asks a member for `CLUSTER INFO`: a standalone server refuses it. (A
+/// cluster client over standalone servers knows no slot map and sends each
+/// request to any of them.)
+async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
+    match redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async::<Value>(&mut conn)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("cluster support disabled") => Err(NodeError::NotACluster),
+        Err(e) => Err(e.into()),
     }
 }
 
