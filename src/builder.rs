@@ -129,17 +129,25 @@ impl RedlockBuilder {
     /// failovers by itself. Calls accumulate, one node per call, and mix
     /// with standalone nodes.
     ///
-    /// A cluster's availability is per slot: while a master of it is down,
-    /// locks on keys in that master's slots fail on this node (it counts as
-    /// a failed node for them), and other keys are unaffected. Seeds must
-    /// share their password, user name and TLS mode; a seed listed twice
-    /// counts once. Seeds are only where the client starts: the members it
-    /// learns of later need no listing.
+    /// While a master of the cluster is down (and not failed over), locks
+    /// on keys in its slots fail on this node: it counts as a failed node
+    /// for them. Other keys keep working if the cluster runs with
+    /// `cluster-require-full-coverage no`; with Redis' default the whole
+    /// cluster refuses every key once the master is marked failed.
+    ///
+    /// Seeds must be members of this one cluster and share their password,
+    /// user name and TLS mode; a seed listed twice counts once. They are
+    /// only where the client starts: members it learns of later need no
+    /// listing. If the seeds turn out to be standalone servers, the node
+    /// fails every call with [`NodeError::NotACluster`](crate::NodeError::NotACluster)
+    /// instead of voting.
     ///
     /// Hash tags: a key's slot is computed from the part between the first
     /// `{` and the next `}` when that part is not empty, so
     /// `{lock_goods}:300` and `{lock_goods}:301` share a slot. Plain lock,
     /// extend and release touch one key and need no tag.
+    ///
+    /// Defaults to no cluster node.
     ///
     /// # Examples
     ///

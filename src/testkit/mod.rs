@@ -2,9 +2,10 @@
 //! and demos (feature `testkit`).
 //!
 //! Each server runs in its own temporary directory, bound to 127.0.0.1,
-//! without persistence unless asked: independent masters ([`RedisNodes`]),
-//! or members of a real Redis Cluster ([`RedisCluster`]). Servers can be killed (SIGKILL),
-//! paused (SIGSTOP), resumed (SIGCONT) and restarted on the same port.
+//! without persistence unless asked: independent masters ([`RedisNodes`])
+//! or members of a real Redis Cluster ([`RedisCluster`]). Servers can be
+//! killed (SIGKILL), paused (SIGSTOP), resumed (SIGCONT) and restarted on
+//! the same port.
 //! Every process is killed when its handle drops — including when a test
 //! fails or panics.
 //!
