@@ -182,17 +182,22 @@ impl RedisCluster {
         self.servers.iter().map(RedisServer::url).collect()
     }
 
-    /// The members that currently own slots, as the cluster reports them
-    /// (after a failover, that includes promoted replicas).
+    /// The members that currently own slots (after a failover, that
+    /// includes promoted replicas), in slot order.
+    ///
+    /// Members can disagree for a moment after a failover; the claim with
+    /// the highest config epoch wins, as it does in the cluster itself.
     ///
     /// # Errors
     ///
-    /// [`TestkitError::Cluster`] if no running member answers.
+    /// [`TestkitError::Cluster`] if no running member answers (a paused
+    /// member costs a 2 s timeout).
     pub fn masters(&self) -> Result<Vec<&RedisServer>, TestkitError> {
+        let claims = self.claims()?;
         let mut masters: Vec<&RedisServer> = Vec::new();
-        for (_, _, port) in self.slot_owners()? {
-            if let Some(server) = self.by_port(port)
-                && !masters.iter().any(|m| m.port() == port)
+        for slot in 0..SLOTS {
+            if let Some(server) = owner(&claims, slot).and_then(|port| self.by_port(port))
+                && !masters.iter().any(|m| m.port() == server.port())
             {
                 masters.push(server);
             }
@@ -214,17 +219,16 @@ impl RedisCluster {
         }
     }
 
-    /// The member that the cluster says owns `slot` (even if it was killed).
+    /// The member that the cluster says owns `slot` (even if it was
+    /// killed), resolved as in [`masters`](Self::masters).
     ///
     /// # Errors
     ///
     /// [`TestkitError::Cluster`] if no running member answers, or the slot
     /// is not assigned to one of this cluster's servers.
     pub fn master_for_slot(&self, slot: u16) -> Result<&RedisServer, TestkitError> {
-        self.slot_owners()?
-            .into_iter()
-            .find(|&(first, last, _)| (first..=last).contains(&slot))
-            .and_then(|(_, _, port)| self.by_port(port))
+        owner(&self.claims()?, slot)
+            .and_then(|port| self.by_port(port))
             .ok_or_else(|| TestkitError::Cluster(format!("no member owns slot {slot}")))
     }
 
@@ -269,15 +273,25 @@ impl RedisCluster {
         self.servers.iter().find(|s| s.port() == port)
     }
 
-    /// `(first slot, last slot, master port)` per range, from `CLUSTER SLOTS`.
-    fn slot_owners(&self) -> Result<Vec<(u16, u16, u16)>, TestkitError> {
-        let Value::Array(ranges) = self.ask(redis::cmd("CLUSTER").arg("SLOTS"))? else {
-            return Err(TestkitError::Cluster("CLUSTER SLOTS: not an array".into()));
-        };
-        ranges
-            .iter()
-            .map(|range| slot_owner(range).ok_or_else(|| unexpected("CLUSTER SLOTS", range)))
-            .collect()
+    /// Every running member's view of which master owns which slots.
+    fn claims(&self) -> Result<Vec<Claim>, TestkitError> {
+        let mut claims = Vec::new();
+        let mut answered = false;
+        let mut last = None;
+        for server in self.servers.iter().filter(|s| s.is_running()) {
+            match command(server, redis::cmd("CLUSTER").arg("NODES")).and_then(text) {
+                Ok(nodes) => {
+                    answered = true;
+                    claims.extend(nodes.lines().filter_map(Claim::parse));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if answered {
+            Ok(claims)
+        } else {
+            Err(last.unwrap_or_else(|| TestkitError::Cluster("no member is running".into())))
+        }
     }
 
     /// Sends `cmd` to the first running member that answers.
@@ -378,28 +392,54 @@ fn unexpected(what: &str, value: &Value) -> TestkitError {
     TestkitError::Cluster(format!("unexpected reply to {what}: {value:?}"))
 }
 
-/// One `CLUSTER SLOTS` entry: `[first, last, [host, port, id, …], replicas…]`.
-fn slot_owner(range: &Value) -> Option<(u16, u16, u16)> {
-    let Value::Array(parts) = range else {
-        return None;
-    };
-    let [
-        Value::Int(first),
-        Value::Int(last),
-        Value::Array(master),
-        ..,
-    ] = parts.as_slice()
-    else {
-        return None;
-    };
-    let [_, Value::Int(port), ..] = master.as_slice() else {
-        return None;
-    };
-    Some((
-        u16::try_from(*first).ok()?,
-        u16::try_from(*last).ok()?,
-        u16::try_from(*port).ok()?,
-    ))
+/// One member's statement that a master owns some slots.
+#[derive(Debug, PartialEq)]
+struct Claim {
+    config_epoch: u64,
+    port: u16,
+    slots: Vec<(u16, u16)>,
+}
+
+impl Claim {
+    /// A `CLUSTER NODES` line: `id ip:port@bus[,host] flags master ping pong
+    /// config-epoch link slot…`, where a slot is `n` or `first-last` (and
+    /// `[…]` marks a migration, ignored). Only masters with slots claim.
+    fn parse(line: &str) -> Option<Self> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [_, address, flags, _, _, _, epoch, _, slots @ ..] = fields.as_slice() else {
+            return None;
+        };
+        if !flags.split(',').any(|f| f == "master") {
+            return None;
+        }
+        let port = address.split(['@', ',']).next()?.rsplit(':').next()?;
+        let slots: Vec<(u16, u16)> = slots
+            .iter()
+            .filter(|s| !s.starts_with('['))
+            .map(|s| match s.split_once('-') {
+                Some((first, last)) => Some((first.parse().ok()?, last.parse().ok()?)),
+                None => s.parse().ok().map(|slot| (slot, slot)),
+            })
+            .collect::<Option<_>>()?;
+        (!slots.is_empty()).then_some(Self {
+            config_epoch: epoch.parse().ok()?,
+            port: port.parse().ok()?,
+            slots,
+        })
+    }
+}
+
+/// The port of the master that owns `slot` by the newest claim.
+fn owner(claims: &[Claim], slot: u16) -> Option<u16> {
+    claims
+        .iter()
+        .filter(|c| {
+            c.slots
+                .iter()
+                .any(|&(first, last)| (first..=last).contains(&slot))
+        })
+        .max_by_key(|c| c.config_epoch)
+        .map(|c| c.port)
 }
 
 fn not_a_member(server: &RedisServer) -> TestkitError {
@@ -425,6 +465,49 @@ mod tests {
             }
             assert_eq!(next, usize::from(SLOTS));
         }
+    }
+
+    #[test]
+    fn cluster_nodes_lines_become_claims() {
+        let line = "e2df54f3b825e60065d563ddb299fb59b7b56fa0 127.0.0.1:37713@40419 myself,master - 0 1795222721000 1 connected 0-8191 9000 [9001->-58bc]";
+        assert_eq!(
+            Claim::parse(line),
+            Some(Claim {
+                config_epoch: 1,
+                port: 37713,
+                slots: vec![(0, 8191), (9000, 9000)],
+            })
+        );
+        let replica = "fefe09758653aeabf0db001ba4ebd27ddf9a6bec 127.0.0.1:40797@37147 slave e2df54f3b825e60065d563ddb299fb59b7b56fa0 0 1795222721964 1 connected";
+        assert_eq!(Claim::parse(replica), None);
+        let failed_without_slots =
+            "58bc 127.0.0.1:40421@35189,host master,fail - 0 1 2 disconnected";
+        assert_eq!(Claim::parse(failed_without_slots), None);
+    }
+
+    #[test]
+    fn the_newest_claim_owns_a_slot() {
+        let claims = [
+            Claim {
+                config_epoch: 1,
+                port: 1000,
+                slots: vec![(0, 99)],
+            },
+            // A promoted replica, seen by an up-to-date member.
+            Claim {
+                config_epoch: 4,
+                port: 1003,
+                slots: vec![(0, 99)],
+            },
+            Claim {
+                config_epoch: 2,
+                port: 1001,
+                slots: vec![(100, 199)],
+            },
+        ];
+        assert_eq!(owner(&claims, 50), Some(1003));
+        assert_eq!(owner(&claims, 100), Some(1001));
+        assert_eq!(owner(&claims, 200), None);
     }
 
     #[test]
