@@ -12,6 +12,9 @@ use redis::AsyncCommands;
 use support::{conn, no_hang, values};
 
 const TTL: Duration = Duration::from_secs(10);
+/// Generous: these tests assert which nodes answered, so a loaded machine
+/// must not turn a healthy node into a timed-out one.
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A fast retry policy, as the other tests use.
 fn fast_retry() -> Retry {
@@ -25,6 +28,7 @@ fn fast_retry() -> Retry {
 fn on_cluster(cluster: &RedisCluster) -> RedlockBuilder {
     Redlock::builder()
         .cluster(cluster.seed_urls())
+        .node_timeout(NODE_TIMEOUT)
         .retry(fast_retry())
 }
 
@@ -63,6 +67,22 @@ fn one_key_per_master(cluster: &RedisCluster) -> Vec<String> {
         }
     }
     keys.into_iter().map(|(_, key)| key).collect()
+}
+
+/// Locks and releases `resource` until all `nodes` held it. A decision does
+/// not wait for stragglers, so one attempt may end before a node (a cold
+/// cluster connection, say) has granted; each node that stays out forever
+/// makes this hang, and the test fail.
+async fn all_grant(locks: &Redlock, resource: &str, nodes: usize) {
+    no_hang("every node grants", async {
+        loop {
+            let guard = locks.lock(resource, TTL).await.expect("lock");
+            if guard.release().await.expect("release").released() == nodes {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,21 +137,14 @@ async fn clusters_and_standalone_masters_vote_together() {
         .cluster(clusters[0].seed_urls())
         .nodes(nodes.urls())
         .cluster(clusters[1].seed_urls())
+        .node_timeout(NODE_TIMEOUT)
         .retry(fast_retry())
         .build()
         .expect("config");
     assert_eq!((locks.nodes().len(), locks.quorum()), (5, 3));
 
     let resource = "{lock_goods}:300";
-    let guard = no_hang("lock", locks.lock(resource, TTL))
-        .await
-        .expect("lock");
-    let token = guard.token().as_str().to_owned();
-    for cluster in &clusters {
-        assert_eq!(on_owner(cluster, resource).await, Some(token.clone()));
-    }
-    assert_eq!(values(&nodes, resource).await, vec![Some(token.clone()); 3]);
-    assert_eq!(guard.release().await.expect("release").released(), 5);
+    all_grant(&locks, resource, 5).await;
 
     // A minority down — one whole cluster and one master — still grants.
     for server in &clusters[1] {
@@ -232,6 +245,7 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
     let locks = Redlock::builder()
         .cluster(cluster.seed_urls())
         .nodes(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
         .retry(fast_retry())
         .build()
         .expect("config");
@@ -241,20 +255,17 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
     let keys = one_key_per_master(&cluster);
     let dead_key = keys[0].as_str();
     let dead = cluster.master_for_key(dead_key).expect("owner");
-    // Scripts are cached on every master before one dies.
+    // Every node takes part (and caches the scripts) before a master dies.
     for key in &keys {
-        let guard = locks.lock(key, TTL).await.expect("lock");
-        assert_eq!(guard.release().await.expect("release").released(), 3);
+        all_grant(&locks, key, 3).await;
     }
 
     cluster.kill_master_owning(dead_key).expect("kill");
     for key in &keys[1..] {
-        // Other slots: the cluster still votes.
-        let guard = no_hang("lock", locks.lock(key, TTL)).await.expect("lock");
-        let summary = guard.release().await.expect("release");
-        assert_eq!(summary.released(), 3, "{key}: {:?}", summary.failures());
+        // Other slots: the cluster still votes (alone, it still locks).
+        all_grant(&locks, key, 3).await;
         let guard = no_hang("lock", alone.lock(key, TTL)).await.expect("lock");
-        guard.release().await.expect("release");
+        assert_eq!(guard.release().await.expect("release").released(), 1);
     }
     // The dead master's slots: the cluster votes Failed, the two masters
     // still make a quorum, and a cluster-only manager cannot lock at all.
@@ -368,6 +379,7 @@ async fn standalone_servers_given_as_a_cluster_never_vote() {
     let nodes = RedisNodes::start(2).expect("nodes");
     let locks = Redlock::builder()
         .cluster(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
         .retry(Retry::none())
         .build()
         .expect("config");
