@@ -145,7 +145,8 @@ impl Error {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct NodeFailure {
-    /// The node, as `host:port` (with `/db` when not 0). Never includes
+    /// The node, as `host:port` (with `/db` when not 0), or a cluster as
+    /// `cluster(host:port,…)` listing its seeds. Never includes
     /// credentials.
     pub node: Arc<str>,
     /// What went wrong there.

@@ -128,7 +128,8 @@ impl Redlock {
         crate::quorum::quorum(self.inner.nodes.len())
     }
 
-    /// The nodes, as `host:port[/db]` (never with credentials).
+    /// The nodes, as `host:port[/db]`, or `cluster(host:port,…)` with its
+    /// seeds for a cluster node (never with credentials).
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &str> {
         self.inner.nodes.iter().map(|n| &**n.label())
     }
