@@ -90,8 +90,10 @@ impl Node {
     /// of its members; a seed listed twice counts once). Requests route to
     /// the master owning the key's slot. No I/O.
     ///
-    /// `node_timeout` bounds the cluster client's own requests (such as slot
-    /// map refreshes) no tighter than the per-call deadline does.
+    /// `node_timeout` (at least [`CONNECT_TIMEOUT`]) bounds each request the
+    /// cluster client sends on its own, such as slot map refreshes, so that
+    /// a paused member cannot stall it; it never cuts a call shorter than
+    /// the call's own deadline.
     pub(crate) fn cluster<S: AsRef<str>>(
         seeds: &[S],
         node_timeout: Duration,
