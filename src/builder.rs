@@ -1,8 +1,9 @@
 //! `RedlockBuilder`: the configuration of a manager, its defaults, and its
 //! validation. Building is pure: no I/O, no runtime needed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::node::{Node, redact_url};
@@ -53,7 +54,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 #[derive(Clone)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct RedlockBuilder {
-    urls: Vec<String>,
+    nodes: Vec<NodeSpec>,
     node_timeout: Duration,
     drift_factor: f64,
     retry: Retry,
@@ -63,7 +64,7 @@ pub struct RedlockBuilder {
 impl Default for RedlockBuilder {
     fn default() -> Self {
         Self {
-            urls: Vec::new(),
+            nodes: Vec::new(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry: Retry::default(),
@@ -74,9 +75,8 @@ impl Default for RedlockBuilder {
 
 impl fmt::Debug for RedlockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let urls: Vec<String> = self.urls.iter().map(|u| redact_url(u)).collect();
         f.debug_struct("RedlockBuilder")
-            .field("urls", &urls)
+            .field("nodes", &self.nodes)
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
@@ -85,17 +85,101 @@ impl fmt::Debug for RedlockBuilder {
     }
 }
 
+/// One voting node as configured, before validation.
+#[derive(Clone)]
+enum NodeSpec {
+    Standalone(String),
+    Cluster(Vec<String>),
+}
+
+impl fmt::Debug for NodeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeSpec::Standalone(url) => f.write_str(&redact_url(url)),
+            NodeSpec::Cluster(seeds) => f
+                .debug_tuple("cluster")
+                .field(&seeds.iter().map(|s| redact_url(s)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
 impl RedlockBuilder {
     /// Adds nodes, one independent Redis master each, as URLs:
     /// `redis://[[user]:password@]host:port[/db]`. Password and ACL user in
-    /// the URL are used to authenticate. Calls accumulate.
+    /// the URL are used to authenticate. Calls accumulate, and may be mixed
+    /// with [`cluster`](Self::cluster).
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.urls
-            .extend(urls.into_iter().map(|u| u.as_ref().to_owned()));
+        self.nodes.extend(
+            urls.into_iter()
+                .map(|u| NodeSpec::Standalone(u.as_ref().to_owned())),
+        );
+        self
+    }
+
+    /// Adds **one** node that is a whole Redis Cluster, found through
+    /// `seed_urls`: URLs (as for [`nodes`](Self::nodes)) of some of its
+    /// members. The cluster casts one vote in the quorum, like a standalone
+    /// master; each lock key is sent to the master owning the key's hash
+    /// slot, and the cluster client follows `MOVED` / `ASK` redirections and
+    /// failovers by itself. Calls accumulate, one node per call, and mix
+    /// with standalone nodes.
+    ///
+    /// While a master of the cluster is down (and not failed over), locks
+    /// on keys in its slots fail on this node: it counts as a failed node
+    /// for them. Other keys keep working if the cluster runs with
+    /// `cluster-require-full-coverage no`; with Redis' default the whole
+    /// cluster refuses every key once the master is marked failed.
+    ///
+    /// Seeds must be members of this one cluster and share their password,
+    /// user name and TLS mode; a seed listed twice counts once. They are
+    /// only where the client starts: members it learns of later need no
+    /// listing. If the seeds turn out to be standalone servers, the node
+    /// fails every call with [`NodeError::NotACluster`](crate::NodeError::NotACluster)
+    /// instead of voting.
+    ///
+    /// Hash tags: a key's slot is computed from the part between the first
+    /// `{` and the next `}` when that part is not empty, so
+    /// `{lock_goods}:300` and `{lock_goods}:301` share a slot. Plain lock,
+    /// extend and release touch one key and need no tag.
+    ///
+    /// Defaults to no cluster node.
+    ///
+    /// # Examples
+    ///
+    /// Five votes: two clusters and three standalone masters (quorum 3).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder()
+    ///     .cluster(["redis://10.0.1.1:7000", "redis://10.0.1.2:7000", "redis://10.0.1.3:7000"])
+    ///     .cluster(["redis://10.0.2.1:7000", "redis://10.0.2.2:7000"])
+    ///     .nodes(["redis://10.0.3.1:6379", "redis://10.0.3.2:6379", "redis://10.0.3.3:6379"])
+    ///     .build()?;
+    /// assert_eq!(locks.nodes().len(), 5);
+    /// assert_eq!(locks.quorum(), 3);
+    /// assert_eq!(
+    ///     locks.nodes().next(),
+    ///     Some("cluster(10.0.1.1:7000,10.0.1.2:7000,10.0.1.3:7000)"),
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.nodes.push(NodeSpec::Cluster(
+            seed_urls
+                .into_iter()
+                .map(|u| u.as_ref().to_owned())
+                .collect(),
+        ));
         self
     }
 
@@ -143,10 +227,16 @@ impl RedlockBuilder {
     ///
     /// [`Error::InvalidConfig`] with a [`ConfigError`] for: no nodes, a
     /// malformed URL (shown with credentials masked), the same node twice,
-    /// a zero node timeout, a drift factor that is negative, NaN, infinite
-    /// or not below 1, and a retry policy allowing zero attempts.
+    /// one address in two nodes (a standalone node that is also a cluster
+    /// seed, or a seed of two clusters), a cluster without seeds or with
+    /// seeds that disagree on credentials or TLS, a zero node timeout, a
+    /// drift factor that is negative, NaN, infinite or not below 1, and a
+    /// retry policy allowing zero attempts.
+    ///
+    /// Two seed lists naming different members of the same cluster cannot
+    /// be told apart without connecting: give each cluster once.
     pub fn build(self) -> Result<Redlock, Error> {
-        if self.urls.is_empty() {
+        if self.nodes.is_empty() {
             return Err(ConfigError::NoNodes.into());
         }
         if self.node_timeout.is_zero() {
@@ -157,17 +247,40 @@ impl RedlockBuilder {
         }
         self.retry.validate()?;
 
-        let mut seen = HashSet::new();
-        let mut nodes = Vec::with_capacity(self.urls.len());
-        for url in &self.urls {
-            let node = Node::parse(url)?;
-            if !seen.insert(node.label().clone()) {
+        let mut labels = HashSet::new();
+        // Per address: the first node naming it, and whether it is a cluster.
+        let mut owners: HashMap<&str, (Arc<str>, bool)> = HashMap::new();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for spec in &self.nodes {
+            let node = match spec {
+                NodeSpec::Standalone(url) => Node::parse(url)?,
+                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout)?,
+            };
+            if !labels.insert(node.label().clone()) {
                 return Err(ConfigError::DuplicateNode {
                     node: node.label().to_string(),
                 }
                 .into());
             }
             nodes.push(node);
+        }
+        for node in &nodes {
+            let cluster = node.is_cluster();
+            for address in node.addresses() {
+                let (first, first_is_cluster) = owners
+                    .entry(address)
+                    .or_insert_with(|| (node.label().clone(), cluster));
+                // Two standalone nodes may share an address with different
+                // databases; a cluster member serves only one keyspace.
+                if *first != *node.label() && (cluster || *first_is_cluster) {
+                    return Err(ConfigError::SharedAddress {
+                        address: address.clone(),
+                        first: first.to_string(),
+                        second: node.label().to_string(),
+                    }
+                    .into());
+                }
+            }
         }
         Ok(Redlock::from_config(Config {
             nodes,
@@ -212,5 +325,105 @@ mod tests {
         assert!(!format!("{locks:?}").contains("hunter2"));
         let err = config_error(Redlock::new(["redis://user:hunter2@h:notaport"]));
         assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn a_cluster_is_one_voting_node() {
+        let locks = Redlock::builder()
+            .cluster(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+            .build()
+            .expect("builds without I/O");
+        assert_eq!(locks.quorum(), 1);
+        let mixed = Redlock::builder()
+            .node("redis://127.0.0.1:3")
+            .cluster(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+            .cluster(["redis://127.0.0.1:4"])
+            .nodes(["redis://127.0.0.1:5", "redis://127.0.0.1:6"])
+            .build()
+            .expect("valid");
+        assert_eq!(mixed.quorum(), 3);
+        assert_eq!(
+            mixed.nodes().collect::<Vec<_>>(),
+            [
+                "127.0.0.1:3",
+                "cluster(127.0.0.1:1,127.0.0.1:2)",
+                "cluster(127.0.0.1:4)",
+                "127.0.0.1:5",
+                "127.0.0.1:6",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_cluster_nodes_are_config_errors() {
+        let no_seeds: [&str; 0] = [];
+        assert_eq!(
+            config_error(Redlock::builder().cluster(no_seeds).build()),
+            ConfigError::EmptyCluster
+        );
+        assert!(matches!(
+            config_error(Redlock::builder().cluster(["redis://h:notaport"]).build()),
+            ConfigError::MalformedUrl { .. }
+        ));
+        assert_eq!(
+            config_error(
+                Redlock::builder()
+                    .cluster(["redis://h:1", "redis://h:2"])
+                    .cluster(["redis://h:1", "redis://h:2"])
+                    .build()
+            ),
+            ConfigError::DuplicateNode {
+                node: "cluster(h:1,h:2)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn one_address_cannot_vote_in_two_nodes() {
+        let shared = |builder: RedlockBuilder| match config_error(builder.build()) {
+            ConfigError::SharedAddress { address, .. } => address,
+            other => panic!("expected SharedAddress, got {other:?}"),
+        };
+        // A standalone node that is also a cluster seed, either way round.
+        assert_eq!(
+            shared(
+                Redlock::builder()
+                    .node("redis://h:2")
+                    .cluster(["redis://h:1", "redis://h:2"])
+            ),
+            "h:2"
+        );
+        assert_eq!(
+            shared(
+                Redlock::builder()
+                    .cluster(["redis://h:1", "redis://h:2"])
+                    .node("redis://h:2/3")
+            ),
+            "h:2"
+        );
+        // Two clusters sharing a seed.
+        assert_eq!(
+            shared(
+                Redlock::builder()
+                    .cluster(["redis://h:1", "redis://h:2"])
+                    .cluster(["redis://h:2", "redis://h:3"])
+            ),
+            "h:2"
+        );
+    }
+
+    #[test]
+    fn cluster_debug_and_errors_mask_credentials() {
+        let builder = Redlock::builder().cluster(["redis://:hunter2@127.0.0.1:1"]);
+        assert!(!format!("{builder:?}").contains("hunter2"), "{builder:?}");
+        let locks = builder.build().expect("valid");
+        assert!(!format!("{locks:?}").contains("hunter2"));
+        let err = config_error(
+            Redlock::builder()
+                .cluster(["redis://:hunter2@h:1", "redis://:hunter3@h:2"])
+                .build(),
+        );
+        assert!(matches!(err, ConfigError::InvalidCluster { .. }), "{err:?}");
+        assert!(!err.to_string().contains("hunter"), "{err}");
     }
 }

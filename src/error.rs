@@ -148,7 +148,8 @@ impl Error {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct NodeFailure {
-    /// The node, as `host:port` (with `/db` when not 0). Never includes
+    /// The node, as `host:port` (with `/db` when not 0), or a cluster as
+    /// `cluster(host:port,…)` listing its seeds. Never includes
     /// credentials.
     pub node: Arc<str>,
     /// What went wrong there.
@@ -175,6 +176,13 @@ pub enum NodeError {
     /// The node answered something the protocol does not allow.
     #[error("unexpected reply: {0}")]
     UnexpectedReply(String),
+    /// A node configured as a Redis Cluster reached a server with cluster
+    /// support disabled. It never votes: give standalone masters with
+    /// [`RedlockBuilder::nodes`](crate::RedlockBuilder::nodes), one node each.
+    #[error(
+        "configured as a cluster, but a seed is a standalone server (cluster support disabled); add standalone masters as nodes, one each"
+    )]
+    NotACluster,
 }
 
 /// A call argument that was rejected before any I/O.
@@ -192,6 +200,16 @@ pub enum ArgumentError {
     DuplicateResource {
         /// The repeated resource name.
         resource: String,
+    },
+    /// A request touches several keys (a multi-resource lock, or a fenced
+    /// lock and its counter) that cannot share a hash slot, and a node is a
+    /// Redis Cluster, where one script may only touch one slot.
+    #[error(
+        "the keys {keys:?} cannot share a Redis Cluster hash slot; give the resources one hash tag, e.g. `{{orders}}:1` and `{{orders}}:2` (only the part in braces is hashed)"
+    )]
+    CrossSlot {
+        /// The keys of the request.
+        keys: Vec<String>,
     },
     /// The time-to-live is shorter than one millisecond (Redis' resolution).
     #[error("the ttl must be at least 1ms")]
@@ -230,11 +248,38 @@ pub enum ConfigError {
         /// What the parser said.
         reason: String,
     },
-    /// The same node (address and database) was given twice.
+    /// The same node (address and database, or a cluster with the same
+    /// seeds) was given twice.
     #[error("node {node} was given more than once")]
     DuplicateNode {
-        /// The node, as `host:port[/db]`.
+        /// The node, as `host:port[/db]` or `cluster(host:port,…)`.
         node: String,
+    },
+    /// One server address belongs to two voting nodes: it is a standalone
+    /// node and a cluster seed, or a seed of two clusters. Its votes would
+    /// count twice.
+    #[error(
+        "address {address} belongs to both {first} and {second}; each Redis deployment must be given as exactly one node"
+    )]
+    SharedAddress {
+        /// The `host:port` given twice.
+        address: String,
+        /// The node it was first given for.
+        first: String,
+        /// The node it was given for again.
+        second: String,
+    },
+    /// A cluster node was given no seed URL.
+    #[error("a cluster node needs at least one seed url")]
+    EmptyCluster,
+    /// A cluster's seed URLs cannot describe one cluster: they disagree on
+    /// the password, user name, TLS or database, or name a Unix socket.
+    #[error("invalid cluster node {node}: {reason}")]
+    InvalidCluster {
+        /// The node, as `cluster(host:port,…)`.
+        node: String,
+        /// What the cluster client rejected (never a credential).
+        reason: String,
     },
     /// The per-node timeout is zero.
     #[error("the node timeout must be greater than zero")]

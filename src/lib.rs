@@ -66,10 +66,19 @@
 //! excluded by, other Redlock clients locking the same names on the same
 //! nodes.
 //!
+//! # Redis Cluster
+//!
+//! A node may be a whole Redis Cluster ([`RedlockBuilder::cluster`]): it
+//! casts one vote, each key goes to the master owning its hash slot, and
+//! the cluster client follows redirections and failovers. Keys that one
+//! script touches together must share a slot, which only a hash tag
+//! guarantees: `{lock_goods}:300` and `{lock_goods}:300:fence`.
+//!
 //! # Features
 //!
 //! - `testkit`: [`testkit`] spawns real `redis-server` processes on free
-//!   loopback ports, and kills, pauses, resumes and restarts them.
+//!   loopback ports — independent masters or a real Redis Cluster — and
+//!   kills, pauses, resumes and restarts them.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.

@@ -1,17 +1,22 @@
-//! One Redis node: its shared multiplexed connection (lazy, reconnecting),
-//! the per-call deadline, and the lock commands and scripts.
+//! One voting node — a standalone Redis master or a whole Redis Cluster —
+//! its shared multiplexed connection (lazy, reconnecting), the per-call
+//! deadline, and the lock commands and scripts.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ScriptInvocation, Value};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
-use crate::scripts;
+use crate::scripts::{self, Lua};
 
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
@@ -19,12 +24,45 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One Redis deployment that votes as one member of the quorum.
 pub(crate) struct Node {
-    /// `host:port[/db]`: safe to log, never holds credentials.
+    /// `host:port[/db]`, or `cluster(host:port,…)`: safe to log, never holds
+    /// credentials.
     label: Arc<str>,
-    client: redis::Client,
-    /// Created on first use, inside the caller's runtime, so that building
-    /// a manager needs neither I/O nor a runtime.
-    conn: OnceCell<ConnectionManager>,
+    /// `host:port` of every server the configuration names for this node
+    /// (the seeds, for a cluster), to catch one server voting twice.
+    addresses: Vec<String>,
+    backend: Backend,
+}
+
+// A manager holds a handful of nodes: their size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Standalone {
+        client: redis::Client,
+        /// Created on first use, inside the caller's runtime, so that
+        /// building a manager needs neither I/O nor a runtime.
+        conn: OnceCell<ConnectionManager>,
+    },
+    Cluster(ClusterBackend),
+}
+
+struct ClusterBackend {
+    client: ClusterClient,
+    config: ClusterConfig,
+    /// Created on first use, as above. The cluster connection connects in
+    /// the background, follows MOVED / ASK, refreshes its slot map after a
+    /// failover, and reconnects to members that come back.
+    conn: OnceLock<ClusterConnection>,
+    /// Set once a member confirmed it runs in cluster mode. Until then no
+    /// vote counts: standalone servers given as "seeds" would each get a
+    /// random share of the requests, and two of them would both grant the
+    /// same lock.
+    verified: OnceCell<()>,
+}
+
+/// A handle on a node's shared connection.
+enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 impl fmt::Debug for Node {
@@ -34,24 +72,72 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    /// Parses a node URL (`redis://[user:password@]host:port[/db]`). No I/O.
+    /// Parses a standalone node URL (`redis://[user:password@]host:port[/db]`).
+    /// No I/O.
     pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
-        let client = redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
-            url: redact_url(url),
-            // The parser's message names what is wrong, not the URL itself.
-            reason: e.to_string(),
-        })?;
+        let client = open(url)?;
         let info = client.get_connection_info();
-        let db = info.redis_settings().db();
-        let label = if db == 0 {
-            info.addr().to_string()
-        } else {
-            format!("{}/{db}", info.addr())
-        };
         Ok(Self {
-            label: label.into(),
-            client,
-            conn: OnceCell::new(),
+            label: label(info).into(),
+            addresses: vec![info.addr().to_string()],
+            backend: Backend::Standalone {
+                client,
+                conn: OnceCell::new(),
+            },
+        })
+    }
+
+    /// A node that is one Redis Cluster, found through `seeds` (URLs of some
+    /// of its members; a seed listed twice counts once). Requests route to
+    /// the master owning the key's slot. No I/O.
+    ///
+    /// `node_timeout` (at least [`CONNECT_TIMEOUT`]) bounds each request the
+    /// cluster client sends on its own, such as slot map refreshes, so that
+    /// a paused member cannot stall it; it never cuts a call shorter than
+    /// the call's own deadline.
+    pub(crate) fn cluster<S: AsRef<str>>(
+        seeds: &[S],
+        node_timeout: Duration,
+    ) -> Result<Self, ConfigError> {
+        let mut infos: Vec<ConnectionInfo> = Vec::with_capacity(seeds.len());
+        for seed in seeds {
+            let info = open(seed.as_ref())?.get_connection_info().clone();
+            if !infos.iter().any(|seen| label(seen) == label(&info)) {
+                infos.push(info);
+            }
+        }
+        if infos.is_empty() {
+            return Err(ConfigError::EmptyCluster);
+        }
+        let node_label = format!(
+            "cluster({})",
+            infos.iter().map(label).collect::<Vec<_>>().join(",")
+        );
+        let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
+        let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
+        let client = ClusterClient::builder(infos)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(response_timeout)
+            // Every call is bounded by its own deadline instead.
+            .overall_response_timeout(None)
+            .build()
+            .map_err(|e| ConfigError::InvalidCluster {
+                node: node_label.clone(),
+                // Says which setting the seeds disagree on, never its value.
+                reason: e.to_string(),
+            })?;
+        let config = ClusterConfig::new()
+            .set_connection_timeout(CONNECT_TIMEOUT)
+            .set_response_timeout(response_timeout);
+        Ok(Self {
+            label: node_label.into(),
+            addresses,
+            backend: Backend::Cluster(ClusterBackend {
+                client,
+                config,
+                conn: OnceLock::new(),
+                verified: OnceCell::new(),
+            }),
         })
     }
 
@@ -59,24 +145,54 @@ impl Node {
         &self.label
     }
 
-    /// The shared connection. Reconnection is the connection manager's job:
-    /// a dropped connection is re-established on the next request, so a
-    /// node that comes back (or comes up late) is used again.
-    async fn connection(&self) -> Result<ConnectionManager, NodeError> {
-        let conn = self
-            .conn
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    // Fail a dead node fast and try again on the next
-                    // request instead of parking requests behind a long
-                    // backoff: the per-call deadline bounds waiting anyway.
-                    .set_number_of_retries(0)
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(None);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            })
-            .await?;
-        Ok(conn.clone())
+    /// `host:port` of every server named for this node: its own address, or
+    /// a cluster's seeds.
+    pub(crate) fn addresses(&self) -> &[String] {
+        &self.addresses
+    }
+
+    /// Whether this node is a Redis Cluster, where every key of one script
+    /// call must hash to the same slot (see [`same_slot`]).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.backend, Backend::Cluster(_))
+    }
+
+    /// The shared connection. Reconnection is the connection's job: a
+    /// dropped connection is re-established on a later request, so a node
+    /// that comes back (or comes up late) is used again.
+    async fn connection(&self) -> Result<Connection, NodeError> {
+        match &self.backend {
+            Backend::Standalone { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        let config = ConnectionManagerConfig::new()
+                            // Fail a dead node fast and try again on the next
+                            // request instead of parking requests behind a long
+                            // backoff: the per-call deadline bounds waiting anyway.
+                            .set_number_of_retries(0)
+                            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                            .set_response_timeout(None);
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    })
+                    .await?;
+                Ok(Connection::Standalone(conn.clone()))
+            }
+            Backend::Cluster(cluster) => {
+                // Returns at once: it connects in a background task, and
+                // requests wait for it (bounded by their deadline). Nothing
+                // here awaits, so a cancelled call cannot leave it half made.
+                let conn = cluster.conn.get_or_init(|| {
+                    cluster
+                        .client
+                        .get_pending_async_connection_with_config(cluster.config.clone())
+                });
+                cluster
+                    .verified
+                    .get_or_try_init(|| verify_cluster(conn.clone()))
+                    .await?;
+                Ok(Connection::Cluster(conn.clone()))
+            }
+        }
     }
 
     /// `SET key token NX PX ttl`: true if granted, false if the key exists
@@ -108,9 +224,12 @@ impl Node {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Result<Option<u64>, NodeError> {
-        let mut invocation = scripts::ACQUIRE_FENCED.key(key);
-        invocation.key(fence_key).arg(token).arg(ttl_ms);
-        match self.script(&invocation, deadline).await? {
+        let ttl_ms = ttl_ms.to_string();
+        let keys = [key, fence_key];
+        match self
+            .script(&scripts::ACQUIRE_FENCED, &keys, &[token, &ttl_ms], deadline)
+            .await?
+        {
             Value::Int(0) => Ok(None),
             Value::Int(fence) => u64::try_from(fence)
                 .map(Some)
@@ -126,9 +245,9 @@ impl Node {
         fence: u64,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let mut invocation = scripts::FENCE_WRITEBACK.key(fence_key);
-        invocation.arg(fence);
-        self.flag_script(&invocation, deadline).await
+        let fence = fence.to_string();
+        self.flag_script(&scripts::FENCE_WRITEBACK, &[fence_key], &[&fence], deadline)
+            .await
     }
 
     /// All of `keys` or none, atomically: true if every key was set.
@@ -139,12 +258,10 @@ impl Node {
         ttl_ms: u64,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let mut invocation = scripts::ACQUIRE_MANY.prepare_invoke();
-        for key in keys {
-            invocation.key(&**key);
-        }
-        invocation.arg(token).arg(ttl_ms);
-        self.flag_script(&invocation, deadline).await
+        let ttl_ms = ttl_ms.to_string();
+        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        self.flag_script(&scripts::ACQUIRE_MANY, &keys, &[token, &ttl_ms], deadline)
+            .await
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
@@ -155,12 +272,11 @@ impl Node {
         token: &str,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        let mut invocation = scripts::RELEASE.prepare_invoke();
-        for key in keys {
-            invocation.key(&**key);
-        }
-        invocation.arg(token);
-        match self.script(&invocation, deadline).await? {
+        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        match self
+            .script(&scripts::RELEASE, &keys, &[token], deadline)
+            .await?
+        {
             Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
             other => Err(unexpected(&other)),
         }
@@ -180,50 +296,92 @@ impl Node {
         Ok(flags.iter().all(|&flag| flag))
     }
 
-    /// Token-checked PEXPIRE of many locks in one script call: one flag per
-    /// `(key, token, ttl_ms)`, in order.
+    /// Token-checked PEXPIRE of many locks: one flag per `(key, token,
+    /// ttl_ms)`, in order. One script call on a standalone node; on a
+    /// cluster, one call per hash slot among the keys (a script may only
+    /// touch one slot), all in parallel.
     pub(crate) async fn extend_many<'k>(
         &self,
         locks: impl IntoIterator<Item = (&'k str, &'k str, u64)>,
         deadline: Instant,
     ) -> Result<Vec<bool>, NodeError> {
-        let mut invocation = scripts::EXTEND.prepare_invoke();
-        let mut count = 0;
-        for (key, token, ttl_ms) in locks {
-            invocation.key(key).arg(token).arg(ttl_ms);
-            count += 1;
-        }
-        let flags = match self.script(&invocation, deadline).await? {
-            Value::Array(items) if items.len() == count => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(1) => Ok(true),
-                    Value::Int(0) => Ok(false),
-                    other => Err(unexpected(other)),
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-            other => return Err(unexpected(&other)),
+        let locks: Vec<(&str, &str, u64)> = locks.into_iter().collect();
+        let groups: Vec<Vec<usize>> = if self.is_cluster() {
+            let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+            for (i, (key, ..)) in locks.iter().enumerate() {
+                by_slot.entry(Slot::for_key(key)).or_default().push(i);
+            }
+            by_slot.into_values().collect()
+        } else {
+            vec![(0..locks.len()).collect()]
         };
+        let calls = groups.iter().map(|group| async {
+            let keys: Vec<&str> = group.iter().map(|&i| locks[i].0).collect();
+            let ttls: Vec<String> = group.iter().map(|&i| locks[i].2.to_string()).collect();
+            let args: Vec<&str> = group
+                .iter()
+                .zip(&ttls)
+                .flat_map(|(&i, ttl)| [locks[i].1, ttl.as_str()])
+                .collect();
+            match self
+                .script(&scripts::EXTEND, &keys, &args, deadline)
+                .await?
+            {
+                Value::Array(items) if items.len() == group.len() => items
+                    .iter()
+                    .map(|item| match item {
+                        Value::Int(1) => Ok(true),
+                        Value::Int(0) => Ok(false),
+                        other => Err(unexpected(other)),
+                    })
+                    .collect::<Result<Vec<_>, _>>(),
+                other => Err(unexpected(&other)),
+            }
+        });
+        let mut flags = vec![false; locks.len()];
+        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+            for (&i, flag) in group.iter().zip(answer?) {
+                flags[i] = flag;
+            }
+        }
         Ok(flags)
     }
 
     async fn command(&self, cmd: &Cmd, deadline: Instant) -> Result<Value, NodeError> {
         within(deadline, async {
-            let mut conn = self.connection().await?;
-            Ok(cmd.query_async::<Value>(&mut conn).await?)
+            Ok(match self.connection().await? {
+                Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await?,
+                Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await?,
+            })
         })
         .await
     }
 
-    /// Runs a script (EVALSHA, loading it on NOSCRIPT) within `deadline`.
+    /// Runs `lua` on `keys` with `args` within `deadline`: EVALSHA, and the
+    /// script's text on NOSCRIPT (a restarted node has an empty cache). On a
+    /// cluster every key must share a hash slot; requests are checked for
+    /// that before any I/O.
     async fn script(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
         deadline: Instant,
     ) -> Result<Value, NodeError> {
         within(deadline, async {
-            let mut conn = self.connection().await?;
-            Ok(invocation.invoke_async::<Value>(&mut conn).await?)
+            Ok(match self.connection().await? {
+                Connection::Standalone(mut conn) => {
+                    let mut invocation = lua.script.prepare_invoke();
+                    for key in keys {
+                        invocation.key(*key);
+                    }
+                    for arg in args {
+                        invocation.arg(*arg);
+                    }
+                    invocation.invoke_async::<Value>(&mut conn).await?
+                }
+                Connection::Cluster(mut conn) => cluster_script(&mut conn, lua, keys, args).await?,
+            })
         })
         .await
     }
@@ -231,14 +389,93 @@ impl Node {
     /// Runs a script that answers 1 (done) or 0 (not ours).
     async fn flag_script(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
         deadline: Instant,
     ) -> Result<bool, NodeError> {
-        match self.script(invocation, deadline).await? {
+        match self.script(lua, keys, args, deadline).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&other)),
         }
+    }
+}
+
+/// Asks a member for `CLUSTER INFO`: a standalone server refuses it. (A
+/// cluster client over standalone servers knows no slot map and sends each
+/// request to any of them.)
+async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
+    match redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async::<Value>(&mut conn)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("cluster support disabled") => Err(NodeError::NotACluster),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// EVALSHA on the master owning `key`'s slot, and on NOSCRIPT (a restarted
+/// or newly promoted master has an empty script cache) EVAL there, which
+/// also caches the script.
+///
+/// Not `Script::invoke_async`: on a cluster connection its NOSCRIPT reload
+/// sends `SCRIPT LOAD` to every member and needs all of them to answer, so
+/// one paused or dead master would fail calls on keys owned by healthy ones.
+async fn cluster_script(
+    conn: &mut ClusterConnection,
+    lua: &Lua,
+    keys: &[&str],
+    args: &[&str],
+) -> RedisResult<Value> {
+    let call = |verb: &str, body: &str| {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    };
+    match call("EVALSHA", lua.script.get_hash())
+        .query_async(conn)
+        .await
+    {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            call("EVAL", lua.source).query_async(conn).await
+        }
+        reply => reply,
+    }
+}
+
+/// Whether every key hashes to the same Redis Cluster slot, so that one
+/// script call may touch them all on a cluster node: the `{hash tag}` rule,
+/// then CRC16 (XMODEM) modulo 16384. True for no keys or one key.
+///
+/// Only keys sharing a hash tag are guaranteed to share a slot, e.g.
+/// `{lock_goods}:300` and `{lock_goods}:300:fence`.
+pub(crate) fn same_slot(keys: &[&str]) -> bool {
+    let mut slots = keys.iter().map(Slot::for_key);
+    match slots.next() {
+        Some(first) => slots.all(|slot| slot == first),
+        None => true,
+    }
+}
+
+/// Parses one URL into a client, without connecting.
+fn open(url: &str) -> Result<redis::Client, ConfigError> {
+    redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
+        url: redact_url(url),
+        // The parser's message names what is wrong, not the URL itself.
+        reason: e.to_string(),
+    })
+}
+
+/// `host:port`, with `/db` when not 0: never credentials.
+fn label(info: &ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    if db == 0 {
+        info.addr().to_string()
+    } else {
+        format!("{}/{db}", info.addr())
     }
 }
 
@@ -301,6 +538,88 @@ mod tests {
         let node = Node::parse("redis://alice:s3cret@127.0.0.1:6379/3").expect("valid url");
         assert_eq!(&**node.label(), "127.0.0.1:6379/3");
         assert_eq!(format!("{node:?}"), "127.0.0.1:6379/3");
+    }
+
+    #[test]
+    fn cluster_labels_list_the_seeds_without_credentials() {
+        let node = Node::cluster(
+            &[
+                "redis://:s3cret@127.0.0.1:7000",
+                "redis://:s3cret@127.0.0.1:7001",
+                "redis://:s3cret@127.0.0.1:7000",
+            ],
+            Duration::from_millis(250),
+        )
+        .expect("valid seeds");
+        assert!(node.is_cluster());
+        assert_eq!(&**node.label(), "cluster(127.0.0.1:7000,127.0.0.1:7001)");
+        assert_eq!(node.addresses(), ["127.0.0.1:7000", "127.0.0.1:7001"]);
+        assert!(!format!("{node:?}").contains("s3cret"));
+        assert!(!Node::parse("redis://h:1").expect("valid").is_cluster());
+    }
+
+    #[test]
+    fn cluster_seeds_are_validated_without_leaking_credentials() {
+        let timeout = Duration::from_millis(250);
+        let no_seeds: [&str; 0] = [];
+        assert_eq!(
+            Node::cluster(&no_seeds, timeout).err(),
+            Some(ConfigError::EmptyCluster)
+        );
+        match Node::cluster(&["redis://h:1", "redis://u:hunter2@h:x"], timeout) {
+            Err(ConfigError::MalformedUrl { url, .. }) => assert!(!url.contains("hunter2")),
+            other => panic!("expected MalformedUrl, got {other:?}"),
+        }
+        match Node::cluster(&["redis://:hunter2@h:1", "redis://:other@h:2"], timeout) {
+            Err(e @ ConfigError::InvalidCluster { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    !text.contains("hunter2") && !text.contains("other"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected InvalidCluster, got {other:?}"),
+        }
+    }
+
+    /// Slots as `redis-cli CLUSTER KEYSLOT` reports them (Redis 7.0).
+    const KNOWN_SLOTS: [(&str, u16); 9] = [
+        ("foo", 12182),
+        ("bar", 5061),
+        ("123456789", 12739),
+        ("{user1000}.following", 3443),
+        ("{lock_goods}:300", 2307),
+        ("{lock_goods}", 2307),
+        ("", 0),
+        // An empty tag is no tag: the whole key is hashed.
+        ("{}{x}", 3257),
+        ("a{}b", 13694),
+    ];
+
+    #[test]
+    fn slots_match_the_ones_redis_computes() {
+        for (key, slot) in KNOWN_SLOTS {
+            assert_eq!(Slot::new(slot), Some(Slot::for_key(key)), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn keys_share_a_slot_only_by_hash_tag_or_chance() {
+        assert!(same_slot(&[]));
+        assert!(same_slot(&["foo"]));
+        assert!(same_slot(&["{lock_goods}:300", "{lock_goods}:300:fence"]));
+        assert!(same_slot(&[
+            "{lock_goods}:300",
+            "{lock_goods}",
+            "x{lock_goods}"
+        ]));
+        // Only the first `{…}` counts.
+        assert!(same_slot(&["{a}{b}", "{a}{c}"]));
+        assert!(!same_slot(&["foo", "bar"]));
+        assert!(!same_slot(&["lock_goods:300", "lock_goods:300:fence"]));
+        assert!(!same_slot(&["{lock_goods}:300", "{lock_goods}:300", "bar"]));
+        // An empty tag hashes the whole key.
+        assert!(!same_slot(&["{}a", "{}b"]));
     }
 
     #[test]

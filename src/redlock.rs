@@ -192,7 +192,8 @@ impl Redlock {
         crate::quorum::quorum(self.inner.nodes.len())
     }
 
-    /// The nodes, as `host:port[/db]` (never with credentials).
+    /// The nodes, as `host:port[/db]`, or `cluster(host:port,…)` with its
+    /// seeds for a cluster node (never with credentials).
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &str> {
         self.inner.nodes.iter().map(|n| &**n.label())
     }
@@ -578,6 +579,19 @@ impl Redlock {
             // Not offered by the public API; refuse rather than guess.
             (_, Fencing::On) => return Err(ArgumentError::NoResources.into()),
         };
+        // One script may only touch one slot of a cluster: refuse now, with
+        // an explanation, rather than fail on every cluster node later.
+        let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        all_keys.extend(fence_key.as_deref());
+        if all_keys.len() > 1
+            && self.inner.nodes.iter().any(Node::is_cluster)
+            && !crate::node::same_slot(&all_keys)
+        {
+            return Err(ArgumentError::CrossSlot {
+                keys: all_keys.iter().map(|k| (*k).to_owned()).collect(),
+            }
+            .into());
+        }
         let resource = match resources {
             [one] => Arc::from(*one),
             many => Arc::from(many.join("+")),

@@ -18,6 +18,7 @@ fn types_are_send_and_sync() {
     send_sync::<Retry>();
     send_sync::<Token>();
     send_sync::<Error>();
+    send_sync::<quorumlock::testkit::RedisCluster>();
 }
 
 #[tokio::test]

@@ -2,8 +2,10 @@
 //! and demos (feature `testkit`).
 //!
 //! Each server runs in its own temporary directory, bound to 127.0.0.1,
-//! without persistence unless asked. Servers can be killed (SIGKILL),
-//! paused (SIGSTOP), resumed (SIGCONT) and restarted on the same port.
+//! without persistence unless asked: independent masters ([`RedisNodes`])
+//! or members of a real Redis Cluster ([`RedisCluster`]). Servers can be
+//! killed (SIGKILL), paused (SIGSTOP), resumed (SIGCONT) and restarted on
+//! the same port.
 //! Every process is killed when its handle drops — including when a test
 //! fails or panics.
 //!
@@ -43,6 +45,10 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+mod cluster;
+
+pub use cluster::RedisCluster;
+
 /// The environment variable naming the `redis-server` binary to use.
 pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";
 
@@ -81,14 +87,29 @@ pub enum TestkitError {
     /// Spawning or signalling the process failed.
     #[error("i/o error controlling redis-server: {0}")]
     Io(#[from] std::io::Error),
+    /// A command sent to a server (to form or inspect a cluster) failed.
+    #[error("command to redis-server on port {port} failed: {source}")]
+    Command {
+        /// The server's port.
+        port: u16,
+        /// What the client or the server said.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A cluster did not form, or answered something unexpected.
+    #[error("redis cluster: {0}")]
+    Cluster(String),
 }
 
-/// Options for the servers a [`RedisServer`] or [`RedisNodes`] starts.
+/// Options for the servers a [`RedisServer`], [`RedisNodes`] or
+/// [`RedisCluster`] starts.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct ServerOptions {
     persistent: bool,
     args: Vec<String>,
+    /// Start as a cluster member with this `cluster-node-timeout`.
+    cluster_node_timeout: Option<Duration>,
 }
 
 impl ServerOptions {
@@ -105,10 +126,53 @@ impl ServerOptions {
     }
 
     /// One more command-line argument for `redis-server`, e.g.
-    /// `"--requirepass"` followed by `"secret"`.
+    /// `"--requirepass"` followed by `"secret"`. Arguments given here come
+    /// after the testkit's own, so they override them.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
         self
+    }
+
+    /// Makes the server a cluster member (`cluster-enabled yes`, its own
+    /// `nodes.conf` in its directory, the given `cluster-node-timeout`).
+    pub(crate) fn cluster_member(mut self, node_timeout: Duration) -> Self {
+        self.cluster_node_timeout = Some(node_timeout);
+        self
+    }
+
+    /// The options for one start attempt: cluster membership turned into
+    /// plain arguments with a concrete bus port, so that a restart replays
+    /// exactly the same command line.
+    fn resolve(&self) -> Result<(Self, Option<u16>), TestkitError> {
+        let Some(node_timeout) = self.cluster_node_timeout else {
+            return Ok((self.clone(), None));
+        };
+        // Explicit, because the default (port + 10000) overflows for ports
+        // above 55535, where the OS hands out most free ports.
+        let bus_port = free_port()?;
+        let mut args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            &bus_port.to_string(),
+            "--cluster-node-timeout",
+            &node_timeout.as_millis().to_string(),
+            // A dead master takes down its own slots only, not the whole
+            // cluster: the partial failures the tests are about.
+            "--cluster-require-full-coverage",
+            "no",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend(self.args.iter().cloned());
+        let resolved = Self {
+            persistent: self.persistent,
+            args,
+            cluster_node_timeout: None,
+        };
+        Ok((resolved, Some(bus_port)))
     }
 }
 
@@ -119,6 +183,8 @@ impl ServerOptions {
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The cluster bus port, for cluster members.
+    bus_port: Option<u16>,
     binary: PathBuf,
     options: ServerOptions,
     process: Mutex<Option<Process>>,
@@ -156,10 +222,15 @@ impl RedisServer {
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
+            let (options, bus_port) = options.resolve()?;
+            if bus_port == Some(port) {
+                continue;
+            }
             match spawn(&binary, port, dir.path(), &options) {
                 Ok(process) => {
                     return Ok(Self {
                         port,
+                        bus_port,
                         binary,
                         options,
                         process: Mutex::new(Some(process)),
@@ -184,6 +255,11 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The cluster bus port of a cluster member.
+    pub(crate) fn bus_port(&self) -> Option<u16> {
+        self.bus_port
     }
 
     /// The process id, while running.
