@@ -61,6 +61,7 @@ impl LockGuard {
             request.keys.clone(),
             token,
             fence,
+            window.start(),
             window.deadline(),
         );
         Self {
@@ -212,7 +213,9 @@ impl LockGuard {
 
             if round.decision == Decision::Reached {
                 let now = Instant::now();
-                if window.validity_at(now).is_some() && held.extend_to(now, window.deadline()) {
+                if window.validity_at(now).is_some()
+                    && held.extend_to(now, window.start(), window.deadline())
+                {
                     tracing::debug!(extended = round.tally.yes(), "lock extended");
                     return Ok(());
                 }

@@ -52,6 +52,9 @@ pub(crate) struct Held {
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Status {
+    /// When the request that set `deadline` began: validity is measured
+    /// from here.
+    pub(crate) started: Instant,
     /// After this instant the holder must assume the lock is gone.
     pub(crate) deadline: Instant,
     /// Set once the lock is known to be gone (or released) before then.
@@ -70,9 +73,11 @@ impl Held {
         keys: Keys,
         token: Token,
         fence: Option<u64>,
+        started: Instant,
         deadline: Instant,
     ) -> Self {
         let (status, _) = watch::channel(Status {
+            started,
             deadline,
             lost: None,
         });
@@ -103,10 +108,11 @@ impl Held {
     /// Moves the deadline if the lock is still trusted at `now`; returns
     /// whether it did. Lost is final: a late success cannot revive a lock
     /// whose deadline has passed (`lost()` may already have fired).
-    pub(crate) fn extend_to(&self, now: Instant, deadline: Instant) -> bool {
+    pub(crate) fn extend_to(&self, now: Instant, started: Instant, deadline: Instant) -> bool {
         self.status.send_if_modified(|s| {
             let ok = s.trusted_at(now) && now < deadline;
             if ok {
+                s.started = started;
                 s.deadline = deadline;
             }
             ok
@@ -175,6 +181,15 @@ impl Lease {
     /// `start` is when the acquiring (or last extending) request began.
     pub fn deadline(&self) -> Instant {
         self.held.status().deadline
+    }
+
+    /// When the request behind the current deadline began — the acquiring
+    /// attempt, or the last successful extension. Validity is measured from
+    /// this instant (`deadline = started + ttl - drift`); it lies within the
+    /// call that returned the guard (or extended it), before any of that
+    /// request's commands reached a node.
+    pub fn started(&self) -> Instant {
+        self.held.status().started
     }
 
     /// How much longer the lock can be trusted; zero once it is lost,
@@ -263,6 +278,7 @@ mod tests {
             Arc::new(["r".into()]),
             token,
             None,
+            Instant::now(),
             deadline,
         ))
     }
@@ -288,11 +304,11 @@ mod tests {
         };
         let waiter = tokio::spawn(lease.lost());
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(
-            lease
-                .held
-                .extend_to(Instant::now(), start + Duration::from_secs(3))
-        );
+        assert!(lease.held.extend_to(
+            Instant::now(),
+            Instant::now(),
+            start + Duration::from_secs(3)
+        ));
         assert_eq!(waiter.await.expect("waiter"), LossReason::Expired);
         assert!(Instant::now() >= start + Duration::from_secs(3));
     }
@@ -306,7 +322,10 @@ mod tests {
         lease.held.mark_lost(LossReason::Released);
         assert_eq!(waiter.await.expect("waiter"), LossReason::TokenGone);
         assert!(Instant::now() < far);
-        assert!(!lease.held.extend_to(Instant::now(), far), "cannot revive");
+        assert!(
+            !lease.held.extend_to(Instant::now(), Instant::now(), far),
+            "cannot revive"
+        );
         assert_eq!(lease.loss(), Some(LossReason::TokenGone));
     }
 
@@ -317,11 +336,11 @@ mod tests {
             held: held(start + Duration::from_secs(1)),
         };
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(
-            !lease
-                .held
-                .extend_to(Instant::now(), start + Duration::from_secs(10))
-        );
+        assert!(!lease.held.extend_to(
+            Instant::now(),
+            Instant::now(),
+            start + Duration::from_secs(10)
+        ));
     }
 
     #[tokio::test(start_paused = true)]

@@ -148,6 +148,11 @@ impl Window {
         self.start + self.ttl.saturating_sub(self.drift)
     }
 
+    /// When the request began: validity is measured from here.
+    pub(crate) fn start(&self) -> Instant {
+        self.start
+    }
+
     /// `ttl - (now - start) - drift`, or `None` when nothing is left.
     pub(crate) fn validity_at(&self, now: Instant) -> Option<Duration> {
         let left = self.deadline().saturating_duration_since(now);

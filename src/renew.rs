@@ -295,8 +295,8 @@ async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
                 Decision::Reached => {
                     let window = Window::new(start, *ttl, config.drift_factor);
                     let now = Instant::now();
-                    let renewed =
-                        window.validity_at(now).is_some() && held.extend_to(now, window.deadline());
+                    let renewed = window.validity_at(now).is_some()
+                        && held.extend_to(now, window.start(), window.deadline());
                     Some(if renewed {
                         Outcome::Renewed
                     } else {
@@ -364,6 +364,7 @@ mod tests {
                 Arc::new(["r".into()]),
                 token(),
                 None,
+                Instant::now(),
                 deadline,
             ))
         };

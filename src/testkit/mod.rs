@@ -46,8 +46,10 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 mod cluster;
+mod proxy;
 
 pub use cluster::RedisCluster;
+pub use proxy::{FaultProxy, Faults};
 
 /// The environment variable naming the `redis-server` binary to use.
 pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";

@@ -1,0 +1,278 @@
+//! A fault-injecting TCP proxy in front of a server: latency with jitter
+//! (each direction on its own, so replies can be held back past a lock's
+//! ttl while requests still land), dropped connections, and a blackhole.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::TestkitError;
+
+/// The faults a [`FaultProxy`] applies to the traffic passing through it.
+/// The default is none: a transparent proxy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Faults {
+    /// Added to every chunk from client to server.
+    pub request_delay: Duration,
+    /// Added to every chunk from server to client: long enough, it holds
+    /// replies back past a lock's ttl while the requests already landed.
+    pub reply_delay: Duration,
+    /// Up to this much more, uniformly at random, on each chunk.
+    pub jitter: Duration,
+    /// Nothing flows either way until lifted; connections stay open and
+    /// bytes wait in the kernel's buffers, as in a network partition.
+    pub blackhole: bool,
+}
+
+impl Faults {
+    /// Delays each chunk: `request` on the way in, `reply` on the way out,
+    /// plus up to `jitter` more on each.
+    pub fn latency(request: Duration, reply: Duration, jitter: Duration) -> Self {
+        Self {
+            request_delay: request,
+            reply_delay: reply,
+            jitter,
+            blackhole: false,
+        }
+    }
+
+    /// Replies wait `delay` while requests pass at once: long enough, and a
+    /// SET lands but its answer comes back after the lock's ttl.
+    pub fn hold_replies(delay: Duration) -> Self {
+        Self::latency(Duration::ZERO, delay, Duration::ZERO)
+    }
+
+    /// Nothing flows either way until the faults change.
+    pub fn blackhole() -> Self {
+        Self {
+            blackhole: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A TCP proxy on a free loopback port in front of `target`, with faults
+/// that can be changed at any time. Spawned on the current tokio runtime;
+/// everything stops when the proxy is dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::testkit::{FaultProxy, Faults, RedisServer};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = RedisServer::start()?;
+/// let proxy = FaultProxy::start(server.port()).await?;
+/// // Clients connect to proxy.url() instead of server.url().
+/// proxy.set(Faults::hold_replies(Duration::from_secs(2)));
+/// proxy.drop_connections();
+/// proxy.heal();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct FaultProxy {
+    port: u16,
+    state: Arc<watch::Sender<State>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct State {
+    faults: Faults,
+    /// Bumped to close every open connection.
+    epoch: u64,
+    shutdown: bool,
+}
+
+impl FaultProxy {
+    /// Starts a transparent proxy to `127.0.0.1:<target_port>`.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Io`] if no loopback port can be bound.
+    pub async fn start(target_port: u16) -> Result<Self, TestkitError> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let target = SocketAddr::from(([127, 0, 0, 1], target_port));
+        let (state, _) = watch::channel(State::default());
+        let state = Arc::new(state);
+        tokio::spawn(accept(listener, target, state.subscribe()));
+        Ok(Self { port, state })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Applies `faults` from now on (to open connections too).
+    pub fn set(&self, faults: Faults) {
+        self.state.send_modify(|s| s.faults = faults);
+    }
+
+    /// The faults currently applied.
+    pub fn faults(&self) -> Faults {
+        self.state.borrow().faults
+    }
+
+    /// Closes every open connection at once, as a network failure would;
+    /// new connections are accepted as before.
+    pub fn drop_connections(&self) {
+        self.state.send_modify(|s| s.epoch += 1);
+    }
+
+    /// Removes every fault: a transparent proxy again.
+    pub fn heal(&self) {
+        self.set(Faults::default());
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.state.send_modify(|s| s.shutdown = true);
+    }
+}
+
+async fn accept(listener: TcpListener, target: SocketAddr, mut state: watch::Receiver<State>) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { continue };
+                tokio::spawn(serve(client, target, state.clone()));
+            }
+            changed = state.changed() => {
+                if changed.is_err() || state.borrow().shutdown {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Pumps one connection both ways until either side closes, the epoch
+/// changes (dropped connections) or the proxy shuts down.
+async fn serve(client: TcpStream, target: SocketAddr, state: watch::Receiver<State>) {
+    let Ok(server) = TcpStream::connect(target).await else {
+        return; // the server is down: the client sees the connection close
+    };
+    let epoch = state.borrow().epoch;
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let upstream = pump(
+        client_read,
+        server_write,
+        state.clone(),
+        epoch,
+        Direction::Request,
+    );
+    let downstream = pump(server_read, client_write, state, epoch, Direction::Reply);
+    // Either direction ending ends the connection: dropping both halves
+    // closes both sockets.
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Request,
+    Reply,
+}
+
+/// Forwards one direction. A reader stamps each chunk with the time it may
+/// leave (arrival + delay + jitter) and a writer releases it then, so that
+/// delays do not pile up behind one another and a healed proxy catches up.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    state: watch::Receiver<State>,
+    epoch: u64,
+    direction: Direction,
+) {
+    let (chunks, mut ready) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let reader = {
+        let mut state = state.clone();
+        async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                // Wait out a blackhole before reading: bytes queue in the kernel.
+                loop {
+                    let s = *state.borrow_and_update();
+                    if s.shutdown || s.epoch != epoch {
+                        return;
+                    }
+                    if !s.faults.blackhole {
+                        break;
+                    }
+                    if state.changed().await.is_err() {
+                        return;
+                    }
+                }
+                let n = tokio::select! {
+                    read = from.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    },
+                    changed = state.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                let faults = state.borrow().faults;
+                let base = match direction {
+                    Direction::Request => faults.request_delay,
+                    Direction::Reply => faults.reply_delay,
+                };
+                let leave = Instant::now() + base + faults.jitter.mul_f64(rand::random::<f64>());
+                if chunks.send((leave, buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    let writer = async move {
+        while let Some((leave, chunk)) = ready.recv().await {
+            tokio::time::sleep_until(leave).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    // Closing: the epoch changes or the proxy shuts down; or either half ends.
+    tokio::select! {
+        _ = reader => {}
+        _ = writer => {}
+        _ = wait_for_close(state, epoch) => {}
+    }
+}
+
+/// Resolves once the connection must close (epoch bumped, or shutdown).
+async fn wait_for_close(mut state: watch::Receiver<State>, epoch: u64) {
+    loop {
+        {
+            let s = state.borrow_and_update();
+            if s.shutdown || s.epoch != epoch {
+                return;
+            }
+        }
+        if state.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,970 @@
+//! Safety under chaos, Jepsen-style: many clients contend for locks over
+//! real redis-server nodes while a seeded injector kills, pauses, slows and
+//! partitions them; every client's beliefs are recorded on one monotonic
+//! clock and checked afterwards.
+//!
+//! - `chaos_ci_profile`: the CI run — at least 10,000 grants over 5 nodes,
+//!   16 clients, every fault kind. `QUORUMLOCK_CHAOS_SEED=N` replays a run's
+//!   fault schedule.
+//! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SECS=3600 cargo test --release
+//!   --all-features --test chaos -- --ignored --nocapture` runs seed after
+//!   seed for that long and prints totals.
+//! - Negative controls: an immediate restart without persistence must be
+//!   flagged by the checker every time; a delayed restart or persistence
+//!   must not be.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions};
+use quorumlock::{Error, LossReason, Redlock, Retry};
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+const NODES: usize = 5;
+const CLIENTS: usize = 16;
+const RESOURCES: [&str; 4] = [
+    "chaos:fenced:a",
+    "chaos:fenced:b",
+    "chaos:plain:c",
+    "chaos:plain:d",
+];
+const TTL: Duration = Duration::from_millis(600);
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Time spent inside the critical section between reading and writing.
+const SECTION: Duration = Duration::from_millis(1);
+
+// ---------------------------------------------------------------- history
+
+/// One acquisition the library granted, as the client saw it.
+#[derive(Debug, Clone)]
+struct Grant {
+    client: usize,
+    resource: usize,
+    token: String,
+    fence: Option<u64>,
+    /// When `lock` was called, and when it returned the guard.
+    t_inv: Instant,
+    t_ok: Instant,
+    /// When the library says the attempt began (`Lease::started`): its
+    /// deadline is measured from here.
+    started: Instant,
+    /// The library's deadline for the grant.
+    deadline: Instant,
+    /// When the client called `release` (its window ends at the earlier of
+    /// this and the deadline).
+    release_called: Instant,
+    /// Whether the critical section wrote (it does only while valid).
+    wrote: bool,
+    /// The ttl requested.
+    ttl: Duration,
+}
+
+impl Grant {
+    fn window(&self) -> (Instant, Instant) {
+        (self.t_ok, self.deadline.min(self.release_called))
+    }
+}
+
+/// What happened to one operation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    Ok,
+    /// A documented failure, by kind.
+    Failed(&'static str),
+    /// The effect is unknown (e.g. a release that could not reach every
+    /// node): its keys must be gone within their ttl.
+    Ambiguous(&'static str),
+    /// An error the library does not document for this call.
+    Undocumented(String),
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    client: usize,
+    what: &'static str,
+    resource: usize,
+    t_inv: Instant,
+    t_end: Instant,
+    outcome: Outcome,
+}
+
+/// A window during which a majority of nodes was down.
+#[derive(Debug, Clone, Copy)]
+struct Outage {
+    from: Instant,
+    to: Instant,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    grants: Vec<Grant>,
+    ops: Vec<Op>,
+    outages: Vec<Outage>,
+}
+
+#[derive(Debug, Default)]
+struct Recorder {
+    history: Mutex<History>,
+}
+
+impl Recorder {
+    fn grant(&self, grant: Grant) {
+        self.history.lock().expect("history").grants.push(grant);
+    }
+    fn op(&self, op: Op) {
+        self.history.lock().expect("history").ops.push(op);
+    }
+    fn outage(&self, outage: Outage) {
+        self.history.lock().expect("history").outages.push(outage);
+    }
+    fn take(&self) -> History {
+        std::mem::take(&mut *self.history.lock().expect("history"))
+    }
+}
+
+// ---------------------------------------------------------------- checker
+
+/// Everything the checker found, with enough history to understand it.
+#[derive(Debug, Default)]
+struct Report {
+    violations: Vec<String>,
+}
+
+/// Grants whose deadline exceeds `t_inv + ttl` on the client's clock: the
+/// client thread was preempted between reading its clock and calling the
+/// library for longer than the drift allowance.
+fn preempted(history: &History) -> usize {
+    history
+        .grants
+        .iter()
+        .filter(|g| g.deadline > g.t_inv + g.ttl)
+        .count()
+}
+
+impl Report {
+    fn flag(&mut self, what: String) {
+        self.violations.push(what);
+    }
+}
+
+fn show(start: Instant, g: &Grant) -> String {
+    let ms = |t: Instant| t.saturating_duration_since(start).as_secs_f64() * 1000.0;
+    format!(
+        "client {} token {}… fence {:?}: invoked {:.1}ms, granted {:.1}ms, deadline {:.1}ms, release called {:.1}ms, wrote {}",
+        g.client,
+        &g.token[..4],
+        g.fence,
+        ms(g.t_inv),
+        ms(g.t_ok),
+        ms(g.deadline),
+        ms(g.release_called),
+        g.wrote
+    )
+}
+
+/// Checks a history: per grant, the deadline is never overstated; per
+/// resource, believed-held windows never overlap, the counter equals the
+/// writes, fences increase in grant order; no grant succeeds inside a
+/// majority outage; every failure is a documented one.
+fn check(start: Instant, history: &History, counters: &[u64], failure_bound: Duration) -> Report {
+    let mut report = Report::default();
+    for g in &history.grants {
+        // The start lies within the call, and the deadline is never later
+        // than start + ttl. (The stricter `deadline <= t_inv + ttl` on the
+        // client's own clock also needs the client thread not to be
+        // preempted for longer than the drift allowance between its clock
+        // read and the library's; that is counted, not judged: see
+        // `preempted`.)
+        if g.started < g.t_inv || g.started > g.t_ok {
+            report.flag(format!("start outside the call: {}", show(start, g)));
+        }
+        if g.deadline > g.started + g.ttl {
+            report.flag(format!("deadline overstated: {}", show(start, g)));
+        }
+    }
+    for (r, name) in RESOURCES.iter().enumerate().take(counters.len()) {
+        let mut grants: Vec<&Grant> = history.grants.iter().filter(|g| g.resource == r).collect();
+        grants.sort_by_key(|g| g.t_ok);
+        for (i, a) in grants.iter().enumerate() {
+            let (a_from, a_to) = a.window();
+            for b in grants.iter().skip(i + 1) {
+                let (b_from, b_to) = b.window();
+                if b_from >= a_to {
+                    break; // sorted by start: no later window can overlap `a`
+                }
+                if a_from < b_to && b_from < a_to {
+                    report.flag(format!(
+                        "overlapping windows on {name}:\n    {}\n    {}",
+                        show(start, a),
+                        show(start, b)
+                    ));
+                }
+            }
+        }
+        let writes = grants.iter().filter(|g| g.wrote).count() as u64;
+        if counters[r] != writes {
+            report.flag(format!(
+                "counter of {name} is {} but {writes} grants wrote: an update was lost",
+                counters[r]
+            ));
+        }
+        let fences: Vec<u64> = grants.iter().filter_map(|g| g.fence).collect();
+        if let Some(w) = fences.windows(2).find(|w| w[0] >= w[1]) {
+            report.flag(format!(
+                "fences on {name} not increasing in grant order: {} then {}",
+                w[0], w[1]
+            ));
+        }
+    }
+    for outage in &history.outages {
+        for g in &history.grants {
+            if g.t_inv >= outage.from && g.t_ok <= outage.to {
+                report.flag(format!(
+                    "granted during a majority outage: {}",
+                    show(start, g)
+                ));
+            }
+        }
+    }
+    for op in &history.ops {
+        if let Outcome::Undocumented(e) = &op.outcome {
+            report.flag(format!(
+                "client {} {} {}: undocumented error: {e}",
+                op.client, op.what, RESOURCES[op.resource]
+            ));
+        }
+        if op.what == "lock"
+            && matches!(op.outcome, Outcome::Failed(_))
+            && op.t_end - op.t_inv > failure_bound
+        {
+            report.flag(format!(
+                "client {} lock failed only after {:?} (bound {failure_bound:?})",
+                op.client,
+                op.t_end - op.t_inv
+            ));
+        }
+    }
+    report
+}
+
+/// Sorts a lock failure into a documented kind, or says it is not one.
+fn classify(error: &Error) -> Outcome {
+    match error {
+        Error::Contended { .. } => Outcome::Failed("contended"),
+        Error::Unavailable { .. } => Outcome::Failed("unavailable"),
+        Error::ValidityExpired { .. } => Outcome::Failed("validity expired"),
+        Error::WaitTimeout { .. } => Outcome::Failed("wait timeout"),
+        other => Outcome::Undocumented(other.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------- faults
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillRestart,
+    Pause,
+    Slow,
+    MajorityLoss,
+    Latency,
+    DropConnections,
+    Blackhole,
+    HoldReplies,
+}
+
+const FAULTS: [Fault; 8] = [
+    Fault::KillRestart,
+    Fault::Pause,
+    Fault::Slow,
+    Fault::MajorityLoss,
+    Fault::Latency,
+    Fault::DropConnections,
+    Fault::Blackhole,
+    Fault::HoldReplies,
+];
+
+struct Cluster {
+    nodes: Arc<RedisNodes>,
+    proxies: Vec<FaultProxy>,
+}
+
+impl Cluster {
+    async fn start(options: ServerOptions) -> Self {
+        let nodes = Arc::new(RedisNodes::start_with(NODES, options).expect("nodes"));
+        let mut proxies = Vec::new();
+        for server in nodes.iter() {
+            proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+        }
+        Self { nodes, proxies }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.proxies.iter().map(FaultProxy::url).collect()
+    }
+
+    async fn restart(&self, i: usize) {
+        let nodes = self.nodes.clone();
+        tokio::task::spawn_blocking(move || nodes[i].restart())
+            .await
+            .expect("restart task")
+            .expect("restart");
+    }
+
+    /// Applies one fault episode and heals it.
+    async fn inject(&self, fault: Fault, rng: &mut rand::rngs::StdRng, recorder: &Recorder) {
+        let victim = rng.random_range(0..NODES);
+        let hold = Duration::from_millis(rng.random_range(50..400));
+        match fault {
+            Fault::KillRestart => {
+                self.nodes[victim].kill();
+                tokio::time::sleep(hold).await;
+                self.restart(victim).await;
+            }
+            Fault::Pause => {
+                self.nodes[victim].pause().expect("pause");
+                tokio::time::sleep(hold).await;
+                self.nodes[victim].resume().expect("resume");
+            }
+            Fault::Slow => {
+                // The node itself stalls (DEBUG SLEEP), connections stay up.
+                let mut admin = support::conn(&self.nodes[victim].url()).await;
+                let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg(hold.as_secs_f64())
+                    .query_async(&mut admin)
+                    .await;
+            }
+            Fault::MajorityLoss => {
+                let mut all: Vec<usize> = (0..NODES).collect();
+                all.shuffle(rng);
+                let majority = &all[..NODES / 2 + 1];
+                for &i in majority {
+                    self.nodes[i].kill();
+                }
+                let from = Instant::now();
+                tokio::time::sleep(hold + Duration::from_millis(300)).await;
+                let to = Instant::now();
+                recorder.outage(Outage { from, to });
+                for &i in majority {
+                    self.restart(i).await;
+                }
+            }
+            Fault::Latency => {
+                self.proxies[victim].set(Faults::latency(
+                    Duration::from_millis(rng.random_range(1..30)),
+                    Duration::from_millis(rng.random_range(1..30)),
+                    Duration::from_millis(rng.random_range(0..20)),
+                ));
+                tokio::time::sleep(hold).await;
+                self.proxies[victim].heal();
+            }
+            Fault::DropConnections => {
+                self.proxies[victim].drop_connections();
+                tokio::time::sleep(hold).await;
+            }
+            Fault::Blackhole => {
+                self.proxies[victim].set(Faults::blackhole());
+                tokio::time::sleep(hold + NODE_TIMEOUT).await;
+                self.proxies[victim].heal();
+            }
+            Fault::HoldReplies => {
+                // Requests land, replies come back after the ttl: on a
+                // majority, no grant may be believed, and cleanup (whose
+                // requests still land) must remove what the SETs wrote.
+                let mut all: Vec<usize> = (0..NODES).collect();
+                all.shuffle(rng);
+                for &i in &all[..NODES / 2 + 1] {
+                    self.proxies[i].set(Faults::hold_replies(TTL + Duration::from_millis(100)));
+                }
+                tokio::time::sleep(hold).await;
+                for proxy in &self.proxies {
+                    proxy.heal();
+                }
+            }
+        }
+    }
+
+    /// Heals every proxy and brings every node back.
+    async fn heal_all(&self) {
+        for proxy in &self.proxies {
+            proxy.heal();
+        }
+        for i in 0..NODES {
+            if self.nodes[i].is_running() {
+                let _ = self.nodes[i].resume();
+            } else {
+                self.restart(i).await;
+            }
+        }
+    }
+
+    /// How many of `RESOURCES` still have a lock key on some node.
+    async fn leaked_keys(&self) -> usize {
+        let mut leaked = 0;
+        for resource in RESOURCES {
+            leaked += support::values(&self.nodes, resource)
+                .await
+                .iter()
+                .filter(|v| v.is_some())
+                .count();
+        }
+        leaked
+    }
+}
+
+// ---------------------------------------------------------------- clients
+
+struct Shared {
+    recorder: Recorder,
+    counters: Vec<AtomicU64>,
+    stop: AtomicBool,
+}
+
+async fn client(id: usize, locks: Redlock, shared: Arc<Shared>) {
+    let resource = id % RESOURCES.len();
+    let name = RESOURCES[resource];
+    let fenced = name.contains("fenced");
+    while !shared.stop.load(Ordering::Relaxed) {
+        let t_inv = Instant::now();
+        // One attempt per recorded operation, so that its invocation time
+        // is the start the library measures the deadline from.
+        let result = if fenced {
+            locks.try_lock_fenced(name, TTL).await
+        } else {
+            locks.try_lock(name, TTL).await
+        };
+        let t_end = Instant::now();
+        let guard = match result {
+            Ok(guard) => guard,
+            Err(error) => {
+                shared.recorder.op(Op {
+                    client: id,
+                    what: "lock",
+                    resource,
+                    t_inv,
+                    t_end,
+                    outcome: classify(&error),
+                });
+                // Randomized backoff, as lock() would do.
+                let pause = Duration::from_micros(2000 + rand::random::<u64>() % 8000);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        shared.recorder.op(Op {
+            client: id,
+            what: "lock",
+            resource,
+            t_inv,
+            t_end,
+            outcome: Outcome::Ok,
+        });
+        // The protected update: read, pause, write — lost if two overlap.
+        let counter = &shared.counters[resource];
+        let value = counter.load(Ordering::SeqCst);
+        tokio::time::sleep(SECTION).await;
+        let wrote = !guard.validity().is_zero();
+        if wrote {
+            counter.store(value + 1, Ordering::SeqCst);
+        }
+        let release_called = Instant::now();
+        let grant = Grant {
+            client: id,
+            resource,
+            token: guard.token().as_str().to_owned(),
+            fence: guard.fence(),
+            t_inv,
+            t_ok: t_end,
+            started: guard.started(),
+            deadline: guard.deadline(),
+            release_called,
+            wrote,
+            ttl: TTL,
+        };
+        let outcome = match guard.release().await {
+            Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
+            Ok(_) => Outcome::Ambiguous("partial release"),
+            // Known not to be held any more: nothing left behind.
+            Err(Error::Lost { .. }) => Outcome::Failed("lost before release"),
+            Err(other) => Outcome::Undocumented(other.to_string()),
+        };
+        shared.recorder.op(Op {
+            client: id,
+            what: "release",
+            resource,
+            t_inv: release_called,
+            t_end: Instant::now(),
+            outcome,
+        });
+        shared.recorder.grant(grant);
+    }
+}
+
+/// Totals of one or more runs.
+#[derive(Debug, Default)]
+struct Totals {
+    runs: u64,
+    grants: u64,
+    outcomes: BTreeMap<String, u64>,
+    faults: BTreeMap<String, u64>,
+    violations: u64,
+    leaked_keys: u64,
+    preempted: u64,
+}
+
+impl Totals {
+    fn print(&self) {
+        let mut out = String::new();
+        let _ = writeln!(out, "chaos totals over {} run(s):", self.runs);
+        let _ = writeln!(out, "  grants (acquisitions): {}", self.grants);
+        for (outcome, n) in &self.outcomes {
+            let _ = writeln!(out, "  {outcome}: {n}");
+        }
+        for (fault, n) in &self.faults {
+            let _ = writeln!(out, "  fault {fault}: {n}");
+        }
+        let _ = writeln!(
+            out,
+            "  grants whose client thread was preempted past the drift allowance before the call began: {}",
+            self.preempted
+        );
+        let _ = writeln!(out, "  violations: {}", self.violations);
+        let _ = write!(out, "  leaked keys: {}", self.leaked_keys);
+        println!("{out}");
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("QUORUMLOCK_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random)
+}
+
+/// One chaos run: clients contend while faults are injected, until at
+/// least `min_grants` grants and every fault kind, or `max_time`.
+async fn chaos_run(seed: u64, min_grants: usize, max_time: Duration, totals: &mut Totals) {
+    println!("chaos seed = {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed})");
+    // appendonly with everysec: the tests kill processes, not machines, and
+    // Redis writes the AOF before replying, so every acknowledged write
+    // survives SIGKILL — what fences need, without an fsync per write.
+    let options = ServerOptions::new()
+        .persistent()
+        .arg("--appendfsync")
+        .arg("everysec");
+    let cluster = Cluster::start(options).await;
+    let shared = Arc::new(Shared {
+        recorder: Recorder::default(),
+        counters: RESOURCES.iter().map(|_| AtomicU64::new(0)).collect(),
+        stop: AtomicBool::new(false),
+    });
+    let managers: Vec<Redlock> = (0..CLIENTS)
+        .map(|_| {
+            Redlock::builder()
+                .nodes(cluster.urls())
+                .node_timeout(NODE_TIMEOUT)
+                .build()
+                .expect("config")
+        })
+        .collect();
+    let start = Instant::now();
+    let clients: Vec<_> = managers
+        .iter()
+        .enumerate()
+        .map(|(id, locks)| tokio::spawn(client(id, locks.clone(), shared.clone())))
+        .collect();
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut injected: BTreeMap<Fault, u64> = BTreeMap::new();
+    let mut schedule = Vec::new();
+    loop {
+        let grants = shared
+            .recorder
+            .history
+            .lock()
+            .expect("history")
+            .grants
+            .len();
+        let every_kind = injected.len() == FAULTS.len();
+        if (grants >= min_grants && every_kind) || start.elapsed() > max_time {
+            break;
+        }
+        if schedule.is_empty() {
+            // Every kind once per round, in a seeded order.
+            schedule = FAULTS.to_vec();
+            schedule.shuffle(&mut rng);
+        }
+        let fault = schedule.pop().expect("non-empty");
+        cluster.inject(fault, &mut rng, &shared.recorder).await;
+        *injected.entry(fault).or_default() += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        support::no_hang("chaos client", c)
+            .await
+            .expect("client task");
+    }
+    cluster.heal_all().await;
+    for locks in &managers {
+        locks.settle().await;
+    }
+    // Keys that ambiguous operations may have left expire within their ttl.
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
+    let leaked = cluster.leaked_keys().await;
+
+    let history = shared.recorder.take();
+    let counters: Vec<u64> = shared
+        .counters
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst))
+        .collect();
+    // One attempt: acquire, write-back and cleanup, each within the node
+    // timeout, with slack for a loaded 2-core machine.
+    let failure_bound = 3 * NODE_TIMEOUT + Duration::from_secs(2);
+    let report = check(start, &history, &counters, failure_bound);
+
+    totals.runs += 1;
+    totals.grants += history.grants.len() as u64;
+    for op in &history.ops {
+        let key = format!("{} {:?}", op.what, op.outcome);
+        *totals.outcomes.entry(key).or_default() += 1;
+    }
+    for (fault, n) in injected {
+        *totals.faults.entry(format!("{fault:?}")).or_default() += n;
+    }
+    totals.violations += report.violations.len() as u64;
+    totals.leaked_keys += leaked as u64;
+    totals.preempted += preempted(&history) as u64;
+    totals.print();
+
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed}: {} violation(s):\n{}",
+        report.violations.len(),
+        report.violations.join("\n")
+    );
+    assert_eq!(leaked, 0, "seed {seed}: lock keys left after their ttl");
+    assert!(
+        history.grants.len() >= min_grants,
+        "seed {seed}: only {} grants in {max_time:?}",
+        history.grants.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_ci_profile() {
+    let mut totals = Totals::default();
+    chaos_run(seed(), 10_000, Duration::from_secs(240), &mut totals).await;
+    assert_eq!(
+        totals.faults.len(),
+        FAULTS.len(),
+        "every fault kind was injected"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: set QUORUMLOCK_SOAK_SECS and run with --ignored"]
+async fn chaos_soak() {
+    let secs = std::env::var("QUORUMLOCK_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut totals = Totals::default();
+    while Instant::now() < until {
+        chaos_run(
+            rand::random(),
+            10_000,
+            Duration::from_secs(600),
+            &mut totals,
+        )
+        .await;
+    }
+}
+
+// ------------------------------------------------------- negative controls
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    /// Straight back up, empty: the known way to break Redlock.
+    Immediate,
+    /// Kept down until the first holder's ttl has passed.
+    Delayed,
+    /// Straight back up, but with every write persisted.
+    Persistent,
+}
+
+/// A holds the lock on all 3 nodes; 2 of them restart; B then tries. Returns
+/// what the checker says about the two grants.
+async fn restart_scenario(mode: Restart) -> Report {
+    let options = match mode {
+        Restart::Persistent => ServerOptions::new().persistent(),
+        Restart::Immediate | Restart::Delayed => ServerOptions::new(),
+    };
+    let nodes = RedisNodes::start_with(3, options).expect("nodes");
+    let ttl = Duration::from_secs(2);
+    let retry = Retry::forever()
+        .delay(Duration::from_millis(20))
+        .wait(Duration::from_secs(10));
+    let a_locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .retry(retry)
+        .build()
+        .expect("config");
+    let b_locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .retry(retry)
+        .build()
+        .expect("config");
+    // Warm A's connections so that its grant reaches all three nodes.
+    a_locks
+        .lock("warm", ttl)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    let start = Instant::now();
+
+    let t_inv = Instant::now();
+    let a = a_locks.lock("control", ttl).await.expect("A locks");
+    let a_ok = Instant::now();
+    assert_eq!(
+        support::holding(&nodes, "control", a.token().as_str()).await,
+        3
+    );
+    for i in 0..2 {
+        nodes[i].kill();
+        if mode == Restart::Delayed {
+            // Down for longer than any lock it held may live.
+            tokio::time::sleep(ttl).await;
+        }
+        nodes[i].restart().expect("restart");
+    }
+    // B retries with single attempts, so its invocation time is the start of
+    // the attempt that succeeded.
+    let (b, b_inv, b_ok) = support::no_hang("B locks, sooner or later", async {
+        loop {
+            let b_inv = Instant::now();
+            if let Ok(b) = b_locks.try_lock("control", ttl).await {
+                break (b, b_inv, Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let a_release = Instant::now();
+    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
+        client,
+        resource: 0,
+        token: token.to_owned(),
+        fence: None,
+        t_inv,
+        t_ok,
+        started,
+        deadline,
+        release_called,
+        wrote: false,
+        ttl,
+    };
+    let history = History {
+        grants: vec![
+            grant(
+                0,
+                a.token().as_str(),
+                t_inv,
+                a_ok,
+                a.started(),
+                a.deadline(),
+                a_release,
+            ),
+            grant(
+                1,
+                b.token().as_str(),
+                b_inv,
+                b_ok,
+                b.started(),
+                b.deadline(),
+                Instant::now(),
+            ),
+        ],
+        ops: Vec::new(),
+        outages: Vec::new(),
+    };
+    let _ = a.release().await;
+    let _ = b.release().await;
+    check(start, &history, &[0], Duration::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_empty_restart_is_flagged_every_time() {
+    for run in 0..5 {
+        let report = restart_scenario(Restart::Immediate).await;
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("overlapping windows")),
+            "run {run}: the checker missed the known violation: {report:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_or_persistent_restart_is_not_flagged() {
+    for mode in [Restart::Delayed, Restart::Persistent] {
+        let report = restart_scenario(mode).await;
+        assert!(report.violations.is_empty(), "{mode:?}: {report:?}");
+    }
+}
+
+// ----------------------------------------------------- single scenarios
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_paused_past_its_deadline_learns_it_and_is_fenced_off() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let retry = Retry::forever()
+        .delay(Duration::from_millis(10))
+        .wait(Duration::from_secs(10));
+    let locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .retry(retry)
+        .build()
+        .expect("config");
+    // A toy store that rejects writes fenced lower than the highest it saw.
+    let store = Mutex::new((0u64, String::new()));
+    let write = |fence: u64, value: &str| {
+        let mut s = store.lock().expect("store");
+        if fence < s.0 {
+            return false;
+        }
+        *s = (fence, value.to_owned());
+        true
+    };
+
+    let stale = locks
+        .lock_fenced("report", Duration::from_millis(400))
+        .await
+        .expect("lock");
+    // The "pause": the holder does nothing until well past its deadline.
+    assert_eq!(
+        stale.lost().await,
+        LossReason::Expired,
+        "lost() reports the pause"
+    );
+    let fresh = locks
+        .lock_fenced("report", TTL)
+        .await
+        .expect("lock after expiry");
+    assert!(fresh.fence() > stale.fence());
+    assert!(write(fresh.fence().expect("fence"), "fresh"));
+    // The stale holder wakes up and writes: the store turns it away.
+    assert!(!write(stale.fence().expect("fence"), "stale"));
+    assert_eq!(store.lock().expect("store").1, "fresh");
+    fresh.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_held_back_past_the_ttl_refuse_the_grant_and_clean_up() {
+    let cluster = Cluster::start(ServerOptions::new()).await;
+    let locks = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    locks
+        .lock("warm", TTL)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    for proxy in &cluster.proxies[..3] {
+        proxy.set(Faults::hold_replies(TTL + Duration::from_millis(200)));
+    }
+    let err = locks
+        .try_lock("late", TTL)
+        .await
+        .expect_err("replies come too late");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    // The SETs landed; the cleanup requests behind them land too. Settled,
+    // and with the proxies healed, no node holds the key — well before the
+    // ttl could have removed it.
+    locks.settle().await;
+    for proxy in &cluster.proxies {
+        proxy.heal();
+    }
+    assert_eq!(
+        support::values(&cluster.nodes, "late").await,
+        vec![None; NODES]
+    );
+}
+
+// ------------------------------------------------------- checker self-test
+
+#[tokio::test(start_paused = true)]
+async fn the_checker_sees_each_kind_of_violation() {
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let g = |client, from, to, fence, wrote| Grant {
+        client,
+        resource: 0,
+        token: "abcdef".into(),
+        fence,
+        t_inv: ms(from),
+        t_ok: ms(from),
+        started: ms(from),
+        deadline: ms(to),
+        release_called: ms(to),
+        wrote,
+        ttl: Duration::from_secs(1),
+    };
+    let history = |grants| History {
+        grants,
+        ops: Vec::new(),
+        outages: Vec::new(),
+    };
+    let clean = history(vec![
+        g(0, 0, 100, Some(1), true),
+        g(1, 100, 200, Some(2), true),
+    ]);
+    assert!(check(t0, &clean, &[2], Duration::MAX).violations.is_empty());
+
+    let overlap = history(vec![g(0, 0, 150, None, true), g(1, 100, 200, None, true)]);
+    assert!(check(t0, &overlap, &[2], Duration::MAX).violations[0].contains("overlapping"));
+
+    let lost_update = history(vec![g(0, 0, 100, None, true), g(1, 100, 200, None, true)]);
+    assert!(check(t0, &lost_update, &[1], Duration::MAX).violations[0].contains("lost"));
+
+    let fences = history(vec![
+        g(0, 0, 100, Some(5), true),
+        g(1, 100, 200, Some(5), true),
+    ]);
+    assert!(check(t0, &fences, &[2], Duration::MAX).violations[0].contains("fences"));
+
+    let mut outside = g(0, 0, 100, None, false);
+    outside.started = ms(50);
+    let report = check(t0, &history(vec![outside]), &[0], Duration::MAX);
+    assert!(report.violations[0].contains("outside the call"));
+
+    let mut overstated = g(0, 0, 100, None, false);
+    overstated.deadline = ms(5000);
+    let report = check(t0, &history(vec![overstated]), &[0], Duration::MAX);
+    assert!(report.violations[0].contains("overstated"));
+
+    let mut during = history(vec![g(0, 200, 300, None, false)]);
+    during.outages.push(Outage {
+        from: ms(100),
+        to: ms(400),
+    });
+    assert!(check(t0, &during, &[0], Duration::MAX).violations[0].contains("outage"));
+}
