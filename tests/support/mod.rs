@@ -31,10 +31,16 @@ pub async fn no_hang<T>(what: &str, fut: impl Future<Output = T>) -> T {
 }
 
 /// A fresh direct connection to one node, independent of the library's.
+/// Its reply timeout is generous: redis-rs' default (500 ms) fails test
+/// reads on a heavily loaded 2-core machine, which says nothing about the
+/// library.
 pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(30)))
+        .set_connection_timeout(Some(Duration::from_secs(30)));
     redis::Client::open(url)
         .expect("url")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("connect")
 }
