@@ -11,6 +11,7 @@ use quorumlock::{Error, Redlock, Retry};
 use crate::duration::show;
 use crate::exit;
 use crate::nodes::usage_error;
+use crate::signals::{Signals, signal_status};
 
 const RESOURCE: &str = "demo:nightly-report";
 const TTL: Duration = Duration::from_secs(10);
@@ -58,9 +59,24 @@ async fn local() -> Result<u8, clap::Error> {
         println!("  node {i}: {}", server.url());
     }
     let locks = manager(&nodes.urls())?;
-    let status = match tour(&locks, Some(&nodes)).await {
-        Ok(()) => 0,
-        Err(e) => failed(&e),
+    // Interrupted or not, return normally so that `nodes` drops and every
+    // server it started is stopped.
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("quorumlock: cannot install signal handlers: {e}");
+            return Ok(exit::INTERNAL);
+        }
+    };
+    let status = tokio::select! {
+        toured = tour(&locks, Some(&nodes)) => match toured {
+            Ok(()) => 0,
+            Err(e) => failed(&e),
+        },
+        received = signals.recv() => {
+            eprintln!("quorumlock: {received}; stopping the demo");
+            signal_status(received)
+        }
     };
     locks.settle().await;
     println!("\nStopping the local nodes. Done.");

@@ -12,11 +12,11 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use quorumlock::{Error, LockGuard, Redlock, Retry};
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
 use crate::exit;
 use crate::nodes::NodeArgs;
+use crate::signals::{Signals, signal_status};
 
 /// The environment variable carrying the fencing token to the command.
 pub(crate) const FENCE_ENV: &str = "QUORUMLOCK_FENCE";
@@ -70,33 +70,6 @@ pub(crate) struct ExecArgs {
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
-}
-
-/// SIGINT, SIGTERM and SIGHUP, caught so that quorumlock can give the lock
-/// back (and pass them on to the command) instead of dying with it held.
-struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> io::Result<Self> {
-        Ok(Self {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next signal received. Cancel safe.
-    async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.interrupt.recv() => Signal::SIGINT,
-            _ = self.terminate.recv() => Signal::SIGTERM,
-            _ = self.hangup.recv() => Signal::SIGHUP,
-        }
-    }
 }
 
 pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
@@ -279,8 +252,4 @@ fn exit_status(status: ExitStatus) -> u8 {
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(exit::INTERNAL),
         (None, None) => exit::INTERNAL,
     }
-}
-
-fn signal_status(signal: Signal) -> u8 {
-    u8::try_from(128 + signal as i32).unwrap_or(exit::INTERNAL)
 }

@@ -11,6 +11,7 @@ mod duration;
 mod exec;
 mod exit;
 mod nodes;
+mod signals;
 mod status;
 
 use std::process::ExitCode;
