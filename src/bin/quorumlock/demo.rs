@@ -46,6 +46,15 @@ pub(crate) async fn run(args: DemoArgs) -> Result<u8, clap::Error> {
 }
 
 async fn local() -> Result<u8, clap::Error> {
+    // Caught from before the first server starts: interrupted or not, the
+    // demo returns normally, so `nodes` drops and stops every server.
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("quorumlock: cannot install signal handlers: {e}");
+            return Ok(exit::INTERNAL);
+        }
+    };
     println!("Starting {LOCAL_NODES} independent redis-server nodes on free local ports…");
     // Every server is killed when `nodes` drops, on every path out of here.
     let nodes = match RedisNodes::start(LOCAL_NODES) {
@@ -59,15 +68,6 @@ async fn local() -> Result<u8, clap::Error> {
         println!("  node {i}: {}", server.url());
     }
     let locks = manager(&nodes.urls())?;
-    // Interrupted or not, return normally so that `nodes` drops and every
-    // server it started is stopped.
-    let mut signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(e) => {
-            eprintln!("quorumlock: cannot install signal handlers: {e}");
-            return Ok(exit::INTERNAL);
-        }
-    };
     let status = tokio::select! {
         toured = tour(&locks, Some(&nodes)) => match toured {
             Ok(()) => 0,
