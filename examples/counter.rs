@@ -20,8 +20,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let nodes = RedisNodes::start(5)?;
     // The counter lives in a separate store, as shared data would.
     let store = RedisServer::start()?;
+    // redis-rs gives up on a reply after 500 ms by default; a busy machine
+    // can take longer, and a failed SET would spoil the count.
+    let patient =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
     let conn = redis::Client::open(store.url())?
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&patient)
         .await?;
     let locks = Redlock::builder()
         .nodes(nodes.urls())

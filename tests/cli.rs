@@ -36,10 +36,15 @@ fn nodes_arg(nodes: &RedisNodes) -> String {
     nodes.urls().join(",")
 }
 
+/// A node timeout that a loaded test machine does not run into; it bounds
+/// waiting for a node, it asserts nothing about speed.
+const NODE_TIMEOUT: &str = "5s";
+
 /// `quorumlock exec --nodes … <extra…> RESOURCE -- <command…>`.
 fn exec(nodes: &RedisNodes, extra: &[&str], resource: &str, command: &[&str]) -> Command {
     let mut cmd = quorumlock();
     cmd.args(["exec", "--nodes", &nodes_arg(nodes)])
+        .args(["--node-timeout", NODE_TIMEOUT])
         .args(extra)
         .arg(resource)
         .arg("--")
@@ -371,7 +376,8 @@ fn status_shows_held_free_and_unknown_without_full_tokens() {
         .expect("held");
 
     let mut cmd = quorumlock();
-    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:held"]);
+    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:held"])
+        .args(["--node-timeout", NODE_TIMEOUT]);
     let out = output(cmd);
     assert_status(&out, 0);
     let text = stdout(&out);
@@ -385,7 +391,8 @@ fn status_shows_held_free_and_unknown_without_full_tokens() {
     );
 
     let mut cmd = quorumlock();
-    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:free"]);
+    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:free"])
+        .args(["--node-timeout", NODE_TIMEOUT]);
     let out = output(cmd);
     assert_status(&out, 1);
     let text = stdout(&out);
@@ -519,7 +526,15 @@ fn nodes_and_prefix_can_come_from_the_environment_and_options() {
     let nodes = RedisNodes::start(3).expect("nodes");
     let mut cmd = quorumlock();
     cmd.env("QUORUMLOCK_NODES", nodes_arg(&nodes))
-        .args(["exec", "--prefix", "app:", "env-job", "--"])
+        .args([
+            "exec",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--prefix",
+            "app:",
+            "env-job",
+            "--",
+        ])
         .args(["sh", "-c", "echo started; read _; exit 0"]);
     let (holder, first) = Running::start(cmd);
     assert_eq!(first, "started");
