@@ -110,7 +110,11 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     let status = match spawn(&args, &guard) {
         Ok(child) => supervise(child, &guard, &mut signals, args.grace).await,
         Err(e) => {
-            let program = args.command[0].to_string_lossy();
+            let program = args
+                .command
+                .first()
+                .map(|p| p.to_string_lossy())
+                .unwrap_or_default();
             eprintln!("quorumlock: cannot run `{program}`: {e}");
             Outcome::NotRun(if e.kind() == io::ErrorKind::NotFound {
                 exit::NOT_FOUND
