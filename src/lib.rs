@@ -78,7 +78,9 @@
 //!
 //! - `testkit`: [`testkit`] spawns real `redis-server` processes on free
 //!   loopback ports — independent masters or a real Redis Cluster — and
-//!   kills, pauses, resumes and restarts them.
+//!   kills, pauses, resumes and restarts them; [`testkit::FaultProxy`] adds
+//!   latency, dropped connections, blackholes and held-back replies.
+//! - `cli`: the `quorumlock` binary (`exec`, `status`, `demo`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.

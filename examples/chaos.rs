@@ -1,0 +1,173 @@
+//! Chaos while locking: eight workers take and release a lock in a loop
+//! while nodes are killed, paused, resumed and restarted under them. Each
+//! phase prints how many critical sections ran and how attempts failed;
+//! an in-process check counts any two critical sections that overlapped
+//! (there must be none). Runs for about five seconds.
+//!
+//! Contention right after a node returns is expected: it brings back keys
+//! it persisted, or receives late writes it was sent while paused, from
+//! locks already released elsewhere; they wait out their ttl.
+//!
+//!     cargo run --example chaos --features testkit
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use quorumlock::testkit::{RedisNodes, ServerOptions};
+use quorumlock::{Error, Redlock, Retry};
+use tokio::time::Instant;
+
+const WORKERS: usize = 8;
+const PHASE: Duration = Duration::from_millis(450);
+/// Far above any scheduling stall, so that an overlap could only mean a
+/// broken lock, not a holder paused past its deadline.
+const TTL: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct Stats {
+    acquired: AtomicUsize,
+    contended: AtomicUsize,
+    unavailable: AtomicUsize,
+    other: AtomicUsize,
+    /// Critical sections that began while another was running.
+    overlaps: AtomicUsize,
+    /// Critical sections running right now.
+    inside: AtomicUsize,
+}
+
+impl Stats {
+    fn snapshot(&self) -> [usize; 4] {
+        [
+            self.acquired.load(Ordering::Relaxed),
+            self.contended.load(Ordering::Relaxed),
+            self.unavailable.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+        ]
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Persistent nodes: a restarted node comes back with its keys, as the
+    // README's limits section asks of production nodes.
+    let nodes = RedisNodes::start_with(5, ServerOptions::new().persistent())?;
+    let locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .retry(
+            Retry::default()
+                .attempts(3)
+                .delay(Duration::from_millis(10))
+                .jitter(Duration::from_millis(20)),
+        )
+        .build()?;
+    let stats = Arc::new(Stats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| tokio::spawn(work(locks.clone(), stats.clone(), stop.clone())))
+        .collect();
+
+    let started = Instant::now();
+    let mut last = stats.snapshot();
+    let mut report = |what: &str| {
+        let now = stats.snapshot();
+        println!(
+            "{:>5.2}s  {what:<44} locked {:>4}  contended {:>4}  no quorum {:>4}  other {:>3}",
+            started.elapsed().as_secs_f64(),
+            now[0] - last[0],
+            now[1] - last[1],
+            now[2] - last[2],
+            now[3] - last[3],
+        );
+        last = now;
+    };
+    // Blocking calls (signals, waiting for a restarted node to be ready)
+    // must not stall the runtime's other tasks.
+    let chaos = |f: &dyn Fn() -> Result<(), quorumlock::testkit::TestkitError>| {
+        tokio::task::block_in_place(f)
+    };
+
+    tokio::time::sleep(PHASE).await;
+    report("all 5 nodes up");
+    nodes[0].kill();
+    tokio::time::sleep(PHASE).await;
+    report("node 0 killed (4 up)");
+    chaos(&|| nodes[1].pause())?;
+    tokio::time::sleep(PHASE).await;
+    report("node 1 paused too (3 answer)");
+    chaos(&|| nodes[1].resume())?;
+    chaos(&|| nodes[0].restart())?;
+    tokio::time::sleep(PHASE).await;
+    report("node 1 resumed, node 0 restarted (5 up)");
+    nodes[3].kill();
+    nodes[4].kill();
+    tokio::time::sleep(PHASE).await;
+    report("nodes 3 and 4 killed (3 up)");
+    nodes[2].kill();
+    tokio::time::sleep(PHASE).await;
+    report("node 2 killed too (2 up: no quorum)");
+    for i in 2..5 {
+        chaos(&|| nodes[i].restart())?;
+    }
+    // The restarted nodes come back with the keys they persisted, some of
+    // locks released while they were down: those block until their ttl
+    // runs out, as Redlock requires.
+    let restarted = Instant::now();
+    loop {
+        let before = stats.acquired.load(Ordering::Relaxed);
+        tokio::time::sleep(PHASE).await;
+        if stats.acquired.load(Ordering::Relaxed) > before {
+            report("nodes 2, 3, 4 restarted: locking again");
+            break;
+        }
+        report("nodes 2, 3, 4 restarted: stale keys expiring");
+        if restarted.elapsed() > 3 * TTL {
+            break;
+        }
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.await?;
+    }
+    locks.settle().await;
+    let overlaps = stats.overlaps.load(Ordering::Relaxed);
+    println!(
+        "total: {} critical sections, {overlaps} overlapping",
+        stats.acquired.load(Ordering::Relaxed)
+    );
+    if overlaps > 0 {
+        return Err(format!("{overlaps} critical sections overlapped").into());
+    }
+    Ok(())
+}
+
+async fn work(locks: Redlock, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        match locks.lock("chaos:job", TTL).await {
+            Ok(guard) => {
+                if stats.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    stats.overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                stats.acquired.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                stats.inside.fetch_sub(1, Ordering::SeqCst);
+                // A release that finds the token gone is counted as "other".
+                if guard.release().await.is_err() {
+                    stats.other.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(Error::Contended { .. }) => {
+                stats.contended.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(Error::Unavailable { .. }) => {
+                stats.unavailable.fetch_add(1, Ordering::Relaxed);
+                // No quorum: back off a little instead of spinning.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(_) => {
+                stats.other.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

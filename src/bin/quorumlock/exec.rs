@@ -1,0 +1,259 @@
+//! `quorumlock exec`: run a command while holding a lock, the way flock(1)
+//! does on one machine — and stop the command if the lock is lost.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use quorumlock::{Error, LockGuard, Redlock, Retry};
+use tokio::process::{Child, Command};
+
+use crate::duration::{Wait, parse_duration, parse_wait, show};
+use crate::exit;
+use crate::nodes::NodeArgs;
+use crate::signals::{Signals, signal_status};
+
+/// The environment variable carrying the fencing token to the command.
+pub(crate) const FENCE_ENV: &str = "QUORUMLOCK_FENCE";
+/// The environment variable carrying the resource name to the command.
+pub(crate) const RESOURCE_ENV: &str = "QUORUMLOCK_RESOURCE";
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+
+    /// The lock's time-to-live. It is renewed in the background while the
+    /// command runs; if quorumlock dies, the lock expires after this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) ttl: Duration,
+
+    /// How long to retry while the resource is busy: a duration, or
+    /// `forever`.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_wait,
+        conflicts_with = "no_wait"
+    )]
+    pub(crate) wait: Wait,
+
+    /// Make exactly one attempt; exit 75 at once if the resource is busy.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+
+    /// Take a fenced lock and pass its fencing token to the command in
+    /// QUORUMLOCK_FENCE.
+    #[arg(long)]
+    pub(crate) fence: bool,
+
+    /// After the lock is lost, how long the command gets between SIGTERM
+    /// and SIGKILL.
+    #[arg(
+        long,
+        visible_alias = "kill-after",
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = parse_duration
+    )]
+    pub(crate) grace: Duration,
+
+    /// The resource to lock (the Redis key, after --prefix).
+    pub(crate) resource: String,
+
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
+    let retry = match (args.no_wait, args.wait) {
+        (true, _) => Retry::none(),
+        (false, Wait::For(wait)) => Retry::default().unlimited_attempts().wait(wait),
+        (false, Wait::Forever) => Retry::forever(),
+    };
+    let locks = args.nodes.manager("exec", retry)?;
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("quorumlock: cannot install signal handlers: {e}");
+            return Ok(exit::INTERNAL);
+        }
+    };
+
+    let resource = args.resource.as_str();
+    let acquire = acquire(&locks, resource, args.ttl, args.fence, args.no_wait);
+    let guard = tokio::select! {
+        acquired = acquire => match acquired {
+            Ok(guard) => guard,
+            Err(e) => {
+                let status = exit::acquire_failed(resource, &e);
+                locks.settle().await;
+                return Ok(status);
+            }
+        },
+        received = signals.recv() => {
+            // Dropping the acquisition cleans up what it may have set.
+            locks.settle().await;
+            eprintln!("quorumlock: {received} while waiting for `{resource}`; gave up");
+            return Ok(signal_status(received));
+        }
+    };
+    guard.auto_extend();
+
+    let status = match spawn(&args, &guard) {
+        Ok(child) => supervise(child, &guard, &mut signals, args.grace).await,
+        Err(e) => {
+            let program = args
+                .command
+                .first()
+                .map(|p| p.to_string_lossy())
+                .unwrap_or_default();
+            eprintln!("quorumlock: cannot run `{program}`: {e}");
+            Outcome::NotRun(if e.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_RUN
+            })
+        }
+    };
+
+    let status = match status {
+        Outcome::Exited(status) => match guard.release().await {
+            Err(e @ Error::Lost { .. }) => {
+                eprintln!(
+                    "quorumlock: the lock on `{resource}` was lost before the command finished \
+                     (it may not have run alone): {e}"
+                );
+                exit::LOST
+            }
+            Err(e) => {
+                eprintln!("quorumlock: releasing `{resource}` failed: {e}");
+                exit_status(status)
+            }
+            Ok(_) => exit_status(status),
+        },
+        Outcome::Lost => {
+            // Token-checked: removes whatever is left of our grant.
+            let _ = guard.release().await;
+            exit::LOST
+        }
+        Outcome::NotRun(status) => {
+            let _ = guard.release().await;
+            status
+        }
+    };
+    locks.settle().await;
+    Ok(status)
+}
+
+async fn acquire(
+    locks: &Redlock,
+    resource: &str,
+    ttl: Duration,
+    fence: bool,
+    no_wait: bool,
+) -> Result<LockGuard, Error> {
+    match (fence, no_wait) {
+        (false, false) => locks.lock(resource, ttl).await,
+        (false, true) => locks.try_lock(resource, ttl).await,
+        (true, false) => locks.lock_fenced(resource, ttl).await,
+        (true, true) => locks.try_lock_fenced(resource, ttl).await,
+    }
+}
+
+fn spawn(args: &ExecArgs, guard: &LockGuard) -> io::Result<Child> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env(RESOURCE_ENV, guard.resource())
+        // Its own process group, so that stopping it reaches its children
+        // too (as timeout(1) does).
+        .process_group(0);
+    match guard.fence() {
+        Some(fence) => command.env(FENCE_ENV, fence.to_string()),
+        None => command.env_remove(FENCE_ENV),
+    };
+    command.spawn()
+}
+
+enum Outcome {
+    /// The command ended by itself (or by a signal we passed on).
+    Exited(ExitStatus),
+    /// The lock was lost; the command has been stopped.
+    Lost,
+    /// The command could not be started.
+    NotRun(u8),
+}
+
+/// Waits for the command, passing signals on to it, and stops it if the
+/// lock is lost first.
+async fn supervise(
+    mut child: Child,
+    guard: &LockGuard,
+    signals: &mut Signals,
+    grace: Duration,
+) -> Outcome {
+    let group = child.id().and_then(|id| i32::try_from(id).ok());
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let reason = loop {
+        tokio::select! {
+            // A command that finished as the lock was lost still finished.
+            biased;
+            status = child.wait() => return match status {
+                Ok(status) => Outcome::Exited(status),
+                Err(e) => {
+                    eprintln!("quorumlock: waiting for the command failed: {e}");
+                    Outcome::NotRun(exit::INTERNAL)
+                }
+            },
+            reason = &mut lost => break reason,
+            received = signals.recv() => signal_group(group, received),
+        }
+    };
+    eprintln!(
+        "quorumlock: lost the lock on `{}` while the command ran ({}); sending SIGTERM{}",
+        guard.resource(),
+        reason,
+        if grace.is_zero() {
+            String::new()
+        } else {
+            format!(", then SIGKILL after {}", show(grace))
+        }
+    );
+    signal_group(group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        eprintln!("quorumlock: the command outlived the grace period; sending SIGKILL");
+        signal_group(group, Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+    Outcome::Lost
+}
+
+/// Sends `signal` to the command's process group (it is its leader).
+fn signal_group(group: Option<i32>, signal: Signal) {
+    if let Some(group) = group {
+        // Fails only if the group is already gone, which is what we want.
+        let _ = killpg(Pid::from_raw(group), signal);
+    }
+}
+
+/// A shell-style status: the exit code, or 128 + the signal that ended it.
+fn exit_status(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(exit::INTERNAL),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(exit::INTERNAL),
+        (None, None) => exit::INTERNAL,
+    }
+}

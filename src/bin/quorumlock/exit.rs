@@ -1,0 +1,91 @@
+//! The exit statuses of `quorumlock`, and how lock errors map onto them.
+//!
+//! `exec` passes its command's status through, so its own statuses avoid
+//! the ones commands commonly use (0–2, and 128+N for a signal), and follow
+//! existing conventions: sysexits.h for "busy, try later" (75) and "service
+//! unavailable" (69), and timeout(1)/env(1) for "the command was stopped"
+//! (124), "the tool itself failed" (125), "cannot execute" (126) and "not
+//! found" (127).
+
+use std::process::ExitCode;
+
+use quorumlock::Error;
+
+/// Bad arguments or configuration (clap's own status for usage errors).
+pub(crate) const USAGE: u8 = 2;
+/// `status`: the resource is not held by a quorum.
+pub(crate) const FREE: u8 = 1;
+/// Too few nodes answered to lock (or, for `status`, to tell).
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// The resource is held by someone else (and stayed held for `--wait`).
+pub(crate) const BUSY: u8 = 75;
+/// The lock was lost before the command finished; a running command was
+/// terminated.
+pub(crate) const LOST: u8 = 124;
+/// quorumlock itself failed (no runtime, no signal handler, …).
+pub(crate) const INTERNAL: u8 = 125;
+/// The command was found but could not be started.
+pub(crate) const CANNOT_RUN: u8 = 126;
+/// The command was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// The exit-status table shown by `exec --help`.
+pub(crate) const EXEC_HELP: &str = "\
+Exit status:
+  N        the command's own status (128+N if a signal N ended it)
+  2        bad arguments or node URLs
+  69       too few nodes reachable to lock (one line per failed node on stderr)
+  75       the resource is busy: held by another owner, with --no-wait or
+           until --wait ran out
+  124      the lock was lost before the command finished; if it was still
+           running it got SIGTERM, then SIGKILL after --grace
+  125      quorumlock itself failed
+  126/127  the command could not be run / was not found
+
+Environment of the command:
+  QUORUMLOCK_RESOURCE  the resource name
+  QUORUMLOCK_FENCE     the fencing token (with --fence)";
+
+/// The exit-status table shown by `status --help`.
+pub(crate) const STATUS_HELP: &str = "\
+Exit status:
+  0   held: one token is on a quorum of nodes
+  1   free: no token can be on a quorum
+  2   bad arguments or node URLs
+  69  unknown: too many nodes unreachable to tell";
+
+pub(crate) fn code(status: u8) -> ExitCode {
+    ExitCode::from(status)
+}
+
+/// Prints why a lock could not be taken (one line, then one line per failed
+/// node) and returns the matching status.
+pub(crate) fn acquire_failed(resource: &str, err: &Error) -> u8 {
+    let status = classify(err);
+    let message = match err {
+        Error::WaitTimeout { last, .. } => format!("{err}: {last}"),
+        _ => err.to_string(),
+    };
+    let what = match status {
+        BUSY => "busy",
+        UNAVAILABLE => "nodes unavailable",
+        USAGE => "invalid request",
+        _ => "failed",
+    };
+    eprintln!("quorumlock: could not lock `{resource}` ({what}): {message}");
+    for failure in err.node_failures() {
+        eprintln!("quorumlock:   node {failure}");
+    }
+    status
+}
+
+/// Which status an acquisition error maps to.
+pub(crate) fn classify(err: &Error) -> u8 {
+    match err {
+        Error::Contended { .. } => BUSY,
+        Error::Unavailable { .. } | Error::ValidityExpired { .. } => UNAVAILABLE,
+        Error::WaitTimeout { last, .. } => classify(last),
+        Error::InvalidArgument(_) | Error::InvalidConfig(_) => USAGE,
+        _ => INTERNAL,
+    }
+}

@@ -1,0 +1,74 @@
+//! The node options every subcommand shares, and the manager built from
+//! them.
+
+use std::time::Duration;
+
+use clap::Args;
+use quorumlock::{Redlock, Retry};
+
+use crate::duration::parse_duration;
+
+/// Where the lock lives.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct NodeArgs {
+    /// The Redis masters, comma-separated:
+    /// redis://[[user]:password@]host:port[/db],…
+    #[arg(
+        long,
+        env = "QUORUMLOCK_NODES",
+        // URLs may carry passwords: never echo the variable in --help.
+        hide_env_values = true,
+        value_delimiter = ',',
+        required = true,
+        value_name = "URLS"
+    )]
+    pub(crate) nodes: Vec<String>,
+
+    /// A prefix put before the resource name to form the Redis key.
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub(crate) prefix: String,
+
+    /// How long one request to one node may take [default: 250ms for
+    /// locking, 1s for `status`].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) node_timeout: Option<Duration>,
+}
+
+impl NodeArgs {
+    /// The URLs, trimmed, without empty entries (a trailing comma).
+    pub(crate) fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+
+    /// A manager over these nodes, or a usage error naming what is wrong
+    /// (with any password masked by the library).
+    pub(crate) fn manager(&self, subcommand: &str, retry: Retry) -> Result<Redlock, clap::Error> {
+        let mut builder = Redlock::builder()
+            .nodes(self.urls())
+            .key_prefix(self.prefix.clone())
+            .retry(retry);
+        if let Some(timeout) = self.node_timeout {
+            builder = builder.node_timeout(timeout);
+        }
+        builder
+            .build()
+            .map_err(|e| usage_error(subcommand, format!("--nodes: {e}")))
+    }
+}
+
+/// A clap-formatted usage error of `subcommand` (exit status 2), for
+/// problems clap cannot see, such as a malformed node URL.
+pub(crate) fn usage_error(subcommand: &str, message: String) -> clap::Error {
+    use clap::CommandFactory;
+    let mut command = crate::Cli::command();
+    command.build();
+    let kind = clap::error::ErrorKind::ValueValidation;
+    match command.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(kind, message),
+        None => command.error(kind, message),
+    }
+}

@@ -1,0 +1,591 @@
+//! The `quorumlock` binary, driven as a user would: spawned with arguments
+//! against real testkit nodes, judged by its exit status and its output.
+//!
+//! Synchronisation is by the child's own output (it prints a line once it
+//! runs under the lock), never by sleeping; timeouts only turn a hang into
+//! a failure.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use quorumlock::testkit::RedisNodes;
+
+/// A bound that turns a hang into a test failure; not a timing assertion.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+// The statuses `quorumlock exec --help` documents.
+const USAGE: i32 = 2;
+const UNAVAILABLE: i32 = 69;
+const BUSY: i32 = 75;
+const LOST: i32 = 124;
+const NOT_FOUND: i32 = 127;
+
+fn quorumlock() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
+    command.env_remove("QUORUMLOCK_NODES");
+    command
+}
+
+fn nodes_arg(nodes: &RedisNodes) -> String {
+    nodes.urls().join(",")
+}
+
+/// A node timeout that a loaded test machine does not run into; it bounds
+/// waiting for a node, it asserts nothing about speed.
+const NODE_TIMEOUT: &str = "5s";
+
+/// `quorumlock exec --nodes … <extra…> RESOURCE -- <command…>`.
+fn exec(nodes: &RedisNodes, extra: &[&str], resource: &str, command: &[&str]) -> Command {
+    let mut cmd = quorumlock();
+    cmd.args(["exec", "--nodes", &nodes_arg(nodes)])
+        .args(["--node-timeout", NODE_TIMEOUT])
+        .args(extra)
+        .arg(resource)
+        .arg("--")
+        .args(command);
+    cmd
+}
+
+/// Runs to completion and collects the output, failing the test on a hang.
+fn output(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quorumlock");
+    finish(child)
+}
+
+/// Waits for a spawned quorumlock, failing the test (and killing it, by
+/// its pid) if it hangs.
+fn finish(child: Child) -> Output {
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(out) => out.expect("wait for quorumlock"),
+        Err(_) => {
+            let _ = kill(pid, Signal::SIGKILL);
+            panic!("quorumlock hung for {HANG_GUARD:?}");
+        }
+    }
+}
+
+fn status(out: &Output) -> i32 {
+    out.status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {out:?}"))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts the exit status, showing the output when it differs.
+#[track_caller]
+fn assert_status(out: &Output, expected: i32) {
+    assert_eq!(
+        status(out),
+        expected,
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(out),
+        stderr(out)
+    );
+    assert!(
+        !stderr(out).contains("panicked"),
+        "quorumlock panicked:\n{}",
+        stderr(out)
+    );
+}
+
+/// A quorumlock running a command, with the command's first line read.
+struct Running {
+    /// `None` once handed to `finish`.
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// Spawns `cmd` and waits until the command under the lock prints its
+    /// first line (which it does only once the lock is held).
+    fn start(mut cmd: Command) -> (Self, String) {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn quorumlock");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut running = Self {
+            child: Some(child),
+            stdin,
+            lines,
+        };
+        let first = match running.lines.recv_timeout(HANG_GUARD) {
+            Ok(line) => line,
+            Err(_) => {
+                running.kill();
+                let out = running.finish();
+                panic!("the command never started: {}", stderr(&out));
+            }
+        };
+        (running, first)
+    }
+
+    fn pid(&self) -> Pid {
+        let child = self.child.as_ref().expect("running");
+        Pid::from_raw(i32::try_from(child.id()).expect("pid"))
+    }
+
+    /// Lets a command blocked in `read` finish, by closing its stdin.
+    fn close_stdin(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.flush();
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+
+    fn finish(mut self) -> Output {
+        self.close_stdin();
+        finish(self.child.take().expect("running"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Only if a test failed half-way: never leave a holder behind.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A holder: runs `sh` that prints `started`, then waits for stdin to close.
+fn hold(nodes: &RedisNodes, resource: &str) -> Running {
+    let (holder, first) = Running::start(exec(
+        nodes,
+        &["--no-wait"],
+        resource,
+        &["sh", "-c", "echo started; read _; exit 0"],
+    ));
+    assert_eq!(first, "started");
+    holder
+}
+
+fn redis_get(url: &str, key: &str) -> Option<String> {
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client.get_connection().expect("connect");
+    redis::cmd("GET").arg(key).query(&mut conn).expect("GET")
+}
+
+#[test]
+fn exec_runs_the_command_and_passes_its_status_through() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let out = output(exec(
+        &nodes,
+        &["--no-wait"],
+        "job:a",
+        &["sh", "-c", "exit 7"],
+    ));
+    assert_status(&out, 7);
+    let out = output(exec(&nodes, &[], "job:a", &["true"]));
+    assert_status(&out, 0);
+    // Released on exit: nothing is left on any node.
+    for url in nodes.urls() {
+        assert_eq!(redis_get(&url, "job:a"), None);
+    }
+}
+
+#[test]
+fn a_command_killed_by_a_signal_gives_128_plus_the_signal() {
+    let nodes = RedisNodes::start(1).expect("nodes");
+    let out = output(exec(&nodes, &[], "job:sig", &["sh", "-c", "kill -KILL $$"]));
+    assert_status(&out, 128 + 9);
+}
+
+#[test]
+fn exec_on_a_held_resource_is_busy_without_waiting_and_after_waiting() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let holder = hold(&nodes, "job:busy");
+
+    let out = output(exec(&nodes, &["--no-wait"], "job:busy", &["true"]));
+    assert_status(&out, BUSY);
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
+    assert!(err.contains("job:busy") && err.contains("busy"), "{err}");
+
+    let out = output(exec(&nodes, &["--wait", "300ms"], "job:busy", &["true"]));
+    assert_status(&out, BUSY);
+    assert!(stderr(&out).contains("gave up"), "{}", stderr(&out));
+
+    assert_status(&holder.finish(), 0);
+    let out = output(exec(&nodes, &["--no-wait"], "job:busy", &["true"]));
+    assert_status(&out, 0);
+}
+
+#[test]
+fn a_waiting_exec_runs_once_the_holder_is_done() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut holder = hold(&nodes, "job:queue");
+    let waiter = exec(
+        &nodes,
+        &["--wait", "forever"],
+        "job:queue",
+        &["echo", "second"],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    holder.close_stdin();
+    assert_status(&holder.finish(), 0);
+    let out = finish(waiter);
+    assert_status(&out, 0);
+    assert_eq!(stdout(&out).trim(), "second");
+}
+
+#[test]
+fn fence_passes_a_growing_token_to_the_command() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let script = r#"echo "$QUORUMLOCK_FENCE $QUORUMLOCK_RESOURCE""#;
+    let fence = || -> u64 {
+        let out = output(exec(&nodes, &["--fence"], "ledger", &["sh", "-c", script]));
+        assert_status(&out, 0);
+        let text = stdout(&out);
+        let (fence, resource) = text.trim().split_once(' ').expect("two words");
+        assert_eq!(resource, "ledger");
+        fence
+            .parse()
+            .unwrap_or_else(|_| panic!("QUORUMLOCK_FENCE is not a number: {text:?}"))
+    };
+    let first = fence();
+    let second = fence();
+    assert!(second > first, "fences must grow: {first} then {second}");
+
+    // Without --fence there is no fence in the environment.
+    let out = output(exec(
+        &nodes,
+        &[],
+        "ledger",
+        &["sh", "-c", r#"echo "[${QUORUMLOCK_FENCE-unset}]""#],
+    ));
+    assert_status(&out, 0);
+    assert_eq!(stdout(&out).trim(), "[unset]");
+}
+
+#[test]
+fn losing_the_majority_terminates_the_command_with_the_lost_status() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    // `exec` keeps the pid: the line is the pid of the `sleep` that runs.
+    let (running, pid) = Running::start(exec(
+        &nodes,
+        &["--ttl", "1s", "--grace", "10s"],
+        "job:lost",
+        &["sh", "-c", "echo $$; exec sleep 30"],
+    ));
+    let pid = Pid::from_raw(pid.trim().parse().expect("a pid"));
+    nodes[0].kill();
+    nodes[1].kill();
+    let out = running.finish();
+    assert_status(&out, LOST);
+    let err = stderr(&out);
+    assert!(err.contains("lost the lock on `job:lost`"), "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(!err.contains("sending SIGKILL"), "SIGTERM sufficed:\n{err}");
+    // The command is gone (and was reaped by quorumlock).
+    assert_eq!(kill(pid, None), Err(Errno::ESRCH));
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let (running, first) = Running::start(exec(
+        &nodes,
+        &["--ttl", "1s", "--grace", "200ms"],
+        "job:stubborn",
+        &[
+            "sh",
+            "-c",
+            "trap '' TERM; echo started; while :; do sleep 1; done",
+        ],
+    ));
+    assert_eq!(first, "started");
+    nodes[0].kill();
+    nodes[1].kill();
+    let out = running.finish();
+    assert_status(&out, LOST);
+    assert!(stderr(&out).contains("sending SIGKILL"), "{}", stderr(&out));
+}
+
+#[test]
+fn sigterm_to_quorumlock_reaches_the_command_and_the_lock_is_released() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let (running, first) = Running::start(exec(
+        &nodes,
+        &[],
+        "job:stop",
+        &["sh", "-c", "echo started; exec sleep 30"],
+    ));
+    assert_eq!(first, "started");
+    kill(running.pid(), Signal::SIGTERM).expect("signal quorumlock");
+    let out = running.finish();
+    assert_status(&out, 128 + 15);
+    for url in nodes.urls() {
+        assert_eq!(redis_get(&url, "job:stop"), None, "released on {url}");
+    }
+}
+
+#[test]
+fn status_shows_held_free_and_unknown_without_full_tokens() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let holder = hold(&nodes, "report:held");
+    let token = nodes
+        .urls()
+        .iter()
+        .find_map(|url| redis_get(url, "report:held"))
+        .expect("held");
+
+    let mut cmd = quorumlock();
+    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:held"])
+        .args(["--node-timeout", NODE_TIMEOUT]);
+    let out = output(cmd);
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: held"), "{text}");
+    let shown = format!("token {}…", &token[..4]);
+    // At least a quorum of node lines, and the verdict.
+    assert!(text.matches(&shown).count() >= 3, "{text}");
+    assert!(
+        !text.contains(&token[..8]),
+        "more than 4 characters shown:\n{text}"
+    );
+
+    let mut cmd = quorumlock();
+    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:free"])
+        .args(["--node-timeout", NODE_TIMEOUT]);
+    let out = output(cmd);
+    assert_status(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: free"), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.ends_with("  free")).count(),
+        3,
+        "{text}"
+    );
+
+    nodes[1].kill();
+    nodes[2].kill();
+    let mut cmd = quorumlock();
+    cmd.env("QUORUMLOCK_NODES", nodes_arg(&nodes)).args([
+        "status",
+        "--node-timeout",
+        "2s",
+        "report:held",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, UNAVAILABLE);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: unknown"), "{text}");
+    assert_eq!(text.matches("unreachable:").count(), 2, "{text}");
+    drop(holder);
+}
+
+#[test]
+fn unreachable_nodes_are_listed_one_per_line() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    for server in &nodes {
+        server.kill();
+    }
+    let out = output(exec(&nodes, &["--no-wait"], "job:down", &["true"]));
+    assert_status(&out, UNAVAILABLE);
+    let err = stderr(&out);
+    let mut lines = err.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.contains("nodes unavailable")),
+        "{err}"
+    );
+    // The attempt stops once a quorum has become impossible (2 of 3 down),
+    // so the third answer may not be in; every failure known is listed once.
+    let per_node: Vec<&str> = lines.collect();
+    assert!(per_node.len() >= 2, "{err}");
+    for line in &per_node {
+        let owners = nodes
+            .iter()
+            .filter(|server| {
+                line.starts_with(&format!("quorumlock:   node 127.0.0.1:{}: ", server.port()))
+            })
+            .count();
+        assert_eq!(owners, 1, "`{line}` names one node:\n{err}");
+    }
+    let mut distinct = per_node.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), per_node.len(), "{err}");
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let nodes = RedisNodes::start(1).expect("nodes");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--ttl", "10x"], "unknown unit"),
+        (&["--ttl", "30"], "no unit"),
+        (&["--wait", "soon"], "invalid value"),
+        (&["--wait", "1s", "--no-wait"], "cannot be used with"),
+        (&["--ttl", "25h"], "exceeds the maximum"),
+    ];
+    for (extra, expected) in cases {
+        let out = output(exec(&nodes, extra, "r", &["true"]));
+        assert_status(&out, USAGE);
+        assert!(
+            stderr(&out).contains(expected),
+            "{extra:?}: {}",
+            stderr(&out)
+        );
+    }
+
+    // No `--` before the command.
+    let mut cmd = quorumlock();
+    cmd.args(["exec", "--nodes", &nodes_arg(&nodes), "r", "true"]);
+    assert_status(&output(cmd), USAGE);
+
+    // No nodes at all.
+    let mut cmd = quorumlock();
+    cmd.args(["exec", "r", "--", "true"]);
+    let out = output(cmd);
+    assert_status(&out, USAGE);
+    assert!(stderr(&out).contains("--nodes"), "{}", stderr(&out));
+
+    // A malformed URL: named, with its password masked.
+    let mut cmd = quorumlock();
+    cmd.args([
+        "exec",
+        "--nodes",
+        "redis://user:hunter2@host:notaport",
+        "r",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, USAGE);
+    assert!(
+        stderr(&out).contains("malformed node url"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_missing_command_exits_127_and_releases_the_lock() {
+    let nodes = RedisNodes::start(1).expect("nodes");
+    let out = output(exec(
+        &nodes,
+        &[],
+        "job:x",
+        &["/nonexistent/quorumlock-test"],
+    ));
+    assert_status(&out, NOT_FOUND);
+    assert!(stderr(&out).contains("cannot run"), "{}", stderr(&out));
+    assert_eq!(redis_get(&nodes.urls()[0], "job:x"), None);
+}
+
+#[test]
+fn nodes_and_prefix_can_come_from_the_environment_and_options() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut cmd = quorumlock();
+    cmd.env("QUORUMLOCK_NODES", nodes_arg(&nodes))
+        .args([
+            "exec",
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--prefix",
+            "app:",
+            "env-job",
+            "--",
+        ])
+        .args(["sh", "-c", "echo started; read _; exit 0"]);
+    let (holder, first) = Running::start(cmd);
+    assert_eq!(first, "started");
+    let held = nodes
+        .urls()
+        .iter()
+        .filter(|url| redis_get(url, "app:env-job").is_some())
+        .count();
+    assert!(held >= 2, "the prefixed key is on a quorum ({held} of 3)");
+    assert_status(&holder.finish(), 0);
+}
+
+#[test]
+fn help_documents_the_exit_statuses() {
+    let mut cmd = quorumlock();
+    cmd.args(["exec", "--help"]);
+    let out = output(cmd);
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    for needle in ["75", "69", "124", "QUORUMLOCK_FENCE", "QUORUMLOCK_NODES"] {
+        assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+    }
+}
+
+#[test]
+fn demo_runs_to_completion() {
+    let mut cmd = quorumlock();
+    cmd.arg("demo");
+    let out = output(cmd);
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    for needle in [
+        "Held",
+        "Refused",
+        "Kill node 0",
+        "No lock without a majority",
+    ] {
+        assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+    }
+    assert!(!text.contains("BUG"), "{text}");
+}
+
+#[test]
+fn bench_points_to_the_example() {
+    let mut cmd = quorumlock();
+    cmd.arg("bench");
+    let out = output(cmd);
+    assert_status(&out, 0);
+    assert!(
+        stdout(&out).contains("cargo run --release --example bench --features testkit"),
+        "{}",
+        stdout(&out)
+    );
+}
