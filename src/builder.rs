@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{Node, redact_url};
+use crate::node::{Node, NodeOptions, redact_url};
 use crate::redlock::{Config, Redlock};
-use crate::{ConfigError, Error, Retry};
+use crate::{ConfigError, Error, Retry, ScriptMode};
 
 /// Default per-node timeout for one request.
 ///
@@ -59,6 +59,7 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     retry: Retry,
     key_prefix: String,
+    script_mode: ScriptMode,
 }
 
 impl Default for RedlockBuilder {
@@ -69,19 +70,21 @@ impl Default for RedlockBuilder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry: Retry::default(),
             key_prefix: String::new(),
+            script_mode: ScriptMode::default(),
         }
     }
 }
 
 impl fmt::Debug for RedlockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockBuilder")
-            .field("nodes", &self.nodes)
+        let mut f = f.debug_struct("RedlockBuilder");
+        f.field("nodes", &self.nodes)
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
-            .finish()
+            .field("script_mode", &self.script_mode);
+        f.finish()
     }
 }
 
@@ -221,6 +224,24 @@ impl RedlockBuilder {
         self
     }
 
+    /// How release, extension, fenced and multi-resource locks run their
+    /// Lua scripts: [`ScriptMode::Eval`] (`EVALSHA`, needs scripting
+    /// permission) or [`ScriptMode::Functions`] (`FCALL` of
+    /// [`FUNCTIONS_LIBRARY`](crate::FUNCTIONS_LIBRARY), which an
+    /// administrator loads on every node beforehand). Defaults to
+    /// [`ScriptMode::Eval`].
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
+    /// The options every node shares.
+    fn node_options(&self) -> Result<NodeOptions, ConfigError> {
+        Ok(NodeOptions {
+            script_mode: self.script_mode,
+        })
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -230,7 +251,7 @@ impl RedlockBuilder {
     /// one address in two nodes (a standalone node that is also a cluster
     /// seed, or a seed of two clusters), a cluster without seeds or with
     /// seeds that disagree on credentials or TLS, a zero node timeout, a
-    /// drift factor that is negative, NaN, infinite or not below 1, and a
+    /// drift factor that is negative, NaN, infinite or not below 1, a
     /// retry policy allowing zero attempts.
     ///
     /// Two seed lists naming different members of the same cluster cannot
@@ -246,6 +267,7 @@ impl RedlockBuilder {
             return Err(ConfigError::DriftFactor(self.drift_factor).into());
         }
         self.retry.validate()?;
+        let options = self.node_options()?;
 
         let mut labels = HashSet::new();
         // Per address: the first node naming it, and whether it is a cluster.
@@ -253,8 +275,8 @@ impl RedlockBuilder {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for spec in &self.nodes {
             let node = match spec {
-                NodeSpec::Standalone(url) => Node::parse(url)?,
-                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout)?,
+                NodeSpec::Standalone(url) => Node::parse(url, &options)?,
+                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout, &options)?,
             };
             if !labels.insert(node.label().clone()) {
                 return Err(ConfigError::DuplicateNode {
@@ -288,6 +310,7 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             retry: self.retry,
             key_prefix: self.key_prefix,
+            script_mode: self.script_mode,
             renewer: Default::default(),
             background: Default::default(),
         }))

@@ -183,6 +183,17 @@ pub enum NodeError {
         "configured as a cluster, but a seed is a standalone server (cluster support disabled); add standalone masters as nodes, one each"
     )]
     NotACluster,
+    /// In [`ScriptMode::Functions`](crate::ScriptMode::Functions), the node
+    /// lacks a function of quorumlock's library: it was never loaded there,
+    /// the node restarted empty, or it holds an older version.
+    #[error(
+        "function `{function}` is not loaded on this node; load quorumlock::FUNCTIONS_LIBRARY (src/scripts/functions.lua) on every node with `FUNCTION LOAD REPLACE`, or use ScriptMode::Eval"
+    )]
+    #[non_exhaustive]
+    FunctionsNotLoaded {
+        /// The function that was called.
+        function: String,
+    },
 }
 
 /// A call argument that was rejected before any I/O.

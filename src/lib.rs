@@ -116,6 +116,7 @@ pub use guard::{LockGuard, ReleaseSummary};
 pub use lease::{Lease, LossReason};
 pub use redlock::{FENCE_SUFFIX, Redlock};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
+pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 pub use token::Token;
 
 // Compiles the README's examples as doctests, so they cannot rot.

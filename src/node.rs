@@ -16,11 +16,17 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
-use crate::scripts::{self, Lua};
+use crate::scripts::{self, Lua, ScriptMode};
 
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What every node of a manager shares: how scripts run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeOptions {
+    pub(crate) script_mode: ScriptMode,
+}
 
 /// One Redis deployment that votes as one member of the quorum.
 pub(crate) struct Node {
@@ -30,6 +36,7 @@ pub(crate) struct Node {
     /// `host:port` of every server the configuration names for this node
     /// (the seeds, for a cluster), to catch one server voting twice.
     addresses: Vec<String>,
+    script_mode: ScriptMode,
     backend: Backend,
 }
 
@@ -72,14 +79,15 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    /// Parses a standalone node URL (`redis://[user:password@]host:port[/db]`).
+    /// Parses a standalone node URL (`redis[s]://[user:password@]host:port[/db]`).
     /// No I/O.
-    pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
-        let client = open(url)?;
+    pub(crate) fn parse(url: &str, options: &NodeOptions) -> Result<Self, ConfigError> {
+        let client = open(url, options)?;
         let info = client.get_connection_info();
         Ok(Self {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
+            script_mode: options.script_mode,
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -98,10 +106,11 @@ impl Node {
     pub(crate) fn cluster<S: AsRef<str>>(
         seeds: &[S],
         node_timeout: Duration,
+        options: &NodeOptions,
     ) -> Result<Self, ConfigError> {
         let mut infos: Vec<ConnectionInfo> = Vec::with_capacity(seeds.len());
         for seed in seeds {
-            let info = open(seed.as_ref())?.get_connection_info().clone();
+            let info = open(seed.as_ref(), options)?.get_connection_info().clone();
             if !infos.iter().any(|seen| label(seen) == label(&info)) {
                 infos.push(info);
             }
@@ -115,23 +124,23 @@ impl Node {
         );
         let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
-        let client = ClusterClient::builder(infos)
+        let builder = ClusterClient::builder(infos)
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(response_timeout)
             // Every call is bounded by its own deadline instead.
-            .overall_response_timeout(None)
-            .build()
-            .map_err(|e| ConfigError::InvalidCluster {
-                node: node_label.clone(),
-                // Says which setting the seeds disagree on, never its value.
-                reason: e.to_string(),
-            })?;
+            .overall_response_timeout(None);
+        let client = builder.build().map_err(|e| ConfigError::InvalidCluster {
+            node: node_label.clone(),
+            // Says which setting the seeds disagree on, never its value.
+            reason: e.to_string(),
+        })?;
         let config = ClusterConfig::new()
             .set_connection_timeout(CONNECT_TIMEOUT)
             .set_response_timeout(response_timeout);
         Ok(Self {
             label: node_label.into(),
             addresses,
+            script_mode: options.script_mode,
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -357,10 +366,12 @@ impl Node {
         .await
     }
 
-    /// Runs `lua` on `keys` with `args` within `deadline`: EVALSHA, and the
-    /// script's text on NOSCRIPT (a restarted node has an empty cache). On a
-    /// cluster every key must share a hash slot; requests are checked for
-    /// that before any I/O.
+    /// Runs `lua` on `keys` with `args` within `deadline`. This is the one
+    /// path every script takes. In [`ScriptMode::Eval`]: EVALSHA, and the
+    /// script's text on NOSCRIPT (a restarted node has an empty cache). In
+    /// [`ScriptMode::Functions`]: FCALL of the script's function, which a
+    /// cluster routes by its first key like EVALSHA. On a cluster every key
+    /// must share a hash slot; requests are checked for that before any I/O.
     async fn script(
         &self,
         lua: &Lua,
@@ -368,6 +379,18 @@ impl Node {
         args: &[&str],
         deadline: Instant,
     ) -> Result<Value, NodeError> {
+        if self.script_mode == ScriptMode::Functions {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
+            return match self.command(&cmd, deadline).await {
+                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
+                    Err(NodeError::FunctionsNotLoaded {
+                        function: lua.function.to_owned(),
+                    })
+                }
+                reply => reply,
+            };
+        }
         within(deadline, async {
             Ok(match self.connection().await? {
                 Connection::Standalone(mut conn) => {
@@ -460,8 +483,14 @@ pub(crate) fn same_slot(keys: &[&str]) -> bool {
     }
 }
 
+/// Whether FCALL failed because the function does not exist on the node.
+fn is_function_not_found(e: &redis::RedisError) -> bool {
+    e.detail()
+        .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
 /// Parses one URL into a client, without connecting.
-fn open(url: &str) -> Result<redis::Client, ConfigError> {
+fn open(url: &str, _options: &NodeOptions) -> Result<redis::Client, ConfigError> {
     redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
         url: redact_url(url),
         // The parser's message names what is wrong, not the URL itself.
@@ -535,7 +564,11 @@ mod tests {
 
     #[test]
     fn labels_never_include_credentials() {
-        let node = Node::parse("redis://alice:s3cret@127.0.0.1:6379/3").expect("valid url");
+        let node = Node::parse(
+            "redis://alice:s3cret@127.0.0.1:6379/3",
+            &NodeOptions::default(),
+        )
+        .expect("valid url");
         assert_eq!(&**node.label(), "127.0.0.1:6379/3");
         assert_eq!(format!("{node:?}"), "127.0.0.1:6379/3");
     }
@@ -549,13 +582,18 @@ mod tests {
                 "redis://:s3cret@127.0.0.1:7000",
             ],
             Duration::from_millis(250),
+            &NodeOptions::default(),
         )
         .expect("valid seeds");
         assert!(node.is_cluster());
         assert_eq!(&**node.label(), "cluster(127.0.0.1:7000,127.0.0.1:7001)");
         assert_eq!(node.addresses(), ["127.0.0.1:7000", "127.0.0.1:7001"]);
         assert!(!format!("{node:?}").contains("s3cret"));
-        assert!(!Node::parse("redis://h:1").expect("valid").is_cluster());
+        assert!(
+            !Node::parse("redis://h:1", &NodeOptions::default())
+                .expect("valid")
+                .is_cluster()
+        );
     }
 
     #[test]
@@ -563,14 +601,22 @@ mod tests {
         let timeout = Duration::from_millis(250);
         let no_seeds: [&str; 0] = [];
         assert_eq!(
-            Node::cluster(&no_seeds, timeout).err(),
+            Node::cluster(&no_seeds, timeout, &NodeOptions::default()).err(),
             Some(ConfigError::EmptyCluster)
         );
-        match Node::cluster(&["redis://h:1", "redis://u:hunter2@h:x"], timeout) {
+        match Node::cluster(
+            &["redis://h:1", "redis://u:hunter2@h:x"],
+            timeout,
+            &NodeOptions::default(),
+        ) {
             Err(ConfigError::MalformedUrl { url, .. }) => assert!(!url.contains("hunter2")),
             other => panic!("expected MalformedUrl, got {other:?}"),
         }
-        match Node::cluster(&["redis://:hunter2@h:1", "redis://:other@h:2"], timeout) {
+        match Node::cluster(
+            &["redis://:hunter2@h:1", "redis://:other@h:2"],
+            timeout,
+            &NodeOptions::default(),
+        ) {
             Err(e @ ConfigError::InvalidCluster { .. }) => {
                 let text = e.to_string();
                 assert!(
@@ -625,7 +671,7 @@ mod tests {
     #[test]
     fn malformed_urls_are_config_errors_without_the_password() {
         for url in ["", "http://a:b@h:1", "redis://user:hunter2@:notaport"] {
-            match Node::parse(url) {
+            match Node::parse(url, &NodeOptions::default()) {
                 Err(ConfigError::MalformedUrl { url: shown, .. }) => {
                     assert!(!shown.contains("hunter2"), "{shown}");
                 }
