@@ -214,4 +214,116 @@ mod tests {
         named.sort();
         assert_eq!(files, named, "each script file must be listed in SCRIPTS");
     }
+
+    /// The text of `source` without comments (`--` to the end of the line;
+    /// the scripts use no long comments and no `--` inside strings).
+    fn code(source: &str) -> String {
+        source
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn identifiers(code: &str) -> impl Iterator<Item = &str> {
+        code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| !word.is_empty())
+    }
+
+    /// Scripts are constant text whose commands are fixed: keys come only
+    /// from KEYS, token and ttl only from ARGV, and nothing is compiled at
+    /// run time. Checked on every `.lua` file, the function library too.
+    #[test]
+    fn scripts_never_build_commands_or_code_at_run_time() {
+        let mut checked = 0;
+        for entry in std::fs::read_dir(scripts_dir()).expect("src/scripts") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|ext| ext != "lua") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("read");
+            let code = code(&source);
+            let name = path.display();
+            // No string concatenation: nothing builds a command, key or
+            // value out of pieces.
+            assert!(!code.contains(".."), "{name}: uses `..`");
+            // No code compiled from strings.
+            for word in identifiers(&code) {
+                assert!(
+                    ![
+                        "load",
+                        "loadstring",
+                        "loadfile",
+                        "dofile",
+                        "setfenv",
+                        "getfenv"
+                    ]
+                    .contains(&word),
+                    "{name}: uses `{word}`"
+                );
+            }
+            // Every command name is a literal: `redis.call('SET', …)`.
+            for call in ["redis.call(", "redis.pcall("] {
+                for (at, _) in code.match_indices(call) {
+                    let next = code[at + call.len()..].chars().next();
+                    assert_eq!(
+                        next,
+                        Some('\''),
+                        "{name}: a command name that is not a literal"
+                    );
+                }
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, SCRIPTS.len() + 1, "every script and the library");
+    }
+
+    /// Scripts are sent as the constant texts above: no Rust code formats
+    /// a key, token or ttl into a script or a function name.
+    #[test]
+    fn rust_code_never_formats_script_text() {
+        fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|ext| ext == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        // Built from pieces, so that this file does not match itself.
+        let script_new = ["Script", "::new("].concat();
+        let formatted = [
+            [script_new.as_str(), "format!"].concat(),
+            [script_new.as_str(), "&format!"].concat(),
+        ];
+        let mut constructions = 0;
+        for path in &files {
+            let text = std::fs::read_to_string(path).expect("read");
+            for needle in &formatted {
+                assert!(
+                    !text.contains(needle.as_str()),
+                    "{}: {needle}",
+                    path.display()
+                );
+            }
+            let here = text.matches(script_new.as_str()).count();
+            if here > 0 {
+                assert!(
+                    path.ends_with("src/scripts/mod.rs"),
+                    "{}: builds a script outside src/scripts",
+                    path.display()
+                );
+            }
+            constructions += here;
+        }
+        // The one construction, `Lua::new`, takes `&'static str` texts.
+        assert_eq!(constructions, 1);
+    }
 }
