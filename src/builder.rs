@@ -60,6 +60,9 @@ pub struct RedlockBuilder {
     retry: Retry,
     key_prefix: String,
     script_mode: ScriptMode,
+    /// PEM CA certificates, concatenated; `None` when none was given.
+    #[cfg(feature = "tls")]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl Default for RedlockBuilder {
@@ -71,6 +74,8 @@ impl Default for RedlockBuilder {
             retry: Retry::default(),
             key_prefix: String::new(),
             script_mode: ScriptMode::default(),
+            #[cfg(feature = "tls")]
+            tls_roots: None,
         }
     }
 }
@@ -84,6 +89,8 @@ impl fmt::Debug for RedlockBuilder {
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
             .field("script_mode", &self.script_mode);
+        #[cfg(feature = "tls")]
+        f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
     }
 }
@@ -112,6 +119,12 @@ impl RedlockBuilder {
     /// `redis://[[user]:password@]host:port[/db]`. Password and ACL user in
     /// the URL are used to authenticate. Calls accumulate, and may be mixed
     /// with [`cluster`](Self::cluster).
+    ///
+    /// With the `tls` feature, `rediss://…` connects over TLS and verifies
+    /// the server's certificate and host name against Mozilla's root CAs,
+    /// or against [`tls_root_certificate`](Self::tls_root_certificate) if
+    /// given. Verification cannot be turned off: a `#insecure` URL is
+    /// refused by [`build`](Self::build).
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -235,10 +248,66 @@ impl RedlockBuilder {
         self
     }
 
-    /// The options every node shares.
+    /// Trusts the CA certificate(s) in `pem` for every `rediss://` node
+    /// (and every member a TLS cluster node discovers), **instead of** the
+    /// system's trust store: use it for a private CA. Server certificates
+    /// must chain to one of the given CAs and name the host of the URL
+    /// (DNS name or IP address). Calls accumulate.
+    ///
+    /// Defaults to none: Mozilla's root CAs, as bundled by the
+    /// `webpki-roots` crate (the system's trust store is not read).
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::TlsRootCertificate`]
+    /// if `pem` holds no certificate or a malformed one, and with
+    /// [`ConfigError::TlsWithoutTlsNode`] if no node URL is `rediss://`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let locks = quorumlock::Redlock::builder()
+    ///     .nodes(["rediss://redis-1.internal:6380", "rediss://redis-2.internal:6380", "rediss://redis-3.internal:6380"])
+    ///     .tls_root_certificate(ca)
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificate(mut self, pem: impl AsRef<[u8]>) -> Self {
+        let roots = self.tls_roots.get_or_insert_with(Vec::new);
+        if !roots.is_empty() {
+            roots.push(b'\n');
+        }
+        roots.extend_from_slice(pem.as_ref());
+        self
+    }
+
+    /// The options every node shares, with the CA certificates checked.
     fn node_options(&self) -> Result<NodeOptions, ConfigError> {
+        #[cfg(feature = "tls")]
+        let tls_roots = if let Some(roots) = &self.tls_roots {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let certificates = CertificateDer::pem_slice_iter(roots)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError::TlsRootCertificate {
+                    reason: e.to_string(),
+                })?;
+            if certificates.is_empty() {
+                return Err(ConfigError::TlsRootCertificate {
+                    reason: "no PEM CERTIFICATE block found".into(),
+                });
+            }
+            Some(roots.clone())
+        } else {
+            None
+        };
         Ok(NodeOptions {
             script_mode: self.script_mode,
+            #[cfg(feature = "tls")]
+            tls_roots,
         })
     }
 
@@ -252,7 +321,9 @@ impl RedlockBuilder {
     /// seed, or a seed of two clusters), a cluster without seeds or with
     /// seeds that disagree on credentials or TLS, a zero node timeout, a
     /// drift factor that is negative, NaN, infinite or not below 1, a
-    /// retry policy allowing zero attempts.
+    /// retry policy allowing zero attempts, a `rediss://…#insecure` URL, and
+    /// (feature `tls`) an unusable TLS root certificate or one given
+    /// without any `rediss://` node.
     ///
     /// Two seed lists naming different members of the same cluster cannot
     /// be told apart without connecting: give each cluster once.
@@ -285,6 +356,10 @@ impl RedlockBuilder {
                 .into());
             }
             nodes.push(node);
+        }
+        #[cfg(feature = "tls")]
+        if options.tls_roots.is_some() && !nodes.iter().any(Node::is_tls) {
+            return Err(ConfigError::TlsWithoutTlsNode.into());
         }
         for node in &nodes {
             let cluster = node.is_cluster();

@@ -79,6 +79,13 @@
 //! - `testkit`: [`testkit`] spawns real `redis-server` processes on free
 //!   loopback ports — independent masters or a real Redis Cluster — and
 //!   kills, pauses, resumes and restarts them.
+//! - `tls`: `rediss://` node URLs, over rustls (no OpenSSL). Server
+//!   certificates and host names are always verified, against Mozilla's
+//!   root CAs or the CA given to
+//!   [`RedlockBuilder::tls_root_certificate`](RedlockBuilder::tls_root_certificate);
+//!   `#insecure` URLs are refused. If the process has not installed a
+//!   default rustls `CryptoProvider` by the first TLS connection, ring's is
+//!   installed.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.

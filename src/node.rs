@@ -11,7 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -22,10 +22,15 @@ use crate::scripts::{self, Lua, ScriptMode};
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// What every node of a manager shares: how scripts run.
+/// What every node of a manager shares: how scripts run, and whom to trust
+/// over TLS.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeOptions {
     pub(crate) script_mode: ScriptMode,
+    /// PEM CA certificates that `rediss://` nodes must chain to, instead of
+    /// the system's trust store.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_roots: Option<Vec<u8>>,
 }
 
 /// One Redis deployment that votes as one member of the quorum.
@@ -37,6 +42,8 @@ pub(crate) struct Node {
     /// (the seeds, for a cluster), to catch one server voting twice.
     addresses: Vec<String>,
     script_mode: ScriptMode,
+    /// Whether it is reached over TLS (`rediss://`).
+    tls: bool,
     backend: Backend,
 }
 
@@ -88,6 +95,7 @@ impl Node {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
             script_mode: options.script_mode,
+            tls: is_tls(info),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -123,12 +131,21 @@ impl Node {
             infos.iter().map(label).collect::<Vec<_>>().join(",")
         );
         let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
+        let tls = infos.first().is_some_and(is_tls);
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
         let builder = ClusterClient::builder(infos)
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(response_timeout)
             // Every call is bounded by its own deadline instead.
             .overall_response_timeout(None);
+        // The cluster client connects to members it learns of from the
+        // seeds: they must chain to the same CA. (Only for TLS seeds:
+        // certificates would turn TLS on for plain ones.)
+        #[cfg(feature = "tls")]
+        let builder = match &options.tls_roots {
+            Some(roots) if tls => builder.certs(tls_certificates(roots)),
+            _ => builder,
+        };
         let client = builder.build().map_err(|e| ConfigError::InvalidCluster {
             node: node_label.clone(),
             // Says which setting the seeds disagree on, never its value.
@@ -141,6 +158,7 @@ impl Node {
             label: node_label.into(),
             addresses,
             script_mode: options.script_mode,
+            tls,
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -160,6 +178,12 @@ impl Node {
         &self.addresses
     }
 
+    /// Whether it is reached over TLS (`rediss://`).
+    #[cfg(feature = "tls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls
+    }
+
     /// Whether this node is a Redis Cluster, where every key of one script
     /// call must hash to the same slot (see [`same_slot`]).
     pub(crate) fn is_cluster(&self) -> bool {
@@ -170,6 +194,9 @@ impl Node {
     /// dropped connection is re-established on a later request, so a node
     /// that comes back (or comes up late) is used again.
     async fn connection(&self) -> Result<Connection, NodeError> {
+        if self.tls {
+            install_crypto_provider();
+        }
         match &self.backend {
             Backend::Standalone { client, conn } => {
                 let conn = conn
@@ -489,14 +516,61 @@ fn is_function_not_found(e: &redis::RedisError) -> bool {
         .is_some_and(|detail| detail.starts_with("Function not found"))
 }
 
-/// Parses one URL into a client, without connecting.
-fn open(url: &str, _options: &NodeOptions) -> Result<redis::Client, ConfigError> {
-    redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
+/// Parses one URL into a client, without connecting. A `rediss://` URL
+/// trusts the configured CA if there is one, else Mozilla's root CAs;
+/// turning verification off (`#insecure`) is refused.
+fn open(url: &str, options: &NodeOptions) -> Result<redis::Client, ConfigError> {
+    let client = redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
         url: redact_url(url),
         // The parser's message names what is wrong, not the URL itself.
         reason: e.to_string(),
-    })
+    })?;
+    let info = client.get_connection_info();
+    if let ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+        return Err(ConfigError::InsecureTls {
+            url: redact_url(url),
+        });
+    }
+    #[cfg(feature = "tls")]
+    if let (Some(roots), true) = (&options.tls_roots, is_tls(info)) {
+        return redis::Client::build_with_tls(info.clone(), tls_certificates(roots)).map_err(|e| {
+            ConfigError::TlsRootCertificate {
+                reason: e.to_string(),
+            }
+        });
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = options;
+    Ok(client)
 }
+
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+}
+
+#[cfg(feature = "tls")]
+fn tls_certificates(roots: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(roots.to_vec()),
+    }
+}
+
+/// Makes sure rustls has a process-wide crypto provider before the first
+/// TLS connection: the redis crate asks rustls for the default one, and
+/// rustls cannot pick one by itself (it panics) when the dependency graph
+/// enables several, e.g. ring through quorumlock and aws-lc-rs through
+/// another crate. A provider the application installed first is kept.
+#[cfg(feature = "tls")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Fails only when another thread installed one meanwhile: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn install_crypto_provider() {}
 
 /// `host:port`, with `/db` when not 0: never credentials.
 fn label(info: &ConnectionInfo) -> String {
