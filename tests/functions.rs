@@ -103,12 +103,22 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
     let locks = manager(&nodes, ScriptMode::Functions);
     lock_extend_release_every_kind(&locks, ["orders:1", "ledger", "orders:2"]).await;
 
-    // Auto-extension renews through the same functions.
-    let lease = locks
-        .with_lock("jobs:a", TTL, |lease| async move { lease })
+    // Auto-extension renews through the same functions: wait until a
+    // renewal moved the deadline.
+    let guard = locks
+        .lock("jobs:a", Duration::from_millis(600))
         .await
-        .expect("with_lock");
-    assert_eq!(lease.resource(), "jobs:a");
+        .expect("lock");
+    let first = guard.deadline();
+    guard.auto_extend();
+    no_hang("renewal", async {
+        while guard.deadline() <= first {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(guard.loss(), None);
+    guard.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
