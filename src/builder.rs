@@ -249,8 +249,8 @@ impl RedlockBuilder {
     }
 
     /// Trusts the CA certificate(s) in `pem` for every `rediss://` node
-    /// (and every member a TLS cluster node discovers), **instead of** the
-    /// system's trust store: use it for a private CA. Server certificates
+    /// (and every member a TLS cluster node discovers), **instead of**
+    /// Mozilla's root CAs: use it for a private CA. Server certificates
     /// must chain to one of the given CAs and name the host of the URL
     /// (DNS name or IP address). Calls accumulate.
     ///

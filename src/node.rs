@@ -28,7 +28,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) struct NodeOptions {
     pub(crate) script_mode: ScriptMode,
     /// PEM CA certificates that `rediss://` nodes must chain to, instead of
-    /// the system's trust store.
+    /// Mozilla's root CAs.
     #[cfg(feature = "tls")]
     pub(crate) tls_roots: Option<Vec<u8>>,
 }
