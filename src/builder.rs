@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::{Node, redact_url};
+use crate::node::{Node, NodeOptions, redact_url};
 use crate::redlock::{Config, Redlock};
-use crate::{ConfigError, Error, Retry};
+use crate::{ConfigError, Error, Retry, ScriptMode};
 
 /// Default per-node timeout for one request.
 ///
@@ -59,6 +59,10 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     retry: Retry,
     key_prefix: String,
+    script_mode: ScriptMode,
+    /// PEM CA certificates, concatenated; `None` when none was given.
+    #[cfg(feature = "tls")]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl Default for RedlockBuilder {
@@ -69,19 +73,25 @@ impl Default for RedlockBuilder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry: Retry::default(),
             key_prefix: String::new(),
+            script_mode: ScriptMode::default(),
+            #[cfg(feature = "tls")]
+            tls_roots: None,
         }
     }
 }
 
 impl fmt::Debug for RedlockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockBuilder")
-            .field("nodes", &self.nodes)
+        let mut f = f.debug_struct("RedlockBuilder");
+        f.field("nodes", &self.nodes)
             .field("node_timeout", &self.node_timeout)
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
-            .finish()
+            .field("script_mode", &self.script_mode);
+        #[cfg(feature = "tls")]
+        f.field("tls_root_certificate", &self.tls_roots.is_some());
+        f.finish()
     }
 }
 
@@ -109,6 +119,12 @@ impl RedlockBuilder {
     /// `redis://[[user]:password@]host:port[/db]`. Password and ACL user in
     /// the URL are used to authenticate. Calls accumulate, and may be mixed
     /// with [`cluster`](Self::cluster).
+    ///
+    /// With the `tls` feature, `rediss://…` connects over TLS and verifies
+    /// the server's certificate and host name against Mozilla's root CAs,
+    /// or against [`tls_root_certificate`](Self::tls_root_certificate) if
+    /// given. Verification cannot be turned off: a `#insecure` URL is
+    /// refused by [`build`](Self::build).
     pub fn nodes<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -221,6 +237,80 @@ impl RedlockBuilder {
         self
     }
 
+    /// How release, extension, fenced and multi-resource locks run their
+    /// Lua scripts: [`ScriptMode::Eval`] (`EVALSHA`, needs scripting
+    /// permission) or [`ScriptMode::Functions`] (`FCALL` of
+    /// [`FUNCTIONS_LIBRARY`](crate::FUNCTIONS_LIBRARY), which an
+    /// administrator loads on every node beforehand). Defaults to
+    /// [`ScriptMode::Eval`].
+    pub fn script_mode(mut self, mode: ScriptMode) -> Self {
+        self.script_mode = mode;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in `pem` for every `rediss://` node
+    /// (and every member a TLS cluster node discovers), **instead of**
+    /// Mozilla's root CAs: use it for a private CA. Server certificates
+    /// must chain to one of the given CAs and name the host of the URL
+    /// (DNS name or IP address). Calls accumulate.
+    ///
+    /// Defaults to none: Mozilla's root CAs, as bundled by the
+    /// `webpki-roots` crate (the system's trust store is not read).
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::TlsRootCertificate`]
+    /// if `pem` holds no certificate or a malformed one, and with
+    /// [`ConfigError::TlsWithoutTlsNode`] if no node URL is `rediss://`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt")?;
+    /// let locks = quorumlock::Redlock::builder()
+    ///     .nodes(["rediss://redis-1.internal:6380", "rediss://redis-2.internal:6380", "rediss://redis-3.internal:6380"])
+    ///     .tls_root_certificate(ca)
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificate(mut self, pem: impl AsRef<[u8]>) -> Self {
+        let roots = self.tls_roots.get_or_insert_with(Vec::new);
+        if !roots.is_empty() {
+            roots.push(b'\n');
+        }
+        roots.extend_from_slice(pem.as_ref());
+        self
+    }
+
+    /// The options every node shares, with the CA certificates checked.
+    fn node_options(&self) -> Result<NodeOptions, ConfigError> {
+        #[cfg(feature = "tls")]
+        let tls_roots = if let Some(roots) = &self.tls_roots {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let certificates = CertificateDer::pem_slice_iter(roots)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError::TlsRootCertificate {
+                    reason: e.to_string(),
+                })?;
+            if certificates.is_empty() {
+                return Err(ConfigError::TlsRootCertificate {
+                    reason: "no PEM CERTIFICATE block found".into(),
+                });
+            }
+            Some(roots.clone())
+        } else {
+            None
+        };
+        Ok(NodeOptions {
+            script_mode: self.script_mode,
+            #[cfg(feature = "tls")]
+            tls_roots,
+        })
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -230,8 +320,10 @@ impl RedlockBuilder {
     /// one address in two nodes (a standalone node that is also a cluster
     /// seed, or a seed of two clusters), a cluster without seeds or with
     /// seeds that disagree on credentials or TLS, a zero node timeout, a
-    /// drift factor that is negative, NaN, infinite or not below 1, and a
-    /// retry policy allowing zero attempts.
+    /// drift factor that is negative, NaN, infinite or not below 1, a
+    /// retry policy allowing zero attempts, a `rediss://…#insecure` URL, and
+    /// (feature `tls`) an unusable TLS root certificate or one given
+    /// without any `rediss://` node.
     ///
     /// Two seed lists naming different members of the same cluster cannot
     /// be told apart without connecting: give each cluster once.
@@ -246,6 +338,7 @@ impl RedlockBuilder {
             return Err(ConfigError::DriftFactor(self.drift_factor).into());
         }
         self.retry.validate()?;
+        let options = self.node_options()?;
 
         let mut labels = HashSet::new();
         // Per address: the first node naming it, and whether it is a cluster.
@@ -253,8 +346,8 @@ impl RedlockBuilder {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for spec in &self.nodes {
             let node = match spec {
-                NodeSpec::Standalone(url) => Node::parse(url)?,
-                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout)?,
+                NodeSpec::Standalone(url) => Node::parse(url, &options)?,
+                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout, &options)?,
             };
             if !labels.insert(node.label().clone()) {
                 return Err(ConfigError::DuplicateNode {
@@ -263,6 +356,10 @@ impl RedlockBuilder {
                 .into());
             }
             nodes.push(node);
+        }
+        #[cfg(feature = "tls")]
+        if options.tls_roots.is_some() && !nodes.iter().any(Node::is_tls) {
+            return Err(ConfigError::TlsWithoutTlsNode.into());
         }
         for node in &nodes {
             let cluster = node.is_cluster();
@@ -288,6 +385,7 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             retry: self.retry,
             key_prefix: self.key_prefix,
+            script_mode: self.script_mode,
             renewer: Default::default(),
             background: Default::default(),
         }))

@@ -183,6 +183,17 @@ pub enum NodeError {
         "configured as a cluster, but a seed is a standalone server (cluster support disabled); add standalone masters as nodes, one each"
     )]
     NotACluster,
+    /// In [`ScriptMode::Functions`](crate::ScriptMode::Functions), the node
+    /// lacks a function of quorumlock's library: it was never loaded there,
+    /// the node restarted empty, or it holds an older version.
+    #[error(
+        "function `{function}` is not loaded on this node; load quorumlock::FUNCTIONS_LIBRARY (src/scripts/functions.lua) on every node with `FUNCTION LOAD REPLACE`, or use ScriptMode::Eval"
+    )]
+    #[non_exhaustive]
+    FunctionsNotLoaded {
+        /// The function that was called.
+        function: String,
+    },
 }
 
 /// A call argument that was rejected before any I/O.
@@ -281,6 +292,28 @@ pub enum ConfigError {
         /// What the cluster client rejected (never a credential).
         reason: String,
     },
+    /// A `rediss://` URL asks to skip certificate verification
+    /// (`#insecure`). quorumlock always verifies: trust a private CA with
+    /// [`RedlockBuilder::tls_root_certificate`](crate::RedlockBuilder) instead.
+    #[error(
+        "node url `{url}` turns off TLS certificate verification (#insecure), which quorumlock does not allow; trust the server's CA with tls_root_certificate instead"
+    )]
+    InsecureTls {
+        /// The URL with any user information replaced by `***`.
+        url: String,
+    },
+    /// A CA certificate given to `tls_root_certificate` is not usable PEM.
+    #[error("invalid TLS root certificate: {reason}")]
+    TlsRootCertificate {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A TLS root certificate was given, but no node uses `rediss://`: the
+    /// traffic to the nodes would not be encrypted.
+    #[error(
+        "a TLS root certificate was given but no node url uses rediss://, so no connection would use TLS"
+    )]
+    TlsWithoutTlsNode,
     /// The per-node timeout is zero.
     #[error("the node timeout must be greater than zero")]
     ZeroNodeTimeout,

@@ -81,6 +81,13 @@
 //!   kills, pauses, resumes and restarts them; [`testkit::FaultProxy`] adds
 //!   latency, dropped connections, blackholes and held-back replies.
 //! - `cli`: the `quorumlock` binary (`exec`, `status`, `demo`).
+//! - `tls`: `rediss://` node URLs, over rustls (no OpenSSL). Server
+//!   certificates and host names are always verified, against Mozilla's
+//!   root CAs or the CA given to
+//!   [`RedlockBuilder::tls_root_certificate`](RedlockBuilder::tls_root_certificate);
+//!   `#insecure` URLs are refused. If the process has not installed a
+//!   default rustls `CryptoProvider` by the first TLS connection, ring's is
+//!   installed.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.
@@ -118,6 +125,7 @@ pub use guard::{LockGuard, ReleaseSummary};
 pub use lease::{Lease, LossReason};
 pub use redlock::{FENCE_SUFFIX, Redlock};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
+pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 pub use token::Token;
 
 // Compiles the README's examples as doctests, so they cannot rot.

@@ -11,16 +11,27 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
-use crate::scripts::{self, Lua};
+use crate::scripts::{self, Lua, ScriptMode};
 
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What every node of a manager shares: how scripts run, and whom to trust
+/// over TLS.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeOptions {
+    pub(crate) script_mode: ScriptMode,
+    /// PEM CA certificates that `rediss://` nodes must chain to, instead of
+    /// Mozilla's root CAs.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_roots: Option<Vec<u8>>,
+}
 
 /// One Redis deployment that votes as one member of the quorum.
 pub(crate) struct Node {
@@ -30,6 +41,9 @@ pub(crate) struct Node {
     /// `host:port` of every server the configuration names for this node
     /// (the seeds, for a cluster), to catch one server voting twice.
     addresses: Vec<String>,
+    script_mode: ScriptMode,
+    /// Whether it is reached over TLS (`rediss://`).
+    tls: bool,
     backend: Backend,
 }
 
@@ -72,14 +86,16 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    /// Parses a standalone node URL (`redis://[user:password@]host:port[/db]`).
+    /// Parses a standalone node URL (`redis[s]://[user:password@]host:port[/db]`).
     /// No I/O.
-    pub(crate) fn parse(url: &str) -> Result<Self, ConfigError> {
-        let client = open(url)?;
+    pub(crate) fn parse(url: &str, options: &NodeOptions) -> Result<Self, ConfigError> {
+        let client = open(url, options)?;
         let info = client.get_connection_info();
         Ok(Self {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
+            script_mode: options.script_mode,
+            tls: is_tls(info),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -98,10 +114,11 @@ impl Node {
     pub(crate) fn cluster<S: AsRef<str>>(
         seeds: &[S],
         node_timeout: Duration,
+        options: &NodeOptions,
     ) -> Result<Self, ConfigError> {
         let mut infos: Vec<ConnectionInfo> = Vec::with_capacity(seeds.len());
         for seed in seeds {
-            let info = open(seed.as_ref())?.get_connection_info().clone();
+            let info = open(seed.as_ref(), options)?.get_connection_info().clone();
             if !infos.iter().any(|seen| label(seen) == label(&info)) {
                 infos.push(info);
             }
@@ -114,24 +131,34 @@ impl Node {
             infos.iter().map(label).collect::<Vec<_>>().join(",")
         );
         let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
+        let tls = infos.first().is_some_and(is_tls);
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
-        let client = ClusterClient::builder(infos)
+        let builder = ClusterClient::builder(infos)
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(response_timeout)
             // Every call is bounded by its own deadline instead.
-            .overall_response_timeout(None)
-            .build()
-            .map_err(|e| ConfigError::InvalidCluster {
-                node: node_label.clone(),
-                // Says which setting the seeds disagree on, never its value.
-                reason: e.to_string(),
-            })?;
+            .overall_response_timeout(None);
+        // The cluster client connects to members it learns of from the
+        // seeds: they must chain to the same CA. (Only for TLS seeds:
+        // certificates would turn TLS on for plain ones.)
+        #[cfg(feature = "tls")]
+        let builder = match &options.tls_roots {
+            Some(roots) if tls => builder.certs(tls_certificates(roots)),
+            _ => builder,
+        };
+        let client = builder.build().map_err(|e| ConfigError::InvalidCluster {
+            node: node_label.clone(),
+            // Says which setting the seeds disagree on, never its value.
+            reason: e.to_string(),
+        })?;
         let config = ClusterConfig::new()
             .set_connection_timeout(CONNECT_TIMEOUT)
             .set_response_timeout(response_timeout);
         Ok(Self {
             label: node_label.into(),
             addresses,
+            script_mode: options.script_mode,
+            tls,
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -151,6 +178,12 @@ impl Node {
         &self.addresses
     }
 
+    /// Whether it is reached over TLS (`rediss://`).
+    #[cfg(feature = "tls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls
+    }
+
     /// Whether this node is a Redis Cluster, where every key of one script
     /// call must hash to the same slot (see [`same_slot`]).
     pub(crate) fn is_cluster(&self) -> bool {
@@ -161,6 +194,9 @@ impl Node {
     /// dropped connection is re-established on a later request, so a node
     /// that comes back (or comes up late) is used again.
     async fn connection(&self) -> Result<Connection, NodeError> {
+        if self.tls {
+            install_crypto_provider();
+        }
         match &self.backend {
             Backend::Standalone { client, conn } => {
                 let conn = conn
@@ -357,10 +393,12 @@ impl Node {
         .await
     }
 
-    /// Runs `lua` on `keys` with `args` within `deadline`: EVALSHA, and the
-    /// script's text on NOSCRIPT (a restarted node has an empty cache). On a
-    /// cluster every key must share a hash slot; requests are checked for
-    /// that before any I/O.
+    /// Runs `lua` on `keys` with `args` within `deadline`. This is the one
+    /// path every script takes. In [`ScriptMode::Eval`]: EVALSHA, and the
+    /// script's text on NOSCRIPT (a restarted node has an empty cache). In
+    /// [`ScriptMode::Functions`]: FCALL of the script's function, which a
+    /// cluster routes by its first key like EVALSHA. On a cluster every key
+    /// must share a hash slot; requests are checked for that before any I/O.
     async fn script(
         &self,
         lua: &Lua,
@@ -368,6 +406,18 @@ impl Node {
         args: &[&str],
         deadline: Instant,
     ) -> Result<Value, NodeError> {
+        if self.script_mode == ScriptMode::Functions {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
+            return match self.command(&cmd, deadline).await {
+                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
+                    Err(NodeError::FunctionsNotLoaded {
+                        function: lua.function.to_owned(),
+                    })
+                }
+                reply => reply,
+            };
+        }
         within(deadline, async {
             Ok(match self.connection().await? {
                 Connection::Standalone(mut conn) => {
@@ -460,14 +510,67 @@ pub(crate) fn same_slot(keys: &[&str]) -> bool {
     }
 }
 
-/// Parses one URL into a client, without connecting.
-fn open(url: &str) -> Result<redis::Client, ConfigError> {
-    redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
+/// Whether FCALL failed because the function does not exist on the node.
+fn is_function_not_found(e: &redis::RedisError) -> bool {
+    e.detail()
+        .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// Parses one URL into a client, without connecting. A `rediss://` URL
+/// trusts the configured CA if there is one, else Mozilla's root CAs;
+/// turning verification off (`#insecure`) is refused.
+fn open(url: &str, options: &NodeOptions) -> Result<redis::Client, ConfigError> {
+    let client = redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
         url: redact_url(url),
         // The parser's message names what is wrong, not the URL itself.
         reason: e.to_string(),
-    })
+    })?;
+    let info = client.get_connection_info();
+    if let ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+        return Err(ConfigError::InsecureTls {
+            url: redact_url(url),
+        });
+    }
+    #[cfg(feature = "tls")]
+    if let (Some(roots), true) = (&options.tls_roots, is_tls(info)) {
+        return redis::Client::build_with_tls(info.clone(), tls_certificates(roots)).map_err(|e| {
+            ConfigError::TlsRootCertificate {
+                reason: e.to_string(),
+            }
+        });
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = options;
+    Ok(client)
 }
+
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+}
+
+#[cfg(feature = "tls")]
+fn tls_certificates(roots: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(roots.to_vec()),
+    }
+}
+
+/// Makes sure rustls has a process-wide crypto provider before the first
+/// TLS connection: the redis crate asks rustls for the default one, and
+/// rustls cannot pick one by itself (it panics) when the dependency graph
+/// enables several, e.g. ring through quorumlock and aws-lc-rs through
+/// another crate. A provider the application installed first is kept.
+#[cfg(feature = "tls")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Fails only when another thread installed one meanwhile: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+fn install_crypto_provider() {}
 
 /// `host:port`, with `/db` when not 0: never credentials.
 fn label(info: &ConnectionInfo) -> String {
@@ -535,7 +638,11 @@ mod tests {
 
     #[test]
     fn labels_never_include_credentials() {
-        let node = Node::parse("redis://alice:s3cret@127.0.0.1:6379/3").expect("valid url");
+        let node = Node::parse(
+            "redis://alice:s3cret@127.0.0.1:6379/3",
+            &NodeOptions::default(),
+        )
+        .expect("valid url");
         assert_eq!(&**node.label(), "127.0.0.1:6379/3");
         assert_eq!(format!("{node:?}"), "127.0.0.1:6379/3");
     }
@@ -549,13 +656,18 @@ mod tests {
                 "redis://:s3cret@127.0.0.1:7000",
             ],
             Duration::from_millis(250),
+            &NodeOptions::default(),
         )
         .expect("valid seeds");
         assert!(node.is_cluster());
         assert_eq!(&**node.label(), "cluster(127.0.0.1:7000,127.0.0.1:7001)");
         assert_eq!(node.addresses(), ["127.0.0.1:7000", "127.0.0.1:7001"]);
         assert!(!format!("{node:?}").contains("s3cret"));
-        assert!(!Node::parse("redis://h:1").expect("valid").is_cluster());
+        assert!(
+            !Node::parse("redis://h:1", &NodeOptions::default())
+                .expect("valid")
+                .is_cluster()
+        );
     }
 
     #[test]
@@ -563,14 +675,22 @@ mod tests {
         let timeout = Duration::from_millis(250);
         let no_seeds: [&str; 0] = [];
         assert_eq!(
-            Node::cluster(&no_seeds, timeout).err(),
+            Node::cluster(&no_seeds, timeout, &NodeOptions::default()).err(),
             Some(ConfigError::EmptyCluster)
         );
-        match Node::cluster(&["redis://h:1", "redis://u:hunter2@h:x"], timeout) {
+        match Node::cluster(
+            &["redis://h:1", "redis://u:hunter2@h:x"],
+            timeout,
+            &NodeOptions::default(),
+        ) {
             Err(ConfigError::MalformedUrl { url, .. }) => assert!(!url.contains("hunter2")),
             other => panic!("expected MalformedUrl, got {other:?}"),
         }
-        match Node::cluster(&["redis://:hunter2@h:1", "redis://:other@h:2"], timeout) {
+        match Node::cluster(
+            &["redis://:hunter2@h:1", "redis://:other@h:2"],
+            timeout,
+            &NodeOptions::default(),
+        ) {
             Err(e @ ConfigError::InvalidCluster { .. }) => {
                 let text = e.to_string();
                 assert!(
@@ -625,7 +745,7 @@ mod tests {
     #[test]
     fn malformed_urls_are_config_errors_without_the_password() {
         for url in ["", "http://a:b@h:1", "redis://user:hunter2@:notaport"] {
-            match Node::parse(url) {
+            match Node::parse(url, &NodeOptions::default()) {
                 Err(ConfigError::MalformedUrl { url: shown, .. }) => {
                     assert!(!shown.contains("hunter2"), "{shown}");
                 }

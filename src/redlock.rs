@@ -61,6 +61,7 @@ pub(crate) struct Config {
     pub(crate) drift_factor: f64,
     pub(crate) retry: Retry,
     pub(crate) key_prefix: String,
+    pub(crate) script_mode: crate::ScriptMode,
     pub(crate) renewer: Arc<Renewer>,
     pub(crate) background: Arc<Background>,
 }
@@ -82,6 +83,7 @@ impl fmt::Debug for Redlock {
             .field("drift_factor", &c.drift_factor)
             .field("retry", &c.retry)
             .field("key_prefix", &c.key_prefix)
+            .field("script_mode", &c.script_mode)
             .finish()
     }
 }

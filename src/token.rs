@@ -60,6 +60,20 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    /// A birthday collision among a million 128-bit tokens has probability
+    /// about 1.5e-27: any duplicate means a broken random source or encoding.
+    /// Tokens are kept as `u128`s so that debug builds stay fast.
+    #[test]
+    fn a_million_tokens_have_no_duplicate() {
+        const COUNT: usize = 1_000_000;
+        let mut seen = std::collections::HashSet::with_capacity(COUNT);
+        for _ in 0..COUNT {
+            let token = Token::generate().expect("random source");
+            let value = u128::from_str_radix(token.as_str(), 16).expect("hex");
+            assert!(seen.insert(value), "duplicate token {token:?}");
+        }
+    }
+
     #[test]
     fn debug_shows_only_a_prefix() {
         let t = Token::generate().expect("random source");

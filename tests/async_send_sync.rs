@@ -19,6 +19,9 @@ fn types_are_send_and_sync() {
     send_sync::<Token>();
     send_sync::<Error>();
     send_sync::<quorumlock::testkit::RedisCluster>();
+    send_sync::<quorumlock::ScriptMode>();
+    #[cfg(feature = "tls")]
+    send_sync::<quorumlock::testkit::TestCa>();
 }
 
 #[tokio::test]

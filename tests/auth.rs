@@ -11,14 +11,18 @@ use quorumlock::{Error, Redlock, Retry};
 const PASSWORD: &str = "s3cret-pw-7f1e";
 const USER_PASSWORD: &str = "alice-pw-91c2";
 
-/// The commands a lock user needs: SET for acquire; EVALSHA (EVAL and
-/// SCRIPT LOAD for the NOSCRIPT fallback) for the scripts, which run GET,
-/// DEL and PEXPIRE.
-const LOCK_COMMANDS: [&str; 7] = [
+/// The commands a lock user needs in the default `ScriptMode::Eval` (the
+/// README's ACL line): SET for acquire; EVALSHA, with SCRIPT LOAD (on a
+/// standalone node) or EVAL (on a cluster) for the NOSCRIPT fallback, for
+/// the scripts, which run GET, DEL and PEXPIRE, plus INCR for fencing and
+/// EXISTS for multi-resource locks.
+const LOCK_COMMANDS: [&str; 9] = [
     "+set",
     "+get",
     "+del",
     "+pexpire",
+    "+exists",
+    "+incr",
     "+evalsha",
     "+eval",
     "+script|load",
@@ -115,4 +119,78 @@ async fn a_missing_permission_is_reported_not_mistaken_for_a_lost_lock() {
         .expect_err("GET is not allowed");
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(err.to_string().contains("can't run this command"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
+    // The README's ACL line: keys under the prefix, only LOCK_COMMANDS.
+    let mut options = ServerOptions::new()
+        .arg("--requirepass")
+        .arg(PASSWORD)
+        .arg("--user")
+        .arg("locker")
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg("resetkeys")
+        .arg("~myapp:lock:*")
+        .arg("resetchannels")
+        .arg("-@all");
+    for command in LOCK_COMMANDS {
+        options = options.arg(command);
+    }
+    let server = RedisServer::start_with(options).expect("server");
+    let port = server.port();
+    let user_url = format!("redis://locker:{USER_PASSWORD}@127.0.0.1:{port}");
+    let locks = Redlock::builder()
+        .node(&user_url)
+        .key_prefix("myapp:lock:")
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(5);
+
+    let guard = locks.lock("orders:1", ttl).await.expect("lock");
+    guard.extend(ttl).await.expect("extend");
+    guard.release().await.expect("release");
+
+    // An empty script cache (a restarted node) takes the NOSCRIPT
+    // fallback, which needs no further permission.
+    let mut admin = support::conn(&format!("redis://:{PASSWORD}@127.0.0.1:{port}")).await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .expect("SCRIPT FLUSH");
+
+    // The fence counter `myapp:lock:ledger:fence` is under the prefix too.
+    let guard = locks.lock_fenced("ledger", ttl).await.expect("fenced");
+    assert_eq!(guard.fence(), Some(1));
+    guard.extend(ttl).await.expect("extend fenced");
+    guard.release().await.expect("release fenced");
+
+    let guard = locks
+        .lock_many(&["stock:berlin", "stock:paris"], ttl)
+        .await
+        .expect("multi");
+    guard.extend(ttl).await.expect("extend multi");
+    assert_eq!(guard.release().await.expect("release multi").released(), 1);
+
+    let out = locks
+        .with_lock("jobs:a", ttl, |lease| async move { lease.fence() })
+        .await
+        .expect("with_lock");
+    assert_eq!(out, None);
+
+    // Without the prefix the same user is refused: the ACL confines it.
+    let unprefixed = Redlock::builder()
+        .node(&user_url)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let err = unprefixed
+        .try_lock("orders:1", ttl)
+        .await
+        .expect_err("outside the prefix");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("no permissions"), "{err}");
 }

@@ -1,41 +1,329 @@
 //! The Lua scripts, each in its own `.lua` file, sent with EVALSHA and
-//! reloaded on NOSCRIPT (a restarted node has an empty script cache).
+//! reloaded on NOSCRIPT (a restarted node has an empty script cache) — or,
+//! in [`ScriptMode::Functions`], called with FCALL as the functions of
+//! `functions.lua`, the same scripts wrapped as one Redis Functions library.
 //! Scripts are constant text: keys only in KEYS, token and ttl only in ARGV.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// A Lua script: the `redis::Script` (hash, EVALSHA, reload on NOSCRIPT)
-/// and its text, which a cluster node sends with `EVAL` on NOSCRIPT.
+/// How the library runs its Lua scripts on the nodes.
+///
+/// Plain acquisition is a `SET NX PX` command in either mode; release,
+/// extension, fenced and multi-resource locks run scripts.
+///
+/// # Examples
+///
+/// ```
+/// use quorumlock::{Redlock, ScriptMode};
+///
+/// # fn main() -> Result<(), quorumlock::Error> {
+/// // The lock user may run FCALL, but not EVAL, EVALSHA or SCRIPT.
+/// let locks = Redlock::builder()
+///     .node("redis://locker:secret@127.0.0.1:6379")
+///     .script_mode(ScriptMode::Functions)
+///     .build()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ScriptMode {
+    /// `EVALSHA`, and on `NOSCRIPT` (a restarted node has an empty script
+    /// cache) `SCRIPT LOAD` on a standalone node or `EVAL` on a cluster.
+    /// Works on any Redis from 2.6 on with nothing installed beforehand,
+    /// but the lock user needs `+evalsha +script|load +eval`: permission
+    /// to run *any* script, and a script runs every command the user may.
+    #[default]
+    Eval,
+    /// `FCALL` of the functions in [`FUNCTIONS_LIBRARY`], which an
+    /// administrator loads once per node (Redis 7.0 or later). The lock
+    /// user then needs `+fcall` and no scripting permission: it can run
+    /// only the functions an administrator installed.
+    ///
+    /// Functions are saved with the data (RDB / AOF) and replicated, but a
+    /// node that restarts **empty** has none until they are loaded again;
+    /// until then it fails every script call with
+    /// [`NodeError::FunctionsNotLoaded`](crate::NodeError::FunctionsNotLoaded).
+    /// Make loading part of the node's provisioning (`FUNCTION LOAD
+    /// REPLACE` is idempotent).
+    Functions,
+}
+
+/// The Redis Functions library for [`ScriptMode::Functions`]: every script
+/// quorumlock runs, registered as a function of the library `quorumlock`.
+///
+/// An administrator loads it once per node (on a cluster, on every master)
+/// and again after upgrading quorumlock; `REPLACE` makes that idempotent:
+///
+/// ```sh
+/// redis-cli -h 10.0.0.1 --user admin --askpass -x FUNCTION LOAD REPLACE < src/scripts/functions.lua
+/// ```
+///
+/// The file ships in the crate's source (`src/scripts/functions.lua`), or
+/// can be written out from this constant by a deployment tool:
+///
+/// ```no_run
+/// # fn main() -> redis::RedisResult<()> {
+/// let mut admin = redis::Client::open("redis://admin:secret@10.0.0.1:6379")?.get_connection()?;
+/// let library: String = redis::cmd("FUNCTION")
+///     .arg("LOAD")
+///     .arg("REPLACE")
+///     .arg(quorumlock::FUNCTIONS_LIBRARY)
+///     .query(&mut admin)?;
+/// assert_eq!(library, "quorumlock");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The library is generated from the individual scripts, each wrapped
+/// verbatim as `function(KEYS, ARGV) … end`, so both modes run the same
+/// code; a unit test fails if the file falls out of step with them.
+pub const FUNCTIONS_LIBRARY: &str = include_str!("functions.lua");
+
+/// A Lua script: the `redis::Script` (hash, EVALSHA, reload on NOSCRIPT),
+/// its text, which a cluster node sends with `EVAL` on NOSCRIPT, and the
+/// name of the same script as a function of [`FUNCTIONS_LIBRARY`].
 pub(crate) struct Lua {
     pub(crate) script: Script,
     pub(crate) source: &'static str,
+    pub(crate) function: &'static str,
 }
 
 impl Lua {
-    fn new(source: &'static str) -> Self {
+    fn new(function: &'static str, source: &'static str) -> Self {
         Self {
             script: Script::new(source),
             source,
+            function,
         }
     }
 }
 
+/// Every script: its function name and its text. The function library is
+/// generated from this list (see the tests).
+const SCRIPTS: [(&str, &str); 5] = [
+    ("quorumlock_release", include_str!("release.lua")),
+    ("quorumlock_extend", include_str!("extend.lua")),
+    ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
+    (
+        "quorumlock_acquire_fenced",
+        include_str!("acquire_fenced.lua"),
+    ),
+    (
+        "quorumlock_fence_writeback",
+        include_str!("fence_writeback.lua"),
+    ),
+];
+
 /// `if GET key == token then DEL key`, for each of a lock's keys.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("release.lua")));
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[0].0, SCRIPTS[0].1));
 
 /// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
-pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("extend.lua")));
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[1].0, SCRIPTS[1].1));
 
 /// All keys or none: multi-resource acquire.
 pub(crate) static ACQUIRE_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("acquire_many.lua")));
+    LazyLock::new(|| Lua::new(SCRIPTS[2].0, SCRIPTS[2].1));
 
 /// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("acquire_fenced.lua")));
+    LazyLock::new(|| Lua::new(SCRIPTS[3].0, SCRIPTS[3].1));
 
 /// `counter = max(counter, fence)`: fenced acquire, phase 2.
 pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("fence_writeback.lua")));
+    LazyLock::new(|| Lua::new(SCRIPTS[4].0, SCRIPTS[4].1));
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// Regenerates `functions.lua` from the scripts when set.
+    const BLESS: &str = "QUORUMLOCK_BLESS";
+
+    const HEADER: &str = "#!lua name=quorumlock
+-- quorumlock's Lua scripts as one Redis Functions library, for
+-- ScriptMode::Functions. Load it once per node (every master of a cluster),
+-- and again after upgrading quorumlock:
+--   redis-cli -x FUNCTION LOAD REPLACE < functions.lua
+-- GENERATED from the other .lua files of this directory, each wrapped
+-- verbatim as function(KEYS, ARGV) ... end: do not edit by hand. After
+-- changing a script, regenerate with
+--   QUORUMLOCK_BLESS=1 cargo test --lib scripts
+";
+
+    /// The library text the scripts call for.
+    fn generated_library() -> String {
+        let mut out = String::from(HEADER);
+        for (name, source) in SCRIPTS {
+            out.push_str(&format!(
+                "\nredis.register_function('{name}', function(KEYS, ARGV)\n"
+            ));
+            for line in source.lines() {
+                if !line.is_empty() {
+                    out.push_str("  ");
+                }
+                out.push_str(line);
+                out.push('\n');
+            }
+            out.push_str("end)\n");
+        }
+        out
+    }
+
+    fn scripts_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scripts")
+    }
+
+    #[test]
+    fn the_functions_library_wraps_every_script_verbatim() {
+        let expected = generated_library();
+        if FUNCTIONS_LIBRARY != expected && std::env::var_os(BLESS).is_some() {
+            std::fs::write(scripts_dir().join("functions.lua"), &expected).expect("write");
+            return;
+        }
+        assert!(
+            FUNCTIONS_LIBRARY == expected,
+            "src/scripts/functions.lua is out of step with the scripts; regenerate it with \
+             `{BLESS}=1 cargo test --lib scripts`"
+        );
+        assert!(FUNCTIONS_LIBRARY.starts_with("#!lua name=quorumlock\n"));
+    }
+
+    #[test]
+    fn every_script_file_is_in_the_library() {
+        let mut files: Vec<String> = std::fs::read_dir(scripts_dir())
+            .expect("src/scripts")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|name| name.ends_with(".lua") && name != "functions.lua")
+            .collect();
+        files.sort();
+        let mut named: Vec<String> = SCRIPTS
+            .iter()
+            .map(|(name, _)| format!("{}.lua", name.trim_start_matches("quorumlock_")))
+            .collect();
+        named.sort();
+        assert_eq!(files, named, "each script file must be listed in SCRIPTS");
+    }
+
+    /// The text of `source` without comments (`--` to the end of the line;
+    /// the scripts use no long comments and no `--` inside strings).
+    fn code(source: &str) -> String {
+        source
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn identifiers(code: &str) -> impl Iterator<Item = &str> {
+        code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| !word.is_empty())
+    }
+
+    /// Scripts are constant text whose commands are fixed: keys come only
+    /// from KEYS, token and ttl only from ARGV, and nothing is compiled at
+    /// run time. Checked on every `.lua` file, the function library too.
+    #[test]
+    fn scripts_never_build_commands_or_code_at_run_time() {
+        let mut checked = 0;
+        for entry in std::fs::read_dir(scripts_dir()).expect("src/scripts") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|ext| ext != "lua") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("read");
+            let code = code(&source);
+            let name = path.display();
+            // No string concatenation: nothing builds a command, key or
+            // value out of pieces.
+            assert!(!code.contains(".."), "{name}: uses `..`");
+            // No code compiled from strings.
+            for word in identifiers(&code) {
+                assert!(
+                    ![
+                        "load",
+                        "loadstring",
+                        "loadfile",
+                        "dofile",
+                        "setfenv",
+                        "getfenv"
+                    ]
+                    .contains(&word),
+                    "{name}: uses `{word}`"
+                );
+            }
+            // Every command name is a literal: `redis.call('SET', …)`.
+            for call in ["redis.call(", "redis.pcall("] {
+                for (at, _) in code.match_indices(call) {
+                    let next = code[at + call.len()..].chars().next();
+                    assert_eq!(
+                        next,
+                        Some('\''),
+                        "{name}: a command name that is not a literal"
+                    );
+                }
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, SCRIPTS.len() + 1, "every script and the library");
+    }
+
+    /// Scripts are sent as the constant texts above: no Rust code formats
+    /// a key, token or ttl into a script or a function name.
+    #[test]
+    fn rust_code_never_formats_script_text() {
+        fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("dir") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() {
+                    rust_files(&path, out);
+                } else if path.extension().is_some_and(|ext| ext == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        // Built from pieces, so that this file does not match itself.
+        let script_new = ["Script", "::new("].concat();
+        let formatted = [
+            [script_new.as_str(), "format!"].concat(),
+            [script_new.as_str(), "&format!"].concat(),
+        ];
+        let mut constructions = 0;
+        for path in &files {
+            let text = std::fs::read_to_string(path).expect("read");
+            for needle in &formatted {
+                assert!(
+                    !text.contains(needle.as_str()),
+                    "{}: {needle}",
+                    path.display()
+                );
+            }
+            let here = text.matches(script_new.as_str()).count();
+            if here > 0 {
+                assert!(
+                    path.ends_with("src/scripts/mod.rs"),
+                    "{}: builds a script outside src/scripts",
+                    path.display()
+                );
+            }
+            constructions += here;
+        }
+        // The one construction, `Lua::new`, takes `&'static str` texts.
+        assert_eq!(constructions, 1);
+    }
+}

@@ -336,7 +336,7 @@ fn command(server: &RedisServer, cmd: &redis::Cmd) -> Result<Value, TestkitError
         port: server.port(),
         source,
     };
-    let client = redis::Client::open(server.url()).map_err(failed)?;
+    let client = server.client().map_err(failed)?;
     let mut conn = client
         .get_connection_with_timeout(COMMAND_TIMEOUT)
         .map_err(failed)?;

@@ -12,6 +12,9 @@
 //! The binary is `$QUORUMLOCK_REDIS_SERVER` if set, else `redis-server` on
 //! `PATH`.
 //!
+//! With the `tls` feature too, [`ServerOptions::tls`] starts servers that
+//! speak TLS only, with certificates signed by [`test_ca`].
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -47,9 +50,13 @@ use nix::unistd::Pid;
 
 mod cluster;
 mod proxy;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::{FaultProxy, Faults};
+#[cfg(feature = "tls")]
+pub use tls::{TestCa, test_ca};
 
 /// The environment variable naming the `redis-server` binary to use.
 pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";
@@ -101,6 +108,18 @@ pub enum TestkitError {
     /// A cluster did not form, or answered something unexpected.
     #[error("redis cluster: {0}")]
     Cluster(String),
+    /// A TLS server was asked for, but the `redis-server` binary was built
+    /// without TLS support.
+    #[error("{binary} cannot serve TLS: {detail}")]
+    TlsUnsupported {
+        /// The binary.
+        binary: String,
+        /// What it said.
+        detail: String,
+    },
+    /// A test certificate could not be generated.
+    #[error("test certificate: {0}")]
+    Tls(String),
 }
 
 /// Options for the servers a [`RedisServer`], [`RedisNodes`] or
@@ -112,6 +131,8 @@ pub struct ServerOptions {
     args: Vec<String>,
     /// Start as a cluster member with this `cluster-node-timeout`.
     cluster_node_timeout: Option<Duration>,
+    /// Serve TLS only.
+    tls: bool,
 }
 
 impl ServerOptions {
@@ -132,6 +153,21 @@ impl ServerOptions {
     /// after the testkit's own, so they override them.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Serves TLS only (`rediss://`; no plain-text port), with a
+    /// certificate for `127.0.0.1` and `localhost` signed by [`test_ca`].
+    /// Clients need no certificate of their own. Cluster members also talk
+    /// TLS on the cluster bus and for replication.
+    ///
+    /// [`RedisServer::start_with`] fails with
+    /// [`TestkitError::TlsUnsupported`] if `redis-server` was built without
+    /// TLS.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 
@@ -168,11 +204,15 @@ impl ServerOptions {
         ]
         .map(str::to_owned)
         .into();
+        if self.tls {
+            args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
+        }
         args.extend(self.args.iter().cloned());
         let resolved = Self {
             persistent: self.persistent,
             args,
             cluster_node_timeout: None,
+            tls: self.tls,
         };
         Ok((resolved, Some(bus_port)))
     }
@@ -221,6 +261,11 @@ impl RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-redis-")
             .tempdir()?;
+        #[cfg(feature = "tls")]
+        if options.tls {
+            tls::check_support(&binary)?;
+            tls::write_files(dir.path())?;
+        }
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
@@ -254,9 +299,20 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://…` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.options.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// A client for [`url`](Self::url), trusting [`test_ca`] if it is a
+    /// TLS server.
+    pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if self.options.tls {
+            return tls::client(&self.url());
+        }
+        redis::Client::open(self.url())
     }
 
     /// The cluster bus port of a cluster member.
@@ -448,9 +504,14 @@ fn spawn(
     options: &ServerOptions,
 ) -> Result<Process, TestkitError> {
     let mut cmd = Command::new(binary);
-    cmd.arg("--port")
-        .arg(port.to_string())
-        .arg("--bind")
+    #[cfg(feature = "tls")]
+    if options.tls {
+        cmd.args(tls::args(dir, port));
+    }
+    if !options.tls {
+        cmd.arg("--port").arg(port.to_string());
+    }
+    cmd.arg("--bind")
         .arg("127.0.0.1")
         .arg("--dir")
         .arg(dir)

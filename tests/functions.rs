@@ -1,0 +1,212 @@
+//! `ScriptMode::Functions`: an administrator loads `FUNCTIONS_LIBRARY` once,
+//! and a lock user with `+fcall` but no scripting permission (EVAL, EVALSHA,
+//! SCRIPT) locks, extends and releases — plain, fenced and multi-resource
+//! locks, on standalone nodes and on a cluster.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions};
+use quorumlock::{Error, FUNCTIONS_LIBRARY, NodeError, Redlock, Retry, ScriptMode};
+use support::no_hang;
+
+const TTL: Duration = Duration::from_secs(10);
+const PREFIX: &str = "myapp:lock:";
+const USER: &str = "locker";
+const USER_PASSWORD: &str = "locker-pw-5e0b";
+
+/// Everything the lock user needs in Functions mode: the data commands the
+/// functions run, and FCALL. No EVAL, EVALSHA or SCRIPT.
+const FUNCTIONS_COMMANDS: [&str; 7] = [
+    "+set", "+get", "+del", "+pexpire", "+exists", "+incr", "+fcall",
+];
+
+/// The extra commands a cluster node's lock user needs: the slot map, and
+/// the check that the seeds are cluster members.
+const CLUSTER_COMMANDS: [&str; 2] = ["+cluster|slots", "+cluster|info"];
+
+/// Servers with the lock user confined to `myapp:lock:*` and `commands`;
+/// the default user (no password) plays the administrator.
+fn options(commands: &[&str]) -> ServerOptions {
+    let mut options = ServerOptions::new()
+        .arg("--user")
+        .arg(USER)
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg(format!("~{PREFIX}*"))
+        .arg("resetchannels")
+        .arg("-@all");
+    for command in commands {
+        options = options.arg(*command);
+    }
+    options
+}
+
+/// The lock user's URL for a server URL.
+fn as_user(url: &str) -> String {
+    url.replace("redis://", &format!("redis://{USER}:{USER_PASSWORD}@"))
+}
+
+/// What an administrator does once per node.
+async fn load_library(url: &str) {
+    let loaded: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FUNCTIONS_LIBRARY)
+        .query_async(&mut support::conn(url).await)
+        .await
+        .expect("FUNCTION LOAD");
+    assert_eq!(loaded, "quorumlock");
+}
+
+fn manager(nodes: &RedisNodes, mode: ScriptMode) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls().iter().map(|url| as_user(url)))
+        .key_prefix(PREFIX)
+        .script_mode(mode)
+        .retry(Retry::none())
+        .build()
+        .expect("config")
+}
+
+/// Plain, fenced and multi-resource: lock, extend, release.
+async fn lock_extend_release_every_kind(locks: &Redlock, resources: [&str; 3]) {
+    let [plain, fenced, other] = resources;
+    let guard = no_hang("lock", locks.lock(plain, TTL)).await.expect("lock");
+    guard.extend(TTL).await.expect("extend");
+    assert!(guard.release().await.expect("release").released() >= locks.quorum());
+
+    let guard = no_hang("lock_fenced", locks.lock_fenced(fenced, TTL))
+        .await
+        .expect("lock_fenced");
+    let first = guard.fence().expect("fence");
+    guard.extend(TTL).await.expect("extend fenced");
+    guard.release().await.expect("release fenced");
+    let guard = locks.lock_fenced(fenced, TTL).await.expect("again");
+    assert!(guard.fence().expect("fence") > first);
+    guard.release().await.expect("release fenced");
+
+    let guard = no_hang("lock_many", locks.lock_many(&[plain, other], TTL))
+        .await
+        .expect("lock_many");
+    guard.extend(TTL).await.expect("extend many");
+    assert!(guard.release().await.expect("release many").released() >= locks.quorum());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_scripting_permission_locks_in_functions_mode() {
+    let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
+    for url in nodes.urls() {
+        load_library(&url).await;
+    }
+    let locks = manager(&nodes, ScriptMode::Functions);
+    lock_extend_release_every_kind(&locks, ["orders:1", "ledger", "orders:2"]).await;
+
+    // Auto-extension renews through the same functions: wait until a
+    // renewal moved the deadline.
+    let guard = locks
+        .lock("jobs:a", Duration::from_millis(600))
+        .await
+        .expect("lock");
+    let first = guard.deadline();
+    guard.auto_extend();
+    no_hang("renewal", async {
+        while guard.deadline() <= first {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(guard.loss(), None);
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_mode_needs_scripting_permission() {
+    let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
+    let locks = manager(&nodes, ScriptMode::Eval);
+    // Plain acquisition is a SET command, which the user may run…
+    let guard = locks.lock("orders:1", TTL).await.expect("SET is allowed");
+    // …but extending runs a script.
+    let err = guard.extend(TTL).await.expect_err("EVALSHA is not allowed");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    for failure in err.node_failures() {
+        let text = failure.error.to_string();
+        assert!(
+            text.contains("no permissions") && text.contains("'evalsha'"),
+            "{text}"
+        );
+    }
+    let err = locks
+        .lock_fenced("ledger", TTL)
+        .await
+        .expect_err("fencing runs a script");
+    assert!(err.to_string().contains("evalsha"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_library_is_named_in_the_error() {
+    let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
+    // Loaded on one node only: too few to extend.
+    load_library(&nodes.urls()[0]).await;
+    let locks = manager(&nodes, ScriptMode::Functions);
+    let guard = locks.lock("orders:1", TTL).await.expect("SET is allowed");
+    let err = guard.extend(TTL).await.expect_err("no library");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let missing: Vec<_> = err
+        .node_failures()
+        .iter()
+        .filter_map(|failure| match &failure.error {
+            NodeError::FunctionsNotLoaded { function, .. } => Some(function.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(!missing.is_empty(), "{err}");
+    assert!(missing.iter().all(|f| *f == "quorumlock_extend"), "{err}");
+    assert!(err.to_string().contains("FUNCTION LOAD"), "{err}");
+
+    let err = locks
+        .try_lock_fenced("ledger", TTL)
+        .await
+        .expect_err("no library");
+    assert!(
+        err.node_failures()
+            .iter()
+            .any(|f| matches!(f.error, NodeError::FunctionsNotLoaded { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_mode_on_a_cluster_routes_fcall_by_key() {
+    let commands: Vec<&str> = FUNCTIONS_COMMANDS
+        .iter()
+        .chain(&CLUSTER_COMMANDS)
+        .copied()
+        .collect();
+    let cluster = RedisCluster::start_with(3, 0, options(&commands)).expect("cluster");
+    for master in cluster.masters().expect("masters") {
+        load_library(&master.url()).await;
+    }
+    let locks = Redlock::builder()
+        .cluster(cluster.seed_urls().iter().map(|url| as_user(url)))
+        .key_prefix(PREFIX)
+        .script_mode(ScriptMode::Functions)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    // Hash tags spread over the masters; FCALL must reach each key's owner.
+    for tag in ["a", "b", "c", "d", "e"] {
+        let resources = [
+            format!("{{{tag}}}:1"),
+            format!("{{{tag}}}:fenced"),
+            format!("{{{tag}}}:2"),
+        ];
+        lock_extend_release_every_kind(&locks, resources.each_ref().map(String::as_str)).await;
+    }
+    let owners: std::collections::HashSet<u16> = ["{a}", "{b}", "{c}", "{d}", "{e}"]
+        .iter()
+        .map(|tag| cluster.master_for_key(tag).expect("owner").port())
+        .collect();
+    assert!(owners.len() >= 2, "the keys must span several masters");
+}

@@ -1,0 +1,272 @@
+//! No secret in any output: with every log line captured at TRACE level
+//! (quorumlock's, and through `tracing-log` any `log` record of a
+//! dependency), runs lock,
+//! extend, release, auto-extension and the failure paths with a password
+//! in every URL, then searches the logs and the `Debug` and `Display`
+//! output of every public type and error for the tokens and the passwords.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use quorumlock::testkit::{RedisNodes, ServerOptions};
+use quorumlock::{Error, LossReason, Redlock, RedlockBuilder, Retry, ScriptMode};
+use support::no_hang;
+use tracing_subscriber::fmt::MakeWriter;
+
+const PASSWORD: &str = "pw-never-shown-4b1f9";
+const WRONG_PASSWORD: &str = "pw-wrong-never-shown-77ae";
+const TTL: Duration = Duration::from_secs(5);
+
+/// Everything every subscriber writes, in one buffer.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Capture {
+    type Writer = Capture;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+/// Installs the capturing subscriber once for this test binary.
+fn capture() -> &'static Capture {
+    static CAPTURE: OnceLock<Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let capture = Capture::default();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(capture.clone())
+            .try_init()
+            .expect("the only subscriber");
+        capture
+    })
+}
+
+/// What was shown: every output to search, and every secret not to find.
+#[derive(Default)]
+struct Shown {
+    outputs: Vec<String>,
+    tokens: Vec<String>,
+}
+
+impl Shown {
+    fn debug_display(&mut self, what: &(impl std::fmt::Debug + std::fmt::Display)) {
+        self.outputs.push(format!("{what:?}"));
+        self.outputs.push(what.to_string());
+    }
+
+    fn debug(&mut self, what: &impl std::fmt::Debug) {
+        self.outputs.push(format!("{what:?}"));
+    }
+
+    fn error(&mut self, err: &Error) {
+        self.debug_display(err);
+        for failure in err.node_failures() {
+            self.debug_display(failure);
+            self.debug_display(&failure.error);
+        }
+        let mut source = std::error::Error::source(err);
+        while let Some(inner) = source {
+            self.outputs.push(inner.to_string());
+            source = inner.source();
+        }
+    }
+}
+
+fn builder(urls: &[String]) -> RedlockBuilder {
+    Redlock::builder().nodes(urls).retry(Retry::none())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_passwords_never_appear_in_logs_or_output() {
+    let capture = capture();
+    let nodes = RedisNodes::start_with(3, ServerOptions::new().arg("--requirepass").arg(PASSWORD))
+        .expect("nodes");
+    let urls: Vec<String> = nodes
+        .urls()
+        .iter()
+        .map(|url| url.replace("redis://", &format!("redis://:{PASSWORD}@")))
+        .collect();
+    let mut shown = Shown::default();
+
+    let configured = builder(&urls).key_prefix("app:");
+    shown.debug(&configured);
+    let locks = configured.build().expect("config");
+    shown.debug(&locks);
+
+    // Lock, extend, release; fenced and multi-resource locks.
+    let guard = no_hang("lock", locks.lock("orders:1", TTL))
+        .await
+        .expect("lock");
+    shown.tokens.push(guard.token().as_str().to_owned());
+    shown.debug(&guard);
+    shown.debug(guard.token());
+    shown.debug(&guard.lease());
+    guard.extend(TTL).await.expect("extend");
+    let summary = guard.release().await.expect("release");
+    shown.debug(&summary);
+    for lock in [
+        locks.lock_fenced("ledger", TTL).await.expect("fenced"),
+        locks.lock_many(&["a", "b"], TTL).await.expect("multi"),
+    ] {
+        shown.tokens.push(lock.token().as_str().to_owned());
+        shown.debug(&lock);
+        lock.release().await.expect("release");
+    }
+
+    // Auto-extension: wait until a renewal moved the deadline.
+    let guard = locks
+        .lock("jobs:renewed", Duration::from_millis(600))
+        .await
+        .expect("lock");
+    shown.tokens.push(guard.token().as_str().to_owned());
+    let first = guard.deadline();
+    guard.auto_extend();
+    no_hang("renewal", async {
+        while guard.deadline() <= first {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    guard.release().await.expect("release");
+
+    // Contention, and a wait deadline running out on it.
+    let holder = locks.lock("busy", TTL).await.expect("lock");
+    shown.tokens.push(holder.token().as_str().to_owned());
+    let err = locks.try_lock("busy", TTL).await.expect_err("contended");
+    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    shown.error(&err);
+    let waiting = builder(&urls)
+        .key_prefix("app:")
+        .retry(
+            Retry::default()
+                .delay(Duration::from_millis(10))
+                .jitter(Duration::from_millis(10))
+                .wait(Duration::from_millis(100))
+                .unlimited_attempts(),
+        )
+        .build()
+        .expect("config");
+    let err = waiting.lock("busy", TTL).await.expect_err("wait timeout");
+    assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
+    shown.error(&err);
+    holder.release().await.expect("release");
+
+    // Lost locks: the keys vanish (as after an empty restart) while held.
+    let extended = locks.lock("lost:extend", TTL).await.expect("lock");
+    let renewed = locks
+        .lock("lost:renew", Duration::from_millis(600))
+        .await
+        .expect("lock");
+    shown.tokens.push(extended.token().as_str().to_owned());
+    shown.tokens.push(renewed.token().as_str().to_owned());
+    for url in &urls {
+        let () = redis::cmd("FLUSHALL")
+            .query_async(&mut support::conn(url).await)
+            .await
+            .expect("FLUSHALL");
+    }
+    let err = extended.extend(TTL).await.expect_err("lost");
+    assert!(matches!(err, Error::Lost { .. }), "{err}");
+    shown.error(&err);
+    let err = extended.release().await.expect_err("lost");
+    shown.error(&err);
+    renewed.auto_extend();
+    let reason = no_hang("lost", renewed.lost()).await;
+    assert_eq!(reason, LossReason::TokenGone);
+    shown.debug_display(&reason);
+    drop(renewed);
+
+    // A wrong password, and one in a malformed URL.
+    let wrong: Vec<String> = nodes
+        .urls()
+        .iter()
+        .map(|url| url.replace("redis://", &format!("redis://:{WRONG_PASSWORD}@")))
+        .collect();
+    let refused = builder(&wrong).build().expect("config");
+    shown.debug(&refused);
+    let err = refused
+        .lock("orders:1", TTL)
+        .await
+        .expect_err("wrong password");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    shown.error(&err);
+    let err =
+        Redlock::new([format!("redis://:{PASSWORD}@127.0.0.1:notaport")]).expect_err("malformed");
+    shown.error(&err);
+
+    // Functions mode without the library.
+    let functions = builder(&urls)
+        .script_mode(ScriptMode::Functions)
+        .build()
+        .expect("config");
+    let guard = functions.lock("fn:1", TTL).await.expect("SET");
+    shown.tokens.push(guard.token().as_str().to_owned());
+    let err = guard.extend(TTL).await.expect_err("no library");
+    shown.error(&err);
+    drop(guard);
+
+    #[cfg(feature = "tls")]
+    {
+        // A TLS handshake failure, with the password in the URL.
+        let tls = Redlock::builder()
+            .node(format!(
+                "rediss://:{PASSWORD}@127.0.0.1:{}",
+                nodes[0].port()
+            ))
+            .retry(Retry::none())
+            .build()
+            .expect("config");
+        let err = tls.lock("tls:1", TTL).await.expect_err("not a TLS server");
+        shown.error(&err);
+    }
+
+    locks.settle().await;
+    functions.settle().await;
+    let logs = capture.text();
+    // The capture works: it saw per-node outcomes, naming the nodes, and
+    // the failures.
+    assert!(logs.contains("op=\"release\""), "{logs}");
+    assert!(logs.contains(&nodes[0].port().to_string()), "{logs}");
+    assert!(logs.contains("AuthenticationFailed"), "{logs}");
+
+    assert!(shown.tokens.len() >= 8);
+    for output in shown.outputs.iter().chain([&logs]) {
+        for secret in shown
+            .tokens
+            .iter()
+            .map(String::as_str)
+            .chain([PASSWORD, WRONG_PASSWORD])
+        {
+            assert!(
+                !output.contains(secret),
+                "secret `{secret}` shown in:\n{output}"
+            );
+        }
+    }
+}
