@@ -100,7 +100,7 @@ impl LockGuard {
         let (redlock, held) = (self.redlock.clone(), self.held().clone());
         let background = self.redlock.config().background.clone();
         background.spawn(async move {
-            while let Some((i, answer)) = futures::StreamExt::next(&mut stragglers).await {
+            while let Some((i, answer)) = stragglers.next().await {
                 let node = &redlock.config().nodes[i];
                 let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
                 tracing::debug!(op = "acquire", node = %node.label(), late = true, ?vote);
