@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use crate::builder::MAX_TTL;
 use crate::error::{ArgumentError, NodeError, NodeFailure};
-use crate::guard::LockGuard;
+use crate::guard::{InFlight, LockGuard};
 use crate::lease::Lease;
 use crate::node::Node;
 use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
@@ -681,7 +681,7 @@ impl Redlock {
                 match self.granted(request, round, &window, start) {
                     Ok(_) => {
                         cleanup.disarm();
-                        let guard = LockGuard::new(self.clone(), request, token, None, window);
+                        let mut guard = LockGuard::new(self.clone(), request, token, None, window);
                         guard.follow_stragglers(stragglers);
                         return Ok(guard);
                     }
@@ -730,7 +730,7 @@ impl Redlock {
                         match self.granted(request, writeback, &window, start) {
                             Ok(_) => {
                                 cleanup.disarm();
-                                let guard = LockGuard::new(
+                                let mut guard = LockGuard::new(
                                     self.clone(),
                                     request,
                                     token,
@@ -869,6 +869,11 @@ impl<Fut: Future> Stragglers<Fut> {
         self.calls.is_empty()
     }
 
+    /// The indices of the nodes whose requests are in flight.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.calls.iter().map(|(node, _)| *node)
+    }
+
     /// The next answer, with its node's index; `None` once all answered.
     pub(crate) async fn next(&mut self) -> Option<(usize, Fut::Output)> {
         std::future::poll_fn(|cx| {
@@ -939,12 +944,17 @@ where
 }
 
 /// Token-checked release on every node (except those `skip` marks),
-/// waiting for each answer or the node timeout.
+/// waiting for each answer or the node timeout. A node whose acquire
+/// request is still `in_flight` is sent the release once that request has
+/// answered (or timed out), with a node timeout of its own: Redis answers
+/// one connection's requests in order, so the release then runs after a
+/// late grant and removes it.
 pub(crate) async fn release_everywhere(
     redlock: &Redlock,
     keys: &[Arc<str>],
     token: &Token,
     skip: Option<&[bool]>,
+    in_flight: Option<&InFlight>,
 ) -> Round {
     let config = redlock.config();
     let deadline = Instant::now() + config.node_timeout;
@@ -954,10 +964,17 @@ pub(crate) async fn release_everywhere(
         "release",
         |i, node| async move {
             if skip.and_then(|s| s.get(i).copied()).unwrap_or(false) {
-                Ok(false)
-            } else {
-                node.release(keys, token.as_str(), deadline).await
+                return Ok(false);
             }
+            let deadline = match in_flight {
+                // A full node timeout from when the release can be sent: a
+                // release that starts past its deadline may never be sent.
+                Some(in_flight) if in_flight.answered(i).await => {
+                    Instant::now() + config.node_timeout
+                }
+                _ => deadline,
+            };
+            node.release(keys, token.as_str(), deadline).await
         },
     )
     .await
@@ -994,7 +1011,7 @@ impl Cleanup {
         let (keys, token) = (self.keys.clone(), self.token.clone());
         let background = redlock.inner.background.clone();
         let task = background.spawn(async move {
-            release_everywhere(&redlock, &keys, &token, skip.as_deref()).await;
+            release_everywhere(&redlock, &keys, &token, skip.as_deref(), None).await;
         });
         // Dropping the JoinHandle detaches the task; it still completes.
         if let Some(task) = task {
@@ -1013,7 +1030,7 @@ impl Drop for Cleanup {
         let (keys, token) = (self.keys.clone(), self.token.clone());
         let background = redlock.inner.background.clone();
         background.spawn(async move {
-            release_everywhere(&redlock, &keys, &token, None).await;
+            release_everywhere(&redlock, &keys, &token, None, None).await;
         });
     }
 }
