@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -98,6 +99,15 @@ impl LockGuard {
         T: Answer + Send + 'static,
         F: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
+        let log = |redlock: &Redlock, i: usize, answer: Result<T, NodeError>| {
+            let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
+            let node = redlock.config().nodes[i].label();
+            tracing::debug!(op = "acquire", node = %node, late = true, ?vote);
+        };
+        // Answers that arrived with the deciding ones need no task.
+        while let Some(Some((i, answer))) = stragglers.next().now_or_never() {
+            log(&self.redlock, i, answer);
+        }
         if stragglers.is_empty() {
             return;
         }
@@ -111,9 +121,7 @@ impl LockGuard {
         let background = self.redlock.config().background.clone();
         background.spawn(async move {
             while let Some((i, answer)) = stragglers.next().await {
-                let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
-                let node = redlock.config().nodes[i].label();
-                tracing::debug!(op = "acquire", node = %node, late = true, ?vote);
+                log(&redlock, i, answer);
                 settled.0.answer(i);
             }
             drop(settled);

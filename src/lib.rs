@@ -86,6 +86,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod calls;
 mod error;
 mod guard;
 mod lease;

@@ -3,15 +3,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::builder::MAX_TTL;
+pub(crate) use crate::calls::Stragglers;
 use crate::error::{ArgumentError, NodeError, NodeFailure};
 use crate::guard::{InFlight, LockGuard};
 use crate::lease::Lease;
@@ -852,46 +851,6 @@ impl<T: Answer> Round<T> {
     }
 }
 
-/// Requests to nodes, each with its node's index: those still in flight
-/// when a fan-out decided. A concrete type (not `impl Future`), so that it
-/// does not capture the request-building closure and can outlive it.
-///
-/// Every wake-up polls every request still in flight. With a handful of
-/// nodes that is cheaper than `FuturesUnordered`, which moreover
-/// reschedules its task each time it has polled all of its futures once —
-/// a wake-up of another worker thread on every fan-out.
-pub(crate) struct Stragglers<Fut> {
-    calls: Vec<(usize, Pin<Box<Fut>>)>,
-}
-
-impl<Fut: Future> Stragglers<Fut> {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
-    /// The indices of the nodes whose requests are in flight.
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.calls.iter().map(|(node, _)| *node)
-    }
-
-    /// The next answer, with its node's index; `None` once all answered.
-    pub(crate) async fn next(&mut self) -> Option<(usize, Fut::Output)> {
-        std::future::poll_fn(|cx| {
-            if self.calls.is_empty() {
-                return Poll::Ready(None);
-            }
-            for k in 0..self.calls.len() {
-                if let Poll::Ready(answer) = self.calls[k].1.as_mut().poll(cx) {
-                    let (node, _) = self.calls.swap_remove(k);
-                    return Poll::Ready(Some((node, answer)));
-                }
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
-
 /// Sends one request to every node in parallel and tallies the answers.
 /// Returns the requests still in flight (none with [`Until::AllAnswered`]).
 pub(crate) async fn fan_out<'a, T, F, Fut>(
@@ -905,13 +864,7 @@ where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<T, NodeError>>,
 {
-    let mut calls = Stragglers {
-        calls: nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| (i, Box::pin(call(i, node))))
-            .collect(),
-    };
+    let mut calls = Stragglers::new(nodes.iter().enumerate().map(|(i, node)| (i, call(i, node))));
     let mut round = Round {
         tally: Tally::new(nodes.len()),
         decision: Decision::Pending,
