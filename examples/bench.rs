@@ -3,7 +3,7 @@
 //! contention (polling against wake-up on release); and the cost of holding
 //! 10,000 auto-extended locks.
 //!
-//!     cargo run --release --example bench --features testkit [-- --json] [-- --quick]
+//!     cargo run --release --example bench --features testkit -- [--json] [--quick]
 //!
 //! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`).
 //! Quote the ratios: absolute numbers drift on a shared machine, so floor and
@@ -99,14 +99,24 @@ async fn run() -> Result<(), BoxError> {
     {
         return profile(side).await;
     }
-    let json = args.iter().any(|a| a == "--json");
-    let plan = Plan::new(args.iter().any(|a| a == "--quick"));
-    if let Some(unknown) = args.iter().find(|a| *a != "--json" && *a != "--quick") {
-        return Err(format!(
-            "unknown argument {unknown:?}; use --json and/or --quick, or --profile floor|library"
-        )
-        .into());
+    let (mut json, mut quick, mut only) = (false, false, None);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--json" => json = true,
+            "--quick" => quick = true,
+            // One part only, while working on it.
+            "--only" => only = rest.next().cloned(),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention, or --profile floor|library"
+                )
+                .into());
+            }
+        }
     }
+    let plan = Plan::new(quick);
+    let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
 
     // Our own nodes unless the caller names theirs; kept alive to the end.
     let (_nodes, urls) = match std::env::var("QUORUMLOCK_NODES") {
@@ -128,17 +138,17 @@ async fn run() -> Result<(), BoxError> {
 
     // First, while the process is fresh: memory per held lock is measured
     // from the resident set before the locks are taken.
-    if urls.len() >= 3 {
+    if urls.len() >= 3 && runs("held") {
         report.held = Some(held_locks(&urls[..3], plan).await?);
     }
     for n in [1, 3, 5] {
-        if n > urls.len() {
+        if n > urls.len() || !runs("speed") {
             continue;
         }
         speed_rows(&urls[..n], plan, &mut report).await?;
     }
     for n in [1, 3, 5] {
-        if n > urls.len() {
+        if n > urls.len() || !runs("contention") {
             continue;
         }
         for waiting in [Waiting::Polling] {
@@ -609,7 +619,20 @@ async fn held_locks(urls: &[String], plan: Plan) -> Result<HeldRow, BoxError> {
             .unwrap_or(0)
     };
     let peak = proc_status_kib("VmHWM").unwrap_or(0);
+    let steady = proc_status_kib("VmRSS").unwrap_or(0);
+    progress(&format!(
+        "resident: {rss_before} KiB before taking the locks, {steady} KiB at the end, peak {peak} KiB"
+    ));
     let lost = guards.iter().filter(|g| g.loss().is_some()).count();
+    if lost > 0 {
+        let mut reasons: HashMap<String, usize> = HashMap::new();
+        for guard in &guards {
+            if let Some(reason) = guard.loss() {
+                *reasons.entry(format!("{reason:?}")).or_default() += 1;
+            }
+        }
+        progress(&format!("lost locks by reason: {reasons:?}"));
+    }
     let row = HeldRow {
         locks: count,
         seconds,
