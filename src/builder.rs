@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::node::{Node, redact_url};
 use crate::redlock::{Config, Redlock};
-use crate::{ConfigError, Error, Retry};
+use crate::{ConfigError, Error, Retry, WakeOnRelease};
 
 /// Default per-node timeout for one request.
 ///
@@ -58,6 +58,7 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     retry: Retry,
     key_prefix: String,
+    wake_on_release: WakeOnRelease,
 }
 
 impl Default for RedlockBuilder {
@@ -68,6 +69,7 @@ impl Default for RedlockBuilder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry: Retry::default(),
             key_prefix: String::new(),
+            wake_on_release: WakeOnRelease::default(),
         }
     }
 }
@@ -81,6 +83,7 @@ impl fmt::Debug for RedlockBuilder {
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
+            .field("wake_on_release", &self.wake_on_release)
             .finish()
     }
 }
@@ -137,6 +140,14 @@ impl RedlockBuilder {
         self
     }
 
+    /// How [`Redlock::lock`] waits while a resource is held: by polling
+    /// after the retry delay, or woken by the release (see
+    /// [`WakeOnRelease`]). Defaults to [`WakeOnRelease::Never`].
+    pub fn wake_on_release(mut self, wake: WakeOnRelease) -> Self {
+        self.wake_on_release = wake;
+        self
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -177,6 +188,10 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             renewer: Default::default(),
             background: Default::default(),
+            wakeups: match self.wake_on_release {
+                WakeOnRelease::Never => None,
+                WakeOnRelease::Subscribe => Some(Default::default()),
+            },
         }))
     }
 }

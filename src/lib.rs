@@ -98,6 +98,7 @@ mod retry;
 mod scripts;
 mod tasks;
 mod token;
+mod wakeup;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -109,6 +110,7 @@ pub use lease::{Lease, LossReason};
 pub use redlock::{FENCE_SUFFIX, Redlock};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use token::Token;
+pub use wakeup::{RELEASED_SUFFIX, WakeOnRelease};
 
 // Compiles the README's examples as doctests, so they cannot rot.
 #[cfg(doctest)]

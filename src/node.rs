@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::{Cmd, ScriptInvocation, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -148,11 +148,14 @@ impl Node {
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
-    /// token on every key and deleted them.
+    /// token on every key and deleted them. With `announce = (suffix,
+    /// message)`, each deleted key is announced on the channel
+    /// `<key><suffix>`.
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
         token: &str,
+        announce: Option<(&str, &str)>,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
         let mut invocation = scripts::RELEASE.prepare_invoke();
@@ -160,6 +163,9 @@ impl Node {
             invocation.key(&**key);
         }
         invocation.arg(token);
+        if let Some((suffix, message)) = announce {
+            invocation.arg(suffix).arg(message);
+        }
         match self.script(&invocation, deadline).await? {
             Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
             other => Err(unexpected(&other)),
@@ -205,6 +211,15 @@ impl Node {
             other => return Err(unexpected(&other)),
         };
         Ok(flags)
+    }
+
+    /// A pub/sub connection of its own (not the shared one), made within
+    /// `timeout`.
+    pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<PubSub, NodeError> {
+        match tokio::time::timeout(timeout, self.client.get_async_pubsub()).await {
+            Ok(connection) => Ok(connection?),
+            Err(_) => Err(NodeError::Timeout(timeout)),
+        }
     }
 
     async fn command(&self, cmd: &Cmd, deadline: Instant) -> Result<Value, NodeError> {

@@ -19,6 +19,7 @@ use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
 use crate::renew::Renewer;
 use crate::retry::{Next, jitter_unit};
 use crate::tasks::Background;
+use crate::wakeup::{RELEASED_SUFFIX, WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, release_id};
 use crate::{Error, RedlockBuilder, Retry, Token};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -61,12 +62,18 @@ pub(crate) struct Config {
     pub(crate) key_prefix: String,
     pub(crate) renewer: Arc<Renewer>,
     pub(crate) background: Arc<Background>,
+    /// Waiters and pub/sub connections, with [`WakeOnRelease::Subscribe`].
+    pub(crate) wakeups: Option<Arc<Wakeups>>,
 }
 
 impl Drop for Config {
     fn drop(&mut self) {
-        // The renewer holds the manager weakly: let it notice and stop.
+        // The renewer and the pub/sub tasks hold the manager weakly: let
+        // them notice and stop.
         self.renewer.shutdown();
+        if let Some(wakeups) = &self.wakeups {
+            wakeups.stop();
+        }
     }
 }
 
@@ -80,6 +87,13 @@ impl fmt::Debug for Redlock {
             .field("drift_factor", &c.drift_factor)
             .field("retry", &c.retry)
             .field("key_prefix", &c.key_prefix)
+            .field(
+                "wake_on_release",
+                &match c.wakeups {
+                    Some(_) => WakeOnRelease::Subscribe,
+                    None => WakeOnRelease::Never,
+                },
+            )
             .finish()
     }
 }
@@ -611,16 +625,33 @@ impl Redlock {
         async {
             let started = Instant::now();
             let mut schedule = self.inner.retry.schedule(started);
+            let wakeups = self.inner.wakeups.as_ref();
+            let mut waiter: Option<Waiter> = None;
+            // Whether the last attempt was made on a wake-up.
+            let mut woken = false;
             loop {
                 let error = match self.attempt(&request).await {
                     Ok(guard) => return Ok(guard),
                     Err(e) if e.is_retryable() => e,
                     Err(e) => return Err(e),
                 };
+                // Someone else got the release this waiter was woken for.
+                let collided = woken && matches!(error, Error::Contended { .. });
                 match schedule.after_failure(Instant::now(), jitter_unit()) {
                     Next::RetryAfter(delay) => {
                         tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
-                        tokio::time::sleep(delay).await;
+                        if let (None, Some(wakeups), Error::Contended { .. }) =
+                            (&waiter, wakeups, &error)
+                        {
+                            waiter = Some(wakeups.waiter(&self.inner, &request.keys));
+                        }
+                        woken = match &waiter {
+                            Some(waiter) => pause(waiter, delay, collided).await,
+                            None => {
+                                tokio::time::sleep(delay).await;
+                                false
+                            }
+                        };
                     }
                     Next::AttemptsExhausted => return Err(error),
                     Next::DeadlinePassed => {
@@ -779,6 +810,27 @@ impl Redlock {
     }
 }
 
+/// Sleeps `delay`, or less when the waiter's turn comes with a release;
+/// returns whether it did. After a `collision` (the last wake-up went to
+/// someone else: typically a waiter of another manager woken by the same
+/// release), a random jitter follows the wake-up, so that the next one
+/// does not collide again.
+async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> bool {
+    let until = Instant::now() + delay;
+    if tokio::time::timeout_at(until, waiter.woken())
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    tracing::debug!("release announced, retrying");
+    if collision {
+        let jitter = WAKE_JITTER.mul_f64(jitter_unit());
+        tokio::time::sleep_until(until.min(Instant::now() + jitter)).await;
+    }
+    true
+}
+
 fn lock_span(request: &Request, op: &'static str) -> tracing::Span {
     tracing::debug_span!("quorumlock", op, resource = %request.resource, ttl_ms = request.ttl_ms)
 }
@@ -911,6 +963,8 @@ pub(crate) async fn release_everywhere(
 ) -> Round {
     let config = redlock.config();
     let deadline = Instant::now() + config.node_timeout;
+    let id = config.wakeups.as_ref().map(|_| release_id());
+    let announce = id.as_deref().map(|id| (RELEASED_SUFFIX, id));
     fan_out(
         &config.nodes,
         Until::AllAnswered,
@@ -927,7 +981,7 @@ pub(crate) async fn release_everywhere(
                 }
                 _ => deadline,
             };
-            node.release(keys, token.as_str(), deadline).await
+            node.release(keys, token.as_str(), announce, deadline).await
         },
     )
     .await
