@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{LockGuard, Redlock, Retry};
+use quorumlock::{LockGuard, Redlock, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
@@ -151,7 +151,7 @@ async fn run() -> Result<(), BoxError> {
         if n > urls.len() || !runs("contention") {
             continue;
         }
-        for waiting in [Waiting::Polling] {
+        for waiting in [Waiting::Polling, Waiting::WakeUp] {
             let row = contention(&urls[..n], waiting, plan).await?;
             report.contention.push(row);
         }
@@ -168,7 +168,7 @@ async fn run() -> Result<(), BoxError> {
 }
 
 /// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side in one
-/// task, on the nodes of `QUORUMLOCK_NODES` (or 5 of its own).
+/// task (or many: `BENCH_PROFILE_TASKS`), on the nodes of `QUORUMLOCK_NODES` (or 5 of its own).
 async fn profile(side: &str) -> Result<(), BoxError> {
     let cycles: usize = std::env::var("BENCH_PROFILE_CYCLES")
         .ok()
@@ -187,6 +187,21 @@ async fn profile(side: &str) -> Result<(), BoxError> {
         "library" => Side::Library(Redlock::new(&urls)?),
         other => return Err(format!("--profile {other:?}: use floor or library").into()),
     };
+    // `BENCH_PROFILE_TASKS=n`: that many tasks for `BENCH_PROFILE_CYCLES`
+    // milliseconds instead (throughput).
+    if let Some(tasks) = std::env::var("BENCH_PROFILE_TASKS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+    {
+        let period = Duration::from_millis(cycles as u64);
+        let (rate, failed) = throughput(&side, tasks, period, 0).await;
+        progress(&format!(
+            "{tasks} tasks of {} on {} nodes: {rate:.0} cycles/s, {failed} failed",
+            side.name(),
+            urls.len()
+        ));
+        return Ok(());
+    }
     let mut samples = Vec::new();
     let failed = latency_block(&side, cycles, 0, &mut samples).await;
     if let Side::Library(locks) = &side {
@@ -448,6 +463,8 @@ enum Event {
 enum Waiting {
     /// Retry after the retry policy's randomized delay.
     Polling,
+    /// Also retry when a release is announced.
+    WakeUp,
 }
 
 async fn contention(
@@ -456,14 +473,16 @@ async fn contention(
     plan: Plan,
 ) -> Result<ContentionRow, BoxError> {
     let n = urls.len();
-    let mode = match waiting {
-        Waiting::Polling => "polling",
+    let (mode, wake) = match waiting {
+        Waiting::Polling => ("polling", WakeOnRelease::Never),
+        Waiting::WakeUp => ("wake-up", WakeOnRelease::Subscribe),
     };
     progress(&format!("N={n}: contention, {CONTENDERS} tasks, {mode}"));
     // The default retry delay and jitter; never give up.
     let locks = Redlock::builder()
         .nodes(urls)
         .retry(Retry::forever())
+        .wake_on_release(wake)
         .build()?;
     let resource = format!("bench:contended:{mode}:{n}");
     let events = Arc::new(Mutex::new(Vec::<(Instant, Event)>::new()));
