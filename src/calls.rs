@@ -18,8 +18,8 @@ use futures::task::AtomicWaker;
 /// closure and can outlive it.
 pub(crate) struct Stragglers<Fut> {
     calls: Vec<Call<Fut>>,
-    /// The waker of the task polling these requests.
-    task: Arc<AtomicWaker>,
+    /// The waker of the task polling these requests (none without any).
+    task: Option<Arc<AtomicWaker>>,
 }
 
 struct Call<Fut> {
@@ -66,7 +66,18 @@ impl<Fut: Future> Stragglers<Fut> {
                 }
             })
             .collect();
-        Self { calls, task }
+        Self {
+            calls,
+            task: Some(task),
+        }
+    }
+
+    /// No requests at all.
+    pub(crate) fn none() -> Self {
+        Self {
+            calls: Vec::new(),
+            task: None,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -84,10 +95,10 @@ impl<Fut: Future> Stragglers<Fut> {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Fut::Output)>> {
-        if self.calls.is_empty() {
+        let Some(task) = self.task.as_ref().filter(|_| !self.calls.is_empty()) else {
             return Poll::Ready(None);
-        }
-        self.task.register(cx.waker());
+        };
+        task.register(cx.waker());
         for k in 0..self.calls.len() {
             let call = &mut self.calls[k];
             // Cleared before polling: a wake-up during the poll sets it again.

@@ -587,9 +587,11 @@ impl Redlock {
             // Not offered by the public API; refuse rather than guess.
             (_, Fencing::On) => return Err(ArgumentError::NoResources.into()),
         };
-        let resource = match resources {
-            [one] => Arc::from(*one),
-            many => Arc::from(many.join("+")),
+        let resource = match (resources, &*keys) {
+            // Without a prefix the key is the resource name: share it.
+            ([one], [key]) if **key == **one => key.clone(),
+            ([one], _) => Arc::from(*one),
+            (many, _) => Arc::from(many.join("+")),
         };
         Ok(Request {
             resource,
@@ -707,7 +709,8 @@ impl Redlock {
                         }
                     })
                     .await;
-                let refused = round.refused();
+                // Only a failed round needs it (see the cleanup below).
+                let refused = round.refused_unless_reached();
                 match self.granted(request, round, &window, start) {
                     Ok(_) => {
                         cleanup.disarm();
@@ -733,7 +736,8 @@ impl Redlock {
                         }
                     })
                     .await;
-                let refused = round.refused();
+                // Only a failed round needs it (see the cleanup below).
+                let refused = round.refused_unless_reached();
                 // A reached quorum holds at least one granted counter value.
                 let fence = |round: Round<Option<u64>>| {
                     round
@@ -780,7 +784,7 @@ impl Redlock {
         // A node that answered "no" to SET NX certainly did not store our
         // token, and nothing else will: skip it. Every other node — granted,
         // failed, timed out or never heard from — may hold it.
-        cleanup.run(Some(refused)).await;
+        cleanup.run(refused).await;
         Err(error)
     }
 
@@ -884,6 +888,13 @@ impl<T: Answer> Round<T> {
             .collect()
     }
 
+    /// [`refused`](Self::refused), but `None` (no allocation) for a round
+    /// that reached a quorum: should its lock still fail (no validity left,
+    /// or the fence write-back failed), the cleanup then skips no node.
+    fn refused_unless_reached(&self) -> Option<Vec<bool>> {
+        (self.decision != Decision::Reached).then(|| self.refused())
+    }
+
     /// The error for a round that did not reach a quorum.
     pub(crate) fn failure(self, resource: &str) -> Error {
         match self.tally.shortfall() {
@@ -916,23 +927,42 @@ where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<T, NodeError>>,
 {
-    let mut calls = Stragglers::new(nodes.iter().enumerate().map(|(i, node)| (i, call(i, node))));
     let mut round = Round {
         tally: Tally::new(nodes.len()),
         decision: Decision::Pending,
         failures: Vec::new(),
         answers: vec![None; nodes.len()],
     };
+    // One node (single-node mode): nothing to run side by side or to leave
+    // behind, so nothing to allocate.
+    if let [only] = nodes {
+        round.record(op, 0, only, call(0, only).await);
+        return (round, Stragglers::none());
+    }
+    let mut calls = Stragglers::new(nodes.iter().enumerate().map(|(i, node)| (i, call(i, node))));
     while let Some((i, answer)) = calls.next().await {
-        let node = nodes[i].label();
+        round.record(op, i, &nodes[i], answer);
+        if until == Until::Decided && round.decision != Decision::Pending {
+            break;
+        }
+    }
+    (round, calls)
+}
+
+impl<T: Answer> Round<T> {
+    /// Counts node `i`'s answer.
+    fn record(&mut self, op: &'static str, i: usize, node: &Node, answer: Result<T, NodeError>) {
+        let node = node.label();
         let vote = match answer {
             Ok(answer) => {
-                round.answers[i] = Some(answer);
+                if let Some(slot) = self.answers.get_mut(i) {
+                    *slot = Some(answer);
+                }
                 answer.vote()
             }
             Err(error) => {
                 tracing::debug!(op, node = %node, error = %error, "node failed");
-                round.failures.push(NodeFailure {
+                self.failures.push(NodeFailure {
                     node: node.clone(),
                     error,
                 });
@@ -940,12 +970,8 @@ where
             }
         };
         tracing::debug!(op, node = %node, ?vote);
-        round.decision = round.tally.record(vote);
-        if until == Until::Decided && round.decision != Decision::Pending {
-            break;
-        }
+        self.decision = self.tally.record(vote);
     }
-    (round, calls)
 }
 
 /// Token-checked release on every node (except those `skip` marks),
