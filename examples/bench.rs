@@ -72,7 +72,7 @@ impl Plan {
                 quick,
                 latency_cycles: 4_000,
                 latency_block: 200,
-                rounds: 4,
+                rounds: 6,
                 round: Duration::from_secs(1),
                 contention: Duration::from_secs(10),
                 held_locks: 10_000,
@@ -109,7 +109,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention, or --profile floor|library"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention, or --profile floor|library|library-wake"
                 )
                 .into());
             }
@@ -167,7 +167,8 @@ async fn run() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side in one
+/// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side (`floor`,
+/// `library`, or `library-wake`: releases that announce themselves) in one
 /// task (or many: `BENCH_PROFILE_TASKS`), on the nodes of `QUORUMLOCK_NODES` (or 5 of its own).
 async fn profile(side: &str) -> Result<(), BoxError> {
     let cycles: usize = std::env::var("BENCH_PROFILE_CYCLES")
@@ -185,7 +186,16 @@ async fn profile(side: &str) -> Result<(), BoxError> {
     let side = match side {
         "floor" => Side::Floor(Arc::new(floor_connections(&urls).await?)),
         "library" => Side::Library(Redlock::new(&urls)?),
-        other => return Err(format!("--profile {other:?}: use floor or library").into()),
+        // Releases announce themselves (nobody listens): what that costs.
+        "library-wake" => Side::Library(
+            Redlock::builder()
+                .nodes(&urls)
+                .wake_on_release(WakeOnRelease::Subscribe)
+                .build()?,
+        ),
+        other => {
+            return Err(format!("--profile {other:?}: use floor, library or library-wake").into());
+        }
     };
     // `BENCH_PROFILE_TASKS=n`: that many tasks for `BENCH_PROFILE_CYCLES`
     // milliseconds instead (throughput).
@@ -392,20 +402,25 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
     );
 
     for tasks in CONCURRENCY {
-        let mut rates = [0.0, 0.0];
+        // Medians: a burst of load from elsewhere on a shared machine skews
+        // one round, not the result. The ratio is the median of the rounds'
+        // ratios, each between runs one right after the other.
+        let mut rates = [Vec::new(), Vec::new()];
         for round in 0..plan.rounds {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for s in order {
                 let (rate, failed) = throughput(&sides[s], tasks, plan.round, round).await;
-                rates[s] += rate / plan.rounds as f64;
+                rates[s].push(rate);
                 failures[s] += failed;
             }
         }
-        report.row(
+        let mut ratios: Vec<f64> = rates[1].iter().zip(&rates[0]).map(|(l, f)| l / f).collect();
+        report.row_with_ratio(
             n,
             &format!("cycles/s, {tasks} tasks"),
-            rates[0],
-            rates[1],
+            median(&mut rates[0]),
+            median(&mut rates[1]),
+            median(&mut ratios),
             Better::Higher,
         );
     }
@@ -419,6 +434,15 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
         locks.settle().await;
     }
     Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -708,16 +732,13 @@ struct Row {
     what: String,
     floor: f64,
     quorumlock: f64,
+    ratio: f64,
     better: Better,
 }
 
 impl Row {
     fn ratio(&self) -> f64 {
-        if self.floor == 0.0 {
-            0.0
-        } else {
-            self.quorumlock / self.floor
-        }
+        self.ratio
     }
 }
 
@@ -767,11 +788,29 @@ impl Report {
     }
 
     fn row(&mut self, nodes: usize, what: &str, floor: f64, quorumlock: f64, better: Better) {
+        let ratio = if floor == 0.0 {
+            0.0
+        } else {
+            quorumlock / floor
+        };
+        self.row_with_ratio(nodes, what, floor, quorumlock, ratio, better);
+    }
+
+    fn row_with_ratio(
+        &mut self,
+        nodes: usize,
+        what: &str,
+        floor: f64,
+        quorumlock: f64,
+        ratio: f64,
+        better: Better,
+    ) {
         self.rows.push(Row {
             nodes,
             what: what.to_owned(),
             floor,
             quorumlock,
+            ratio,
             better,
         });
     }
