@@ -91,7 +91,8 @@ async fn a_holder_of_ab_excludes_bc_and_the_refusal_leaves_c_free() {
         .release()
         .await
         .expect("release");
-    assert_eq!(ab.release().await.expect("release").released(), 3);
+    // A quorum at least (a straggler may still be on its way to the third).
+    assert!(ab.release().await.expect("release").released() >= locks.quorum());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,14 +135,14 @@ async fn a_multi_lock_is_renewed_and_released_as_one() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(guard.loss().is_none(), "kept alive past three ttls");
     for key in ["m1", "m2", "m3"] {
-        assert_eq!(
-            support::holding(&nodes, key, guard.token().as_str()).await,
-            3,
+        // Renewed on a quorum (a straggler may have missed the first grant).
+        assert!(
+            support::holding(&nodes, key, guard.token().as_str()).await >= 2,
             "{key}"
         );
     }
     guard.extend(TTL).await.expect("extend all keys");
-    assert_eq!(guard.release().await.expect("release").released(), 3);
+    assert!(guard.release().await.expect("release").released() >= 2);
     for key in ["m1", "m2", "m3"] {
         assert_eq!(values(&nodes, key).await, [None, None, None]);
     }
