@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::node::{Node, NodeOptions, redact_url};
 use crate::redlock::{Config, Redlock};
-use crate::{ConfigError, Error, Retry, ScriptMode};
+use crate::{ConfigError, Error, Retry, ScriptMode, WakeOnRelease};
 
 /// Default per-node timeout for one request.
 ///
@@ -63,6 +63,7 @@ pub struct RedlockBuilder {
     /// PEM CA certificates, concatenated; `None` when none was given.
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
+    wake_on_release: WakeOnRelease,
 }
 
 impl Default for RedlockBuilder {
@@ -76,6 +77,7 @@ impl Default for RedlockBuilder {
             script_mode: ScriptMode::default(),
             #[cfg(feature = "tls")]
             tls_roots: None,
+            wake_on_release: WakeOnRelease::default(),
         }
     }
 }
@@ -88,7 +90,8 @@ impl fmt::Debug for RedlockBuilder {
             .field("drift_factor", &self.drift_factor)
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
-            .field("script_mode", &self.script_mode);
+            .field("script_mode", &self.script_mode)
+            .field("wake_on_release", &self.wake_on_release);
         #[cfg(feature = "tls")]
         f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
@@ -311,6 +314,14 @@ impl RedlockBuilder {
         })
     }
 
+    /// How [`Redlock::lock`] waits while a resource is held: by polling
+    /// after the retry delay, or woken by the release (see
+    /// [`WakeOnRelease`]). Defaults to [`WakeOnRelease::Never`].
+    pub fn wake_on_release(mut self, wake: WakeOnRelease) -> Self {
+        self.wake_on_release = wake;
+        self
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -388,6 +399,10 @@ impl RedlockBuilder {
             script_mode: self.script_mode,
             renewer: Default::default(),
             background: Default::default(),
+            wakeups: match self.wake_on_release {
+                WakeOnRelease::Never => None,
+                WakeOnRelease::Subscribe => Some(Default::default()),
+            },
         }))
     }
 }

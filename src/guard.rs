@@ -4,8 +4,11 @@
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -38,6 +41,8 @@ pub struct LockGuard {
     ttl_ms: u64,
     /// Set once `release` has run, so that `Drop` does not release again.
     released: bool,
+    /// Acquire requests that were still in flight at the quorum decision.
+    in_flight: Option<Arc<InFlight>>,
 }
 
 impl Deref for LockGuard {
@@ -72,6 +77,7 @@ impl LockGuard {
             ttl: request.ttl,
             ttl_ms: request.ttl_ms,
             released: false,
+            in_flight: None,
         }
     }
 
@@ -87,31 +93,39 @@ impl LockGuard {
     /// Lets acquire requests that were still in flight at the quorum
     /// decision finish in the background, so that the lock ends up on every
     /// node that grants it (more nodes tolerate more failures while held).
-    /// A node that grants after the holder let go is released right away:
-    /// the holder marks itself lost *before* sending its own release, so
-    /// either that release runs after the grant, or this task sees the mark.
-    pub(crate) fn follow_stragglers<T, F>(&self, mut stragglers: Stragglers<F>)
+    /// Releasing waits, node by node, until such a request has answered, so
+    /// that a late grant is always removed by the release that follows it.
+    pub(crate) fn follow_stragglers<T, F>(&mut self, mut stragglers: Stragglers<F>)
     where
         T: Answer + Send + 'static,
         F: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
+        let log = |redlock: &Redlock, i: usize, answer: Result<T, NodeError>| {
+            let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
+            let node = redlock.config().nodes[i].label();
+            tracing::debug!(op = "acquire", node = %node, late = true, ?vote);
+        };
+        // Answers that arrived with the deciding ones need no task.
+        while let Some(Some((i, answer))) = stragglers.next().now_or_never() {
+            log(&self.redlock, i, answer);
+        }
         if stragglers.is_empty() {
             return;
         }
-        let (redlock, held) = (self.redlock.clone(), self.held().clone());
+        let nodes = self.redlock.config().nodes.len();
+        let in_flight = Arc::new(InFlight::new(nodes, stragglers.nodes()));
+        self.in_flight = Some(in_flight.clone());
+        // Marks every node answered when the task ends, however it ends
+        // (also when there is no runtime to run it, or it is cancelled).
+        let settled = AllAnswered(in_flight);
+        let redlock = self.redlock.clone();
         let background = self.redlock.config().background.clone();
         background.spawn(async move {
-            while let Some((i, answer)) = futures::StreamExt::next(&mut stragglers).await {
-                let node = &redlock.config().nodes[i];
-                let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
-                tracing::debug!(op = "acquire", node = %node.label(), late = true, ?vote);
-                if vote == Vote::Yes && held.status().lost.is_some() {
-                    let deadline = Instant::now() + redlock.config().node_timeout;
-                    let _ = node
-                        .release(&held.keys, held.token.as_str(), deadline)
-                        .await;
-                }
+            while let Some((i, answer)) = stragglers.next().await {
+                log(&redlock, i, answer);
+                settled.0.answer(i);
             }
+            drop(settled);
         });
     }
 
@@ -241,6 +255,11 @@ impl LockGuard {
     /// Releases the lock: a token-checked delete on every node, waiting for
     /// each node's answer (or its timeout). Auto-extension stops.
     ///
+    /// A node whose acquire request was still unanswered when the lock was
+    /// granted is sent its release once that request has answered or timed
+    /// out, so that a late grant is removed too: right after acquiring,
+    /// with a node that hangs, releasing can take two node timeouts.
+    ///
     /// # Errors
     ///
     /// [`Error::Lost`] when so many nodes no longer held the token that no
@@ -257,9 +276,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseSummary, Error> {
         let held = self.held().clone();
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
-        // Marked before the release is sent; see `follow_stragglers`.
+        // Renewal stops and `lost()` resolves before the keys go.
         held.mark_lost(LossReason::Released);
-        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None)
+        let in_flight = self.in_flight.as_deref();
+        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight)
             .instrument(span)
             .await;
         self.released = true;
@@ -312,14 +332,83 @@ impl Drop for LockGuard {
         let held = self.held().clone();
         held.mark_lost(LossReason::Released);
         let redlock = self.redlock.clone();
+        let in_flight = self.in_flight.take();
         let background = redlock.config().background.clone();
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = background.spawn(async move {
-            release_everywhere(&redlock, &held.keys, &held.token, None).await;
+            let in_flight = in_flight.as_deref();
+            release_everywhere(&redlock, &held.keys, &held.token, None, in_flight).await;
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");
         }
+    }
+}
+
+/// Which acquire requests of a held lock were still in flight when the
+/// quorum decided, per node, until each has answered or timed out.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pending: Box<[AtomicBool]>,
+    answered: Notify,
+}
+
+impl InFlight {
+    fn new(nodes: usize, in_flight: impl IntoIterator<Item = usize>) -> Self {
+        let pending: Box<[AtomicBool]> = (0..nodes).map(|_| AtomicBool::new(false)).collect();
+        for node in in_flight {
+            if let Some(flag) = pending.get(node) {
+                flag.store(true, Ordering::Relaxed);
+            }
+        }
+        Self {
+            pending,
+            answered: Notify::new(),
+        }
+    }
+
+    fn answer(&self, node: usize) {
+        if let Some(flag) = self.pending.get(node) {
+            flag.store(false, Ordering::Release);
+        }
+        self.answered.notify_waiters();
+    }
+
+    fn pending(&self, node: usize) -> bool {
+        self.pending
+            .get(node)
+            .is_some_and(|flag| flag.load(Ordering::Acquire))
+    }
+
+    /// Resolves once `node`'s request has answered or timed out; true if
+    /// that meant waiting.
+    pub(crate) async fn answered(&self, node: usize) -> bool {
+        let mut waited = false;
+        while self.pending(node) {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            // Register before checking again, so an answer in between is
+            // not missed.
+            answered.as_mut().enable();
+            if !self.pending(node) {
+                break;
+            }
+            waited = true;
+            answered.await;
+        }
+        waited
+    }
+}
+
+/// Marks every node of an [`InFlight`] answered when dropped.
+struct AllAnswered(Arc<InFlight>);
+
+impl Drop for AllAnswered {
+    fn drop(&mut self) {
+        for flag in &self.0.pending {
+            flag.store(false, Ordering::Release);
+        }
+        self.0.answered.notify_waiters();
     }
 }
 

@@ -101,7 +101,10 @@ impl Held {
             if first {
                 s.lost = Some(reason);
             }
-            first
+            // The value changes either way; waking nobody is skipped (the
+            // notification costs eight mutexes on every release). A waiter
+            // subscribing meanwhile reads the value after this write.
+            first && self.status.receiver_count() > 0
         });
     }
 

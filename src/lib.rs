@@ -104,6 +104,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod calls;
 mod error;
 mod guard;
 mod lease;
@@ -115,6 +116,7 @@ mod retry;
 mod scripts;
 mod tasks;
 mod token;
+mod wakeup;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -127,6 +129,7 @@ pub use redlock::{FENCE_SUFFIX, Redlock};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 pub use token::Token;
+pub use wakeup::{RELEASED_SUFFIX, WakeOnRelease};
 
 // Compiles the README's examples as doctests, so they cannot rot.
 #[cfg(doctest)]

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
@@ -71,6 +71,8 @@ struct ClusterBackend {
     /// random share of the requests, and two of them would both grant the
     /// same lock.
     verified: OnceCell<()>,
+    /// A standalone client per seed, for pub/sub (see [`Node::pubsub`]).
+    seeds: Vec<redis::Client>,
 }
 
 /// A handle on a node's shared connection.
@@ -117,10 +119,13 @@ impl Node {
         options: &NodeOptions,
     ) -> Result<Self, ConfigError> {
         let mut infos: Vec<ConnectionInfo> = Vec::with_capacity(seeds.len());
+        let mut clients = Vec::with_capacity(seeds.len());
         for seed in seeds {
-            let info = open(seed.as_ref(), options)?.get_connection_info().clone();
+            let client = open(seed.as_ref(), options)?;
+            let info = client.get_connection_info().clone();
             if !infos.iter().any(|seen| label(seen) == label(&info)) {
                 infos.push(info);
+                clients.push(client);
             }
         }
         if infos.is_empty() {
@@ -164,6 +169,7 @@ impl Node {
                 config,
                 conn: OnceLock::new(),
                 verified: OnceCell::new(),
+                seeds: clients,
             }),
         })
     }
@@ -301,18 +307,32 @@ impl Node {
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
-    /// token on every key and deleted them.
+    /// token on every key and deleted them. With `announce = (suffix,
+    /// message)`, each deleted key is announced on the channel
+    /// `<key><suffix>`.
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
         token: &str,
+        announce: Option<(&str, &str)>,
         deadline: Instant,
     ) -> Result<bool, NodeError> {
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        match self
-            .script(&scripts::RELEASE, &keys, &[token], deadline)
-            .await?
-        {
+        let reply = match announce {
+            Some((suffix, message)) => {
+                let channels: Vec<String> = keys.iter().map(|k| format!("{k}{suffix}")).collect();
+                let mut args = Vec::with_capacity(2 + channels.len());
+                args.extend([token, message]);
+                args.extend(channels.iter().map(String::as_str));
+                self.script(&scripts::RELEASE, &keys, &args, deadline)
+                    .await?
+            }
+            None => {
+                self.script(&scripts::RELEASE, &keys, &[token], deadline)
+                    .await?
+            }
+        };
+        match reply {
             Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
             other => Err(unexpected(&other)),
         }
@@ -381,6 +401,32 @@ impl Node {
             }
         }
         Ok(flags)
+    }
+
+    /// A pub/sub connection of its own (not the shared one), made within
+    /// `timeout`.
+    ///
+    /// For a cluster, a connection to the first seed that answers: Redis
+    /// Cluster forwards every `PUBLISH` to all of its members, so any one
+    /// of them hears every release.
+    pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<PubSub, NodeError> {
+        if self.tls {
+            install_crypto_provider();
+        }
+        let servers = match &self.backend {
+            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Cluster(cluster) => &cluster.seeds[..],
+        };
+        let deadline = Instant::now() + timeout;
+        let mut last = NodeError::Timeout(timeout);
+        for server in servers {
+            match tokio::time::timeout_at(deadline, server.get_async_pubsub()).await {
+                Ok(Ok(connection)) => return Ok(connection),
+                Ok(Err(e)) => last = e.into(),
+                Err(_) => return Err(NodeError::Timeout(timeout)),
+            }
+        }
+        Err(last)
     }
 
     async fn command(&self, cmd: &Cmd, deadline: Instant) -> Result<Value, NodeError> {

@@ -6,21 +6,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::future::{Join, Ready, join, ready};
-use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::builder::MAX_TTL;
+pub(crate) use crate::calls::Stragglers;
 use crate::error::{ArgumentError, NodeError, NodeFailure};
-use crate::guard::LockGuard;
+use crate::guard::{InFlight, LockGuard};
 use crate::lease::Lease;
 use crate::node::Node;
 use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
 use crate::renew::Renewer;
 use crate::retry::{Next, jitter_unit};
 use crate::tasks::Background;
+use crate::wakeup::{RELEASED_SUFFIX, WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, release_id};
 use crate::{Error, RedlockBuilder, Retry, Token};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -64,12 +63,18 @@ pub(crate) struct Config {
     pub(crate) script_mode: crate::ScriptMode,
     pub(crate) renewer: Arc<Renewer>,
     pub(crate) background: Arc<Background>,
+    /// Waiters and pub/sub connections, with [`WakeOnRelease::Subscribe`].
+    pub(crate) wakeups: Option<Arc<Wakeups>>,
 }
 
 impl Drop for Config {
     fn drop(&mut self) {
-        // The renewer holds the manager weakly: let it notice and stop.
+        // The renewer and the pub/sub tasks hold the manager weakly: let
+        // them notice and stop.
         self.renewer.shutdown();
+        if let Some(wakeups) = &self.wakeups {
+            wakeups.stop();
+        }
     }
 }
 
@@ -84,6 +89,13 @@ impl fmt::Debug for Redlock {
             .field("retry", &c.retry)
             .field("key_prefix", &c.key_prefix)
             .field("script_mode", &c.script_mode)
+            .field(
+                "wake_on_release",
+                &match c.wakeups {
+                    Some(_) => WakeOnRelease::Subscribe,
+                    None => WakeOnRelease::Never,
+                },
+            )
             .finish()
     }
 }
@@ -594,9 +606,11 @@ impl Redlock {
             }
             .into());
         }
-        let resource = match resources {
-            [one] => Arc::from(*one),
-            many => Arc::from(many.join("+")),
+        let resource = match (resources, &*keys) {
+            // Without a prefix the key is the resource name: share it.
+            ([one], [key]) if **key == **one => key.clone(),
+            ([one], _) => Arc::from(*one),
+            (many, _) => Arc::from(many.join("+")),
         };
         Ok(Request {
             resource,
@@ -632,16 +646,33 @@ impl Redlock {
         async {
             let started = Instant::now();
             let mut schedule = self.inner.retry.schedule(started);
+            let wakeups = self.inner.wakeups.as_ref();
+            let mut waiter: Option<Waiter> = None;
+            // Whether the last attempt was made on a wake-up.
+            let mut woken = false;
             loop {
                 let error = match self.attempt(&request).await {
                     Ok(guard) => return Ok(guard),
                     Err(e) if e.is_retryable() => e,
                     Err(e) => return Err(e),
                 };
+                // Someone else got the release this waiter was woken for.
+                let collided = woken && matches!(error, Error::Contended { .. });
                 match schedule.after_failure(Instant::now(), jitter_unit()) {
                     Next::RetryAfter(delay) => {
                         tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
-                        tokio::time::sleep(delay).await;
+                        if let (None, Some(wakeups), Error::Contended { .. }) =
+                            (&waiter, wakeups, &error)
+                        {
+                            waiter = Some(wakeups.waiter(&self.inner, &request.keys));
+                        }
+                        woken = match &waiter {
+                            Some(waiter) => pause(waiter, delay, collided).await,
+                            None => {
+                                tokio::time::sleep(delay).await;
+                                false
+                            }
+                        };
                     }
                     Next::AttemptsExhausted => return Err(error),
                     Next::DeadlinePassed => {
@@ -697,11 +728,12 @@ impl Redlock {
                         }
                     })
                     .await;
-                let refused = round.refused();
+                // Only a failed round needs it (see the cleanup below).
+                let refused = round.refused_unless_reached();
                 match self.granted(request, round, &window, start) {
                     Ok(_) => {
                         cleanup.disarm();
-                        let guard = LockGuard::new(self.clone(), request, token, None, window);
+                        let mut guard = LockGuard::new(self.clone(), request, token, None, window);
                         guard.follow_stragglers(stragglers);
                         return Ok(guard);
                     }
@@ -723,7 +755,8 @@ impl Redlock {
                         }
                     })
                     .await;
-                let refused = round.refused();
+                // Only a failed round needs it (see the cleanup below).
+                let refused = round.refused_unless_reached();
                 // A reached quorum holds at least one granted counter value.
                 let fence = |round: Round<Option<u64>>| {
                     round
@@ -750,7 +783,7 @@ impl Redlock {
                         match self.granted(request, writeback, &window, start) {
                             Ok(_) => {
                                 cleanup.disarm();
-                                let guard = LockGuard::new(
+                                let mut guard = LockGuard::new(
                                     self.clone(),
                                     request,
                                     token,
@@ -770,7 +803,7 @@ impl Redlock {
         // A node that answered "no" to SET NX certainly did not store our
         // token, and nothing else will: skip it. Every other node — granted,
         // failed, timed out or never heard from — may hold it.
-        cleanup.run(Some(refused)).await;
+        cleanup.run(refused).await;
         Err(error)
     }
 
@@ -798,6 +831,27 @@ impl Redlock {
             }),
         }
     }
+}
+
+/// Sleeps `delay`, or less when the waiter's turn comes with a release;
+/// returns whether it did. After a `collision` (the last wake-up went to
+/// someone else: typically a waiter of another manager woken by the same
+/// release), a random jitter follows the wake-up, so that the next one
+/// does not collide again.
+async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> bool {
+    let until = Instant::now() + delay;
+    if tokio::time::timeout_at(until, waiter.woken())
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    tracing::debug!("release announced, retrying");
+    if collision {
+        let jitter = WAKE_JITTER.mul_f64(jitter_unit());
+        tokio::time::sleep_until(until.min(Instant::now() + jitter)).await;
+    }
+    true
 }
 
 fn lock_span(request: &Request, op: &'static str) -> tracing::Span {
@@ -853,6 +907,13 @@ impl<T: Answer> Round<T> {
             .collect()
     }
 
+    /// [`refused`](Self::refused), but `None` (no allocation) for a round
+    /// that reached a quorum: should its lock still fail (no validity left,
+    /// or the fence write-back failed), the cleanup then skips no node.
+    fn refused_unless_reached(&self) -> Option<Vec<bool>> {
+        (self.decision != Decision::Reached).then(|| self.refused())
+    }
+
     /// The error for a round that did not reach a quorum.
     pub(crate) fn failure(self, resource: &str) -> Error {
         match self.tally.shortfall() {
@@ -872,11 +933,6 @@ impl<T: Answer> Round<T> {
     }
 }
 
-/// Requests still in flight when a fan-out decided, each with its node's
-/// index. A concrete type (not `impl Future`), so that it does not capture
-/// the request-building closure and can outlive it.
-pub(crate) type Stragglers<Fut> = FuturesUnordered<Join<Ready<usize>, Fut>>;
-
 /// Sends one request to every node in parallel and tallies the answers.
 /// Returns the requests still in flight (none with [`Until::AllAnswered`]).
 pub(crate) async fn fan_out<'a, T, F, Fut>(
@@ -890,35 +946,21 @@ where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<T, NodeError>>,
 {
-    let mut calls: FuturesUnordered<_> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| join(ready(i), call(i, node)))
-        .collect();
     let mut round = Round {
         tally: Tally::new(nodes.len()),
         decision: Decision::Pending,
         failures: Vec::new(),
         answers: vec![None; nodes.len()],
     };
+    // One node (single-node mode): nothing to run side by side or to leave
+    // behind, so nothing to allocate.
+    if let [only] = nodes {
+        round.record(op, 0, only, call(0, only).await);
+        return (round, Stragglers::none());
+    }
+    let mut calls = Stragglers::new(nodes.iter().enumerate().map(|(i, node)| (i, call(i, node))));
     while let Some((i, answer)) = calls.next().await {
-        let node = nodes[i].label();
-        let vote = match answer {
-            Ok(answer) => {
-                round.answers[i] = Some(answer);
-                answer.vote()
-            }
-            Err(error) => {
-                tracing::debug!(op, node = %node, error = %error, "node failed");
-                round.failures.push(NodeFailure {
-                    node: node.clone(),
-                    error,
-                });
-                Vote::Failed
-            }
-        };
-        tracing::debug!(op, node = %node, ?vote);
-        round.decision = round.tally.record(vote);
+        round.record(op, i, &nodes[i], answer);
         if until == Until::Decided && round.decision != Decision::Pending {
             break;
         }
@@ -926,26 +968,65 @@ where
     (round, calls)
 }
 
+impl<T: Answer> Round<T> {
+    /// Counts node `i`'s answer.
+    fn record(&mut self, op: &'static str, i: usize, node: &Node, answer: Result<T, NodeError>) {
+        let node = node.label();
+        let vote = match answer {
+            Ok(answer) => {
+                if let Some(slot) = self.answers.get_mut(i) {
+                    *slot = Some(answer);
+                }
+                answer.vote()
+            }
+            Err(error) => {
+                tracing::debug!(op, node = %node, error = %error, "node failed");
+                self.failures.push(NodeFailure {
+                    node: node.clone(),
+                    error,
+                });
+                Vote::Failed
+            }
+        };
+        tracing::debug!(op, node = %node, ?vote);
+        self.decision = self.tally.record(vote);
+    }
+}
+
 /// Token-checked release on every node (except those `skip` marks),
-/// waiting for each answer or the node timeout.
+/// waiting for each answer or the node timeout. A node whose acquire
+/// request is still `in_flight` is sent the release once that request has
+/// answered (or timed out), with a node timeout of its own: Redis answers
+/// one connection's requests in order, so the release then runs after a
+/// late grant and removes it.
 pub(crate) async fn release_everywhere(
     redlock: &Redlock,
     keys: &[Arc<str>],
     token: &Token,
     skip: Option<&[bool]>,
+    in_flight: Option<&InFlight>,
 ) -> Round {
     let config = redlock.config();
     let deadline = Instant::now() + config.node_timeout;
+    let id = config.wakeups.as_ref().map(|_| release_id());
+    let announce = id.as_deref().map(|id| (RELEASED_SUFFIX, id));
     fan_out(
         &config.nodes,
         Until::AllAnswered,
         "release",
         |i, node| async move {
             if skip.and_then(|s| s.get(i).copied()).unwrap_or(false) {
-                Ok(false)
-            } else {
-                node.release(keys, token.as_str(), deadline).await
+                return Ok(false);
             }
+            let deadline = match in_flight {
+                // A full node timeout from when the release can be sent: a
+                // release that starts past its deadline may never be sent.
+                Some(in_flight) if in_flight.answered(i).await => {
+                    Instant::now() + config.node_timeout
+                }
+                _ => deadline,
+            };
+            node.release(keys, token.as_str(), announce, deadline).await
         },
     )
     .await
@@ -982,7 +1063,7 @@ impl Cleanup {
         let (keys, token) = (self.keys.clone(), self.token.clone());
         let background = redlock.inner.background.clone();
         let task = background.spawn(async move {
-            release_everywhere(&redlock, &keys, &token, skip.as_deref()).await;
+            release_everywhere(&redlock, &keys, &token, skip.as_deref(), None).await;
         });
         // Dropping the JoinHandle detaches the task; it still completes.
         if let Some(task) = task {
@@ -1001,7 +1082,7 @@ impl Drop for Cleanup {
         let (keys, token) = (self.keys.clone(), self.token.clone());
         let background = redlock.inner.background.clone();
         background.spawn(async move {
-            release_everywhere(&redlock, &keys, &token, None).await;
+            release_everywhere(&redlock, &keys, &token, None, None).await;
         });
     }
 }

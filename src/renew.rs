@@ -224,12 +224,8 @@ async fn run(config: Weak<Config>, renewer: Arc<Renewer>) {
         };
         let redlock = Redlock::from_shared(config);
         let (batch, next) = renewer.take_due(Instant::now());
-        for chunk in batch.chunks(MAX_BATCH) {
-            let (redlock, renewer, chunk) = (redlock.clone(), renewer.clone(), chunk.to_vec());
-            tokio::spawn(async move {
-                let outcomes = renew_round(&redlock, &chunk).await;
-                renewer.finish(&redlock, outcomes);
-            });
+        if !batch.is_empty() {
+            tokio::spawn(renew_chunks(redlock.clone(), renewer.clone(), batch));
         }
         drop(redlock);
         match next {
@@ -244,9 +240,49 @@ async fn run(config: Weak<Config>, renewer: Arc<Renewer>) {
     }
 }
 
+/// Renews a round's locks chunk after chunk, most urgent first, each chunk
+/// starting once the previous one is decided.
+///
+/// Not all at once: concurrent chunks hold every chunk's request and answer
+/// buffers at the same time (a resident-memory peak that the allocator
+/// keeps), and on a busy machine could all miss their deadline together.
+/// Nodes still answering a decided chunk are waited for in its own task, so
+/// a slow minority does not hold up the next chunk. When fewer than a
+/// quorum of nodes answered a chunk, the rest of the round fails at once
+/// (waiting a node timeout per chunk would only delay the retry).
+async fn renew_chunks(redlock: Redlock, renewer: Arc<Renewer>, mut batch: Vec<Due>) {
+    batch.sort_by_cached_key(|due| due.held.status().deadline);
+    let mut unreachable = false;
+    for chunk in batch.chunks(MAX_BATCH) {
+        if unreachable {
+            let failed = chunk.iter().map(|due| (due.id, Outcome::Failed)).collect();
+            renewer.finish(&redlock, failed);
+            continue;
+        }
+        let (decided, on_decided) = tokio::sync::oneshot::channel();
+        let (redlock, renewer, chunk) = (redlock.clone(), renewer.clone(), chunk.to_vec());
+        tokio::spawn(async move {
+            renew_round(&redlock, &chunk, |outcomes, reachable| {
+                renewer.finish(&redlock, outcomes);
+                let _ = decided.send(reachable);
+            })
+            .await;
+        });
+        // A task that ends without deciding has failed too.
+        unreachable = !on_decided.await.unwrap_or(false);
+    }
+}
+
 /// Renews a batch: one script call per node, each lock decided as soon as
-/// its quorum is known.
-async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
+/// its quorum is known. Reports the outcomes, and whether a quorum of nodes
+/// answered, once every lock is decided; then waits for the remaining nodes
+/// (dropping their requests could keep them from being sent, and the lock
+/// should stay on every node it can).
+async fn renew_round(
+    redlock: &Redlock,
+    batch: &[Due],
+    report: impl FnOnce(Vec<(u64, Outcome)>, bool),
+) {
     let config = redlock.config();
     let start = Instant::now();
     let deadline = start + config.node_timeout;
@@ -270,7 +306,11 @@ async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
         .collect();
     let mut tallies = vec![Tally::new(config.nodes.len()); batch.len()];
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+    let (mut undecided, mut report) = (batch.len(), Some(report));
+    let mut answered = 0;
+    let reachable = |answered| answered >= crate::quorum::quorum(config.nodes.len());
     while let Some((node, answer)) = calls.next().await {
+        answered += usize::from(answer.is_ok());
         match &answer {
             Ok(_) => tracing::debug!(op = "renew", node = %node.label(), locks = batch.len()),
             Err(error) => {
@@ -308,8 +348,23 @@ async fn renew_round(redlock: &Redlock, batch: &[Due]) -> Vec<(u64, Outcome)> {
                 }
                 Decision::Impossible => Some(Outcome::Failed),
             };
+            if outcomes[j].is_some() {
+                undecided -= 1;
+            }
+        }
+        if undecided == 0
+            && let Some(report) = report.take()
+        {
+            report(collect(batch, &outcomes), reachable(answered));
         }
     }
+    if let Some(report) = report {
+        report(collect(batch, &outcomes), reachable(answered));
+    }
+}
+
+/// Each lock's outcome; undecided ones failed.
+fn collect(batch: &[Due], outcomes: &[Option<Outcome>]) -> Vec<(u64, Outcome)> {
     batch
         .iter()
         .zip(outcomes)

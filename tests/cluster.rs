@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisCluster, RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{Error, NodeError, Redlock, RedlockBuilder, Retry};
+use quorumlock::{Error, NodeError, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 use support::{conn, no_hang, values};
 
@@ -478,4 +478,60 @@ async fn batched_renewal_on_a_cluster_splits_by_slot() {
     for guard in guards {
         guard.release().await.expect("release");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_cluster_wakes_a_waiter() {
+    let cluster = RedisCluster::start(3).expect("cluster");
+    // A retry delay no test waits out: getting in means being woken.
+    let waking = || {
+        on_cluster(&cluster)
+            .wake_on_release(WakeOnRelease::Subscribe)
+            .retry(Retry::forever().delay(Duration::from_secs(3600)))
+            .build()
+            .expect("config")
+    };
+    let (holder, waiter) = (waking(), waking());
+    // A key whose owner is not the first seed, which the waiter listens
+    // on: the cluster forwards the announcement.
+    let first_seed = cluster.iter().next().expect("a member").port();
+    let resource = (0..)
+        .map(|i| format!("job:{i}"))
+        .find(|key| cluster.master_for_key(key).expect("owner").port() != first_seed)
+        .expect("a key on another master");
+    let guard = holder.lock(&resource, TTL).await.expect("lock");
+    let waiting = {
+        let resource = resource.clone();
+        tokio::spawn(async move { waiter.lock(&resource, TTL).await })
+    };
+    let channel = format!("{resource}:released");
+    no_hang("subscription", async {
+        loop {
+            let mut listening = 0;
+            for master in cluster.masters().expect("masters") {
+                let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&channel)
+                    .query_async(&mut conn(&master.url()).await)
+                    .await
+                    .expect("PUBSUB NUMSUB");
+                listening += count;
+            }
+            if listening > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    guard.release().await.expect("release");
+    let next = no_hang("woken waiter", waiting)
+        .await
+        .expect("task")
+        .expect("lock");
+    assert_eq!(
+        on_owner(&cluster, &resource).await.as_deref(),
+        Some(next.token().as_str())
+    );
+    next.release().await.expect("release");
 }

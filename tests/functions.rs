@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions};
-use quorumlock::{Error, FUNCTIONS_LIBRARY, NodeError, Redlock, Retry, ScriptMode};
+use quorumlock::{Error, FUNCTIONS_LIBRARY, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease};
 use support::no_hang;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -209,4 +209,86 @@ async fn functions_mode_on_a_cluster_routes_fcall_by_key() {
         .map(|tag| cluster.master_for_key(tag).expect("owner").port())
         .collect();
     assert!(owners.len() >= 2, "the keys must span several masters");
+}
+
+/// Waits until some server among `urls` has a subscriber on `channel`.
+async fn until_subscribed(urls: &[String], channel: &str) {
+    no_hang("subscription", async {
+        loop {
+            for url in urls {
+                let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(channel)
+                    .query_async(&mut support::conn(url).await)
+                    .await
+                    .expect("PUBSUB NUMSUB");
+                if count > 0 {
+                    return;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// A retry delay no test waits out: getting in means being woken.
+const FOREVER: Duration = Duration::from_secs(3600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_need_only_the_lock_channels() {
+    // The README's ACL line for wake-ups: PUBLISH, SUBSCRIBE and
+    // UNSUBSCRIBE, on the channels under the prefix.
+    let channels = format!("&{PREFIX}*");
+    let mut commands = FUNCTIONS_COMMANDS.to_vec();
+    commands.extend(["+publish", "+subscribe", "+unsubscribe", &channels]);
+    let nodes = RedisNodes::start_with(3, options(&commands)).expect("nodes");
+    for url in nodes.urls() {
+        load_library(&url).await;
+    }
+    let waking = || {
+        Redlock::builder()
+            .nodes(nodes.urls().iter().map(|url| as_user(url)))
+            .key_prefix(PREFIX)
+            .script_mode(ScriptMode::Functions)
+            .wake_on_release(WakeOnRelease::Subscribe)
+            .retry(Retry::forever().delay(FOREVER).jitter(Duration::ZERO))
+            .build()
+            .expect("config")
+    };
+    let (holder, waiter) = (waking(), waking());
+    let guard = holder.lock("job", TTL).await.expect("lock");
+    let waiting = tokio::spawn(async move { waiter.lock("job", TTL).await });
+    until_subscribed(&nodes.urls(), &format!("{PREFIX}job:released")).await;
+    guard.release().await.expect("release");
+    no_hang("woken waiter", waiting)
+        .await
+        .expect("task")
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_permission_still_releases() {
+    // resetchannels and no +publish: the announcement is refused, the
+    // release is not.
+    let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
+    for url in nodes.urls() {
+        load_library(&url).await;
+    }
+    let locks = Redlock::builder()
+        .nodes(nodes.urls().iter().map(|url| as_user(url)))
+        .key_prefix(PREFIX)
+        .script_mode(ScriptMode::Functions)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let guard = locks.lock("job", TTL).await.expect("lock");
+    let summary = guard.release().await.expect("release");
+    assert!(summary.released() >= locks.quorum());
+    let again = locks.try_lock("job", TTL).await.expect("free again");
+    again.release().await.expect("release");
 }

@@ -278,3 +278,30 @@ async fn renewals_are_batched_per_node_not_per_lock() {
         guard.release().await.expect("release");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_locks_keep_renewing_while_a_node_hangs() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    // More locks than one script call renews: several chunks per round.
+    const LOCKS: usize = 2_500;
+    let mut guards = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        let guard = locks
+            .lock(&format!("hang:{i}"), Duration::from_secs(1))
+            .await
+            .expect("lock");
+        guard.auto_extend();
+        guards.push(guard);
+    }
+    // Every chunk's call to the paused node waits for its timeout; the
+    // chunks after it must not.
+    nodes[2].pause().expect("pause");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    nodes[2].resume().expect("resume");
+    let lost = guards.iter().filter(|g| g.loss().is_some()).count();
+    assert_eq!(lost, 0, "locks lost while one node of three hung");
+    for guard in guards {
+        guard.release().await.expect("release");
+    }
+}

@@ -86,6 +86,40 @@ async fn a_timed_out_set_that_lands_later_is_cleaned_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_still_in_flight_is_removed_by_the_release() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .expect("config");
+    locks
+        .lock("warm", TTL)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    // Node 2's SET is still queued when the quorum decides, and when the
+    // guard is released straight away.
+    nodes[2].pause().expect("pause");
+    let guard = locks.try_lock("straggler", TTL).await.expect("2 of 3");
+    let summary = guard.release().await.expect("release");
+    assert_eq!(summary.released(), 2, "{summary:?}");
+    nodes[2].resume().expect("resume");
+    // Once a later request on the same connections is answered, the SET and
+    // the release queued behind it have both run.
+    locks
+        .lock("later", TTL)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+    assert_eq!(values(&nodes, "straggler").await, [None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock() {
     let nodes = RedisNodes::start(3).expect("nodes");
     let locks = builder(&nodes)

@@ -1,0 +1,161 @@
+//! The requests of one fan-out, polled together: each is polled only when
+//! its own waker fired. (`FuturesUnordered` does that too, but it also
+//! reschedules its task each time it has polled all of its futures once —
+//! on every fan-out's first poll — which on a multi-thread runtime wakes
+//! another worker thread: two futex wake-ups per lock+release.)
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
+
+/// Requests to nodes, each with its node's index: all of a fan-out's, then
+/// those still in flight when it decided. A concrete type (not
+/// `impl Future`), so that it does not capture the request-building
+/// closure and can outlive it.
+pub(crate) struct Stragglers<Fut> {
+    calls: Vec<Call<Fut>>,
+    /// The waker of the task polling these requests (none without any).
+    task: Option<Arc<AtomicWaker>>,
+}
+
+struct Call<Fut> {
+    node: usize,
+    woken: Arc<Woken>,
+    waker: Waker,
+    request: Pin<Box<Fut>>,
+}
+
+/// A request's waker: marks it due for a poll and wakes the polling task.
+struct Woken {
+    due: AtomicBool,
+    task: Arc<AtomicWaker>,
+}
+
+impl Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.due.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl<Fut: Future> Stragglers<Fut> {
+    /// Starts nothing: the requests run when polled through [`next`](Self::next).
+    pub(crate) fn new(requests: impl IntoIterator<Item = (usize, Fut)>) -> Self {
+        let task = Arc::new(AtomicWaker::new());
+        let calls = requests
+            .into_iter()
+            .map(|(node, request)| {
+                let woken = Arc::new(Woken {
+                    // Every request is polled once to start it.
+                    due: AtomicBool::new(true),
+                    task: task.clone(),
+                });
+                Call {
+                    node,
+                    waker: Waker::from(woken.clone()),
+                    woken,
+                    request: Box::pin(request),
+                }
+            })
+            .collect();
+        Self {
+            calls,
+            task: Some(task),
+        }
+    }
+
+    /// No requests at all.
+    pub(crate) fn none() -> Self {
+        Self {
+            calls: Vec::new(),
+            task: None,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The indices of the nodes whose requests are in flight.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.calls.iter().map(|call| call.node)
+    }
+
+    /// The next answer, with its node's index; `None` once all answered.
+    pub(crate) async fn next(&mut self) -> Option<(usize, Fut::Output)> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Fut::Output)>> {
+        let Some(task) = self.task.as_ref().filter(|_| !self.calls.is_empty()) else {
+            return Poll::Ready(None);
+        };
+        task.register(cx.waker());
+        for k in 0..self.calls.len() {
+            let call = &mut self.calls[k];
+            // Cleared before polling: a wake-up during the poll sets it again.
+            if !call.woken.due.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let mut cx = Context::from_waker(&call.waker);
+            if let Poll::Ready(answer) = call.request.as_mut().poll(&mut cx) {
+                // Requests not looked at in this round keep their `due`
+                // mark for the next call (which also registers its task).
+                let call = self.calls.swap_remove(k);
+                return Poll::Ready(Some((call.node, answer)));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_come_in_completion_order_with_their_node() {
+        let delays = [30u64, 10, 20];
+        let mut calls = Stragglers::new(delays.iter().enumerate().map(|(i, &ms)| {
+            (i, async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                ms
+            })
+        }));
+        assert_eq!(calls.nodes().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(calls.next().await, Some((1, 10)));
+        assert_eq!(calls.next().await, Some((2, 20)));
+        assert!(!calls.is_empty());
+        assert_eq!(calls.next().await, Some((0, 30)));
+        assert_eq!(calls.next().await, None);
+        assert!(calls.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rest_can_be_polled_by_another_task() {
+        let mut calls = Stragglers::new((0..3u64).map(|i| {
+            (i as usize, async move {
+                tokio::time::sleep(Duration::from_millis(10 * i)).await;
+                i
+            })
+        }));
+        assert_eq!(calls.next().await, Some((0, 0)));
+        let rest = tokio::spawn(async move {
+            let mut answers = Vec::new();
+            while let Some((node, _)) = calls.next().await {
+                answers.push(node);
+            }
+            answers
+        });
+        assert_eq!(rest.await.expect("task"), [1, 2]);
+    }
+}
