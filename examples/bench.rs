@@ -164,7 +164,13 @@ async fn run() -> Result<(), BoxError> {
     } else {
         print!("{table}");
     }
-    Ok(())
+    // Held locks must never be lost: that is a bug, not a slow run.
+    match &report.held {
+        Some(held) if held.lost > 0 => {
+            Err(format!("{} of {} held locks were lost", held.lost, held.locks).into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side (`floor`,
