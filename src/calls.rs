@@ -9,8 +9,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use futures::task::AtomicWaker;
+use tokio::time::{Instant, Sleep};
+
+use crate::error::NodeError;
 
 /// Requests to nodes, each with its node's index: all of a fan-out's, then
 /// those still in flight when it decided. A concrete type (not
@@ -20,6 +24,18 @@ pub(crate) struct Stragglers<Fut> {
     calls: Vec<Call<Fut>>,
     /// The waker of the task polling these requests (none without any).
     task: Option<Arc<AtomicWaker>>,
+    /// The requests' common deadline, enforced here with one timer for all
+    /// of them (made with [`Deadline::timed_by_caller`], they set none of
+    /// their own).
+    ///
+    /// [`Deadline::timed_by_caller`]: crate::node::Deadline::timed_by_caller
+    deadline: Option<Timer>,
+}
+
+struct Timer {
+    /// How long the requests were given, for their timeout errors.
+    given: Duration,
+    timer: Pin<Box<Sleep>>,
 }
 
 struct Call<Fut> {
@@ -46,9 +62,15 @@ impl Wake for Woken {
     }
 }
 
-impl<Fut: Future> Stragglers<Fut> {
+impl<T, Fut: Future<Output = Result<T, NodeError>>> Stragglers<Fut> {
     /// Starts nothing: the requests run when polled through [`next`](Self::next).
-    pub(crate) fn new(requests: impl IntoIterator<Item = (usize, Fut)>) -> Self {
+    /// With a `deadline` (common to every request), one timer enforces it
+    /// for all: a request still in flight then fails with
+    /// [`NodeError::Timeout`], as it would on a timer of its own.
+    pub(crate) fn new(
+        requests: impl IntoIterator<Item = (usize, Fut)>,
+        deadline: Option<Instant>,
+    ) -> Self {
         let task = Arc::new(AtomicWaker::new());
         let calls = requests
             .into_iter()
@@ -66,9 +88,14 @@ impl<Fut: Future> Stragglers<Fut> {
                 }
             })
             .collect();
+        let deadline = deadline.map(|at| Timer {
+            given: at.saturating_duration_since(Instant::now()),
+            timer: Box::pin(tokio::time::sleep_until(at)),
+        });
         Self {
             calls,
             task: Some(task),
+            deadline,
         }
     }
 
@@ -77,6 +104,7 @@ impl<Fut: Future> Stragglers<Fut> {
         Self {
             calls: Vec::new(),
             task: None,
+            deadline: None,
         }
     }
 
@@ -113,6 +141,13 @@ impl<Fut: Future> Stragglers<Fut> {
                 return Poll::Ready(Some((call.node, answer)));
             }
         }
+        if let Some(deadline) = &mut self.deadline
+            && deadline.timer.as_mut().poll(cx).is_ready()
+            && let Some(call) = self.calls.pop()
+        {
+            // Past the deadline: what is still in flight timed out.
+            return Poll::Ready(Some((call.node, Err(NodeError::Timeout(deadline.given)))));
+        }
         Poll::Pending
     }
 }
@@ -125,30 +160,36 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn answers_come_in_completion_order_with_their_node() {
         let delays = [30u64, 10, 20];
-        let mut calls = Stragglers::new(delays.iter().enumerate().map(|(i, &ms)| {
-            (i, async move {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                ms
-            })
-        }));
+        let mut calls = Stragglers::new(
+            delays.iter().enumerate().map(|(i, &ms)| {
+                (i, async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, NodeError>(ms)
+                })
+            }),
+            None,
+        );
         assert_eq!(calls.nodes().collect::<Vec<_>>(), [0, 1, 2]);
-        assert_eq!(calls.next().await, Some((1, 10)));
-        assert_eq!(calls.next().await, Some((2, 20)));
+        assert!(matches!(calls.next().await, Some((1, Ok(10)))));
+        assert!(matches!(calls.next().await, Some((2, Ok(20)))));
         assert!(!calls.is_empty());
-        assert_eq!(calls.next().await, Some((0, 30)));
-        assert_eq!(calls.next().await, None);
+        assert!(matches!(calls.next().await, Some((0, Ok(30)))));
+        assert!(calls.next().await.is_none());
         assert!(calls.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_rest_can_be_polled_by_another_task() {
-        let mut calls = Stragglers::new((0..3u64).map(|i| {
-            (i as usize, async move {
-                tokio::time::sleep(Duration::from_millis(10 * i)).await;
-                i
-            })
-        }));
-        assert_eq!(calls.next().await, Some((0, 0)));
+        let mut calls = Stragglers::new(
+            (0..3u64).map(|i| {
+                (i as usize, async move {
+                    tokio::time::sleep(Duration::from_millis(10 * i)).await;
+                    Ok::<_, NodeError>(i)
+                })
+            }),
+            None,
+        );
+        assert!(matches!(calls.next().await, Some((0, Ok(0)))));
         let rest = tokio::spawn(async move {
             let mut answers = Vec::new();
             while let Some((node, _)) = calls.next().await {
@@ -157,5 +198,31 @@ mod tests {
             answers
         });
         assert_eq!(rest.await.expect("task"), [1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_times_out_every_request_still_in_flight() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(100);
+        let mut calls = Stragglers::new(
+            [10u64, 500, 1000].into_iter().enumerate().map(|(i, ms)| {
+                (i, async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, NodeError>(ms)
+                })
+            }),
+            Some(deadline),
+        );
+        assert!(matches!(calls.next().await, Some((0, Ok(10)))));
+        let mut late = Vec::new();
+        while let Some((node, answer)) = calls.next().await {
+            assert!(
+                matches!(answer, Err(NodeError::Timeout(given)) if given == Duration::from_millis(100))
+            );
+            late.push(node);
+        }
+        late.sort_unstable();
+        assert_eq!(late, [1, 2]);
+        assert_eq!(Instant::now(), deadline, "at the deadline, not later");
     }
 }

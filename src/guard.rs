@@ -220,9 +220,13 @@ impl LockGuard {
             let deadline = (start + config.node_timeout).min(current.deadline);
             let (keys, token) = (&*held.keys, held.token.as_str());
             // Late PEXPIREs are harmless (token-checked): stragglers are dropped.
-            let (round, _) = fan_out(&config.nodes, Until::Decided, "extend", |_, node| {
-                node.extend(keys, token, ttl_ms, deadline)
-            })
+            let (round, _) = fan_out(
+                &config.nodes,
+                Until::Decided,
+                "extend",
+                deadline,
+                |_, node, deadline| node.extend(keys, token, ttl_ms, deadline),
+            )
             .await;
 
             if round.decision == Decision::Reached {

@@ -244,8 +244,9 @@ impl Node {
         key: &str,
         token: &str,
         ttl_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
         let mut cmd = redis::cmd("SET");
         cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
         match self.command(&cmd, deadline).await? {
@@ -264,8 +265,9 @@ impl Node {
         fence_key: &str,
         token: &str,
         ttl_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<Option<u64>, NodeError> {
+        let deadline: Deadline = deadline.into();
         let ttl_ms = ttl_ms.to_string();
         let keys = [key, fence_key];
         match self
@@ -285,8 +287,9 @@ impl Node {
         &self,
         fence_key: &str,
         fence: u64,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
         let fence = fence.to_string();
         self.flag_script(&scripts::FENCE_WRITEBACK, &[fence_key], &[&fence], deadline)
             .await
@@ -298,8 +301,9 @@ impl Node {
         keys: &[Arc<str>],
         token: &str,
         ttl_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
         let ttl_ms = ttl_ms.to_string();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         self.flag_script(&scripts::ACQUIRE_MANY, &keys, &[token, &ttl_ms], deadline)
@@ -315,8 +319,9 @@ impl Node {
         keys: &[Arc<str>],
         token: &str,
         announce: Option<(&str, &str)>,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         let reply = match announce {
             Some((suffix, message)) => {
@@ -345,8 +350,9 @@ impl Node {
         keys: &[Arc<str>],
         token: &str,
         ttl_ms: u64,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
         let locks = keys.iter().map(|key| (&**key, token, ttl_ms));
         let flags = self.extend_many(locks, deadline).await?;
         Ok(flags.iter().all(|&flag| flag))
@@ -359,8 +365,9 @@ impl Node {
     pub(crate) async fn extend_many<'k>(
         &self,
         locks: impl IntoIterator<Item = (&'k str, &'k str, u64)>,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
     ) -> Result<Vec<bool>, NodeError> {
+        let deadline: Deadline = deadline.into();
         let locks: Vec<(&str, &str, u64)> = locks.into_iter().collect();
         let groups: Vec<Vec<usize>> = if self.is_cluster() {
             let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
@@ -429,7 +436,7 @@ impl Node {
         Err(last)
     }
 
-    async fn command(&self, cmd: &Cmd, deadline: Instant) -> Result<Value, NodeError> {
+    async fn command(&self, cmd: &Cmd, deadline: Deadline) -> Result<Value, NodeError> {
         within(deadline, async {
             Ok(match self.connection().await? {
                 Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await?,
@@ -450,7 +457,7 @@ impl Node {
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Value, NodeError> {
         if self.script_mode == ScriptMode::Functions {
             let mut cmd = redis::cmd("FCALL");
@@ -488,7 +495,7 @@ impl Node {
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<bool, NodeError> {
         match self.script(lua, keys, args, deadline).await? {
             Value::Int(1) => Ok(true),
@@ -628,13 +635,48 @@ fn label(info: &ConnectionInfo) -> String {
     }
 }
 
-/// Bounds a node call by `deadline`, reporting how long it was given.
+/// When a node call must have answered, and whose timer says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadline {
+    at: Instant,
+    /// The caller times the call out (a fan-out, with one timer for all of
+    /// its calls): the call sets no timer of its own.
+    timed_by_caller: bool,
+}
+
+impl Deadline {
+    /// A deadline that the caller enforces, e.g. with one timer for all the
+    /// calls of a fan-out ([`Stragglers`](crate::calls::Stragglers)). A
+    /// call given it runs unbounded unless its caller stops polling it.
+    pub(crate) fn timed_by_caller(at: Instant) -> Self {
+        Self {
+            at,
+            timed_by_caller: true,
+        }
+    }
+}
+
+/// A deadline that the call enforces with a timer of its own.
+impl From<Instant> for Deadline {
+    fn from(at: Instant) -> Self {
+        Self {
+            at,
+            timed_by_caller: false,
+        }
+    }
+}
+
+/// Bounds a node call by `deadline` (unless its caller does), reporting how
+/// long it was given.
 async fn within<T>(
-    deadline: Instant,
+    deadline: Deadline,
     call: impl Future<Output = Result<T, NodeError>>,
 ) -> Result<T, NodeError> {
-    let given = deadline.saturating_duration_since(Instant::now());
-    tokio::time::timeout_at(deadline, call)
+    if deadline.timed_by_caller {
+        return call.await;
+    }
+    let given = deadline.at.saturating_duration_since(Instant::now());
+    tokio::time::timeout_at(deadline.at, call)
         .await
         .unwrap_or(Err(NodeError::Timeout(given)))
 }
@@ -668,6 +710,24 @@ pub(crate) fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_keeps_its_own_time_unless_its_caller_does() {
+        let never = |deadline| within(deadline, std::future::pending::<Result<(), NodeError>>());
+        let at = Instant::now() + Duration::from_secs(1);
+        let answer = never(Deadline::from(at)).await;
+        assert!(
+            matches!(answer, Err(NodeError::Timeout(given)) if given == Duration::from_secs(1))
+        );
+        assert_eq!(Instant::now(), at);
+
+        // Timed by its caller, it sets no timer: long past its deadline, it
+        // still waits (the caller's timer would have ended it).
+        let call = never(Deadline::timed_by_caller(Instant::now()));
+        tokio::pin!(call);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(futures::poll!(call.as_mut()).is_pending());
+    }
 
     #[test]
     fn redacts_user_information() {

@@ -14,7 +14,7 @@ pub(crate) use crate::calls::Stragglers;
 use crate::error::{ArgumentError, NodeError, NodeFailure};
 use crate::guard::{InFlight, LockGuard};
 use crate::lease::Lease;
-use crate::node::Node;
+use crate::node::{Deadline, Node};
 use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
 use crate::renew::Renewer;
 use crate::retry::{Next, jitter_unit};
@@ -712,8 +712,12 @@ impl Redlock {
         let ttl_ms = request.ttl_ms;
         let (refused, error) = match request.fence_key.clone() {
             None => {
-                let (round, stragglers) =
-                    fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+                let (round, stragglers) = fan_out(
+                    &config.nodes,
+                    Until::Decided,
+                    "acquire",
+                    deadline,
+                    |i, _, deadline| {
                         let (this, keys) = (self.clone(), request.keys.clone());
                         let token = token.clone();
                         async move {
@@ -726,8 +730,9 @@ impl Redlock {
                                 }
                             }
                         }
-                    })
-                    .await;
+                    },
+                )
+                .await;
                 // Only a failed round needs it (see the cleanup below).
                 let refused = round.refused_unless_reached();
                 match self.granted(request, round, &window, start) {
@@ -742,8 +747,12 @@ impl Redlock {
             }
             Some(fence_key) => {
                 // Phase 1: SET NX PX, and INCR the counter where granted.
-                let (round, stragglers) =
-                    fan_out(&config.nodes, Until::Decided, "acquire", |i, _| {
+                let (round, stragglers) = fan_out(
+                    &config.nodes,
+                    Until::Decided,
+                    "acquire",
+                    deadline,
+                    |i, _, deadline| {
                         let (this, keys) = (self.clone(), request.keys.clone());
                         let (token, fence_key) = (token.clone(), fence_key.clone());
                         async move {
@@ -753,8 +762,9 @@ impl Redlock {
                                 .acquire_fenced(key, &fence_key, token.as_str(), ttl_ms, deadline)
                                 .await
                         }
-                    })
-                    .await;
+                    },
+                )
+                .await;
                 // Only a failed round needs it (see the cleanup below).
                 let refused = round.refused_unless_reached();
                 // A reached quorum holds at least one granted counter value.
@@ -775,11 +785,14 @@ impl Redlock {
                         // that every later quorum reads at least this fence.
                         let deadline =
                             (Instant::now() + config.node_timeout).min(window.deadline());
-                        let (writeback, _) =
-                            fan_out(&config.nodes, Until::Decided, "fence", |_, node| {
-                                node.fence_writeback(&fence_key, fence, deadline)
-                            })
-                            .await;
+                        let (writeback, _) = fan_out(
+                            &config.nodes,
+                            Until::Decided,
+                            "fence",
+                            deadline,
+                            |_, node, deadline| node.fence_writeback(&fence_key, fence, deadline),
+                        )
+                        .await;
                         match self.granted(request, writeback, &window, start) {
                             Ok(_) => {
                                 cleanup.disarm();
@@ -935,15 +948,20 @@ impl<T: Answer> Round<T> {
 
 /// Sends one request to every node in parallel and tallies the answers.
 /// Returns the requests still in flight (none with [`Until::AllAnswered`]).
+///
+/// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
+/// given: one timer at `deadline` bounds them all, in this fan-out and in
+/// whoever follows its stragglers, rather than a timer per request.
 pub(crate) async fn fan_out<'a, T, F, Fut>(
     nodes: &'a [Node],
     until: Until,
     op: &'static str,
+    deadline: Instant,
     call: F,
 ) -> (Round<T>, Stragglers<Fut>)
 where
     T: Answer,
-    F: Fn(usize, &'a Node) -> Fut,
+    F: Fn(usize, &'a Node, Deadline) -> Fut,
     Fut: Future<Output = Result<T, NodeError>>,
 {
     let mut round = Round {
@@ -955,10 +973,18 @@ where
     // One node (single-node mode): nothing to run side by side or to leave
     // behind, so nothing to allocate.
     if let [only] = nodes {
-        round.record(op, 0, only, call(0, only).await);
+        // Awaited alone, it keeps its own time.
+        round.record(op, 0, only, call(0, only, deadline.into()).await);
         return (round, Stragglers::none());
     }
-    let mut calls = Stragglers::new(nodes.iter().enumerate().map(|(i, node)| (i, call(i, node))));
+    let shared = Deadline::timed_by_caller(deadline);
+    let mut calls = Stragglers::new(
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (i, call(i, node, shared))),
+        Some(deadline),
+    );
     while let Some((i, answer)) = calls.next().await {
         round.record(op, i, &nodes[i], answer);
         if until == Until::Decided && round.decision != Decision::Pending {
@@ -1007,14 +1033,19 @@ pub(crate) async fn release_everywhere(
     in_flight: Option<&InFlight>,
 ) -> Round {
     let config = redlock.config();
-    let deadline = Instant::now() + config.node_timeout;
+    // With acquires in flight (answered within a node timeout), a release
+    // may wait for one, then gets a node timeout of its own: the fan-out's
+    // timer is then only a backstop.
+    let rounds = if in_flight.is_some() { 2 } else { 1 };
+    let deadline = Instant::now() + config.node_timeout * rounds;
     let id = config.wakeups.as_ref().map(|_| release_id());
     let announce = id.as_deref().map(|id| (RELEASED_SUFFIX, id));
     fan_out(
         &config.nodes,
         Until::AllAnswered,
         "release",
-        |i, node| async move {
+        deadline,
+        |i, node, deadline| async move {
             if skip.and_then(|s| s.get(i).copied()).unwrap_or(false) {
                 return Ok(false);
             }
@@ -1022,7 +1053,7 @@ pub(crate) async fn release_everywhere(
                 // A full node timeout from when the release can be sent: a
                 // release that starts past its deadline may never be sent.
                 Some(in_flight) if in_flight.answered(i).await => {
-                    Instant::now() + config.node_timeout
+                    Deadline::from(Instant::now() + config.node_timeout)
                 }
                 _ => deadline,
             };
