@@ -21,6 +21,7 @@ use quorumlock::testkit::RedisNodes;
 use quorumlock::{LockGuard, Redlock, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
+use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -911,85 +912,58 @@ impl Report {
     }
 
     fn json(&self) -> String {
-        let mut out = String::new();
-        let _ = write!(
-            out,
-            "{{\n  \"machine\": {{\"nproc\": {}, \"cpu\": {}, \"redis\": {}}},\n  \"mode\": \"{}\",\n  \"rows\": [",
-            self.nproc,
-            json_str(&self.cpu),
-            json_str(&self.redis),
-            if self.plan.quick { "quick" } else { "full" }
-        );
-        for (i, row) in self.rows.iter().enumerate() {
-            let _ = write!(
-                out,
-                "{}\n    {{\"nodes\": {}, \"measure\": {}, \"floor\": {:.1}, \"quorumlock\": {:.1}, \"ratio\": {:.3}}}",
-                if i == 0 { "" } else { "," },
-                row.nodes,
-                json_str(&row.what),
-                row.floor,
-                row.quorumlock,
-                row.ratio()
-            );
-        }
-        let _ = write!(out, "\n  ],\n  \"contention\": [");
-        for (i, row) in self.contention.iter().enumerate() {
-            let _ = write!(
-                out,
-                "{}\n    {{\"nodes\": {}, \"waiting\": \"{}\", \"grants_per_s\": {:.1}, \"handoffs_per_s\": {:.1}, \"grants_min\": {}, \"grants_max\": {}, \"gap_p50_ms\": {:.3}, \"gap_p99_ms\": {:.3}, \"handoff_gap_p50_ms\": {:.3}, \"handoff_gap_p99_ms\": {:.3}}}",
-                if i == 0 { "" } else { "," },
-                row.nodes,
-                row.mode,
-                row.grants_per_s,
-                row.handoffs_per_s,
-                row.fairness_min,
-                row.fairness_max,
-                row.gap_p50_ms,
-                row.gap_p99_ms,
-                row.handoff_gap_p50_ms,
-                row.handoff_gap_p99_ms
-            );
-        }
-        let _ = write!(out, "\n  ],\n  \"held\": ");
-        match &self.held {
-            Some(h) => {
-                let _ = write!(
-                    out,
-                    "{{\"locks\": {}, \"ttl_ms\": {}, \"seconds\": {:.1}, \"renewals_per_s\": {:.1}, \"script_calls_per_s\": {:.2}, \"cpu_percent_of_one_core\": {:.2}, \"bytes_per_lock\": {:.0}, \"peak_rss_kib\": {}, \"lost\": {}}}",
-                    h.locks,
-                    self.plan.held_ttl.as_millis(),
-                    h.seconds,
-                    h.renewals_per_s,
-                    h.script_calls_per_s,
-                    h.cpu_percent,
-                    h.bytes_per_lock,
-                    h.peak_rss_kib,
-                    h.lost
-                );
-            }
-            None => out.push_str("null"),
-        }
-        let _ = write!(out, ",\n  \"notes\": [");
-        for (i, note) in self.notes.iter().enumerate() {
-            let _ = write!(out, "{}{}", if i == 0 { "" } else { ", " }, json_str(note));
-        }
-        out.push_str("]\n}");
-        out
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|row| {
+                json!({
+                    "nodes": row.nodes,
+                    "measure": row.what,
+                    "floor": row.floor,
+                    "quorumlock": row.quorumlock,
+                    "ratio": row.ratio(),
+                })
+            })
+            .collect();
+        let contention: Vec<_> = self
+            .contention
+            .iter()
+            .map(|row| {
+                json!({
+                    "nodes": row.nodes,
+                    "waiting": row.mode,
+                    "grants_per_s": row.grants_per_s,
+                    "handoffs_per_s": row.handoffs_per_s,
+                    "grants_min": row.fairness_min,
+                    "grants_max": row.fairness_max,
+                    "gap_p50_ms": row.gap_p50_ms,
+                    "gap_p99_ms": row.gap_p99_ms,
+                    "handoff_gap_p50_ms": row.handoff_gap_p50_ms,
+                    "handoff_gap_p99_ms": row.handoff_gap_p99_ms,
+                })
+            })
+            .collect();
+        let held = self.held.as_ref().map(|h| {
+            json!({
+                "locks": h.locks,
+                "ttl_ms": self.plan.held_ttl.as_millis() as u64,
+                "seconds": h.seconds,
+                "renewals_per_s": h.renewals_per_s,
+                "script_calls_per_s": h.script_calls_per_s,
+                "cpu_percent_of_one_core": h.cpu_percent,
+                "bytes_per_lock": h.bytes_per_lock,
+                "peak_rss_kib": h.peak_rss_kib,
+                "lost": h.lost,
+            })
+        });
+        let report = json!({
+            "machine": {"nproc": self.nproc, "cpu": self.cpu, "redis": self.redis},
+            "mode": if self.plan.quick { "quick" } else { "full" },
+            "rows": rows,
+            "contention": contention,
+            "held": held,
+            "notes": self.notes,
+        });
+        serde_json::to_string_pretty(&report).unwrap_or_default()
     }
-}
-
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
