@@ -158,6 +158,14 @@ async fn run() -> Result<(), BoxError> {
         }
     }
 
+    // Other work on the machine skews the ratios: say how much there was.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let load: Vec<&str> = load.split_whitespace().take(3).collect();
+        report.notes.push(format!(
+            "load average at the end (1, 5, 15 min): {}",
+            load.join(" ")
+        ));
+    }
     let table = report.table();
     if json {
         eprint!("{table}");
