@@ -53,6 +53,28 @@ pub enum Error {
         failures: Vec<NodeFailure>,
     },
 
+    /// A fenced lock was granted by a quorum, but too few of the granting
+    /// nodes confirmed raising their fence counter (the second phase of
+    /// [`Redlock::lock_fenced`](crate::Redlock::lock_fenced)): the fence
+    /// would not be guaranteed to grow, so the lock was not taken and its
+    /// keys were removed. Only nodes that granted the lock count, so a
+    /// failure on one of them can be enough. Each failing node is listed.
+    #[error(
+        "fence for `{resource}` not confirmed: {confirmed} of the {quorum} required granting nodes raised their counter{}",
+        FailureList(failures)
+    )]
+    #[non_exhaustive]
+    FenceUnconfirmed {
+        /// The resource that was requested.
+        resource: String,
+        /// How many granting nodes confirmed the fence.
+        confirmed: usize,
+        /// How many confirmations were needed.
+        quorum: usize,
+        /// Every granting node that failed, with what it said.
+        failures: Vec<NodeFailure>,
+    },
+
     /// A quorum granted the lock, but acquiring took so long that no
     /// validity was left once clock drift was accounted for. The keys were
     /// released again.
@@ -128,7 +150,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Contended { .. } | Error::Unavailable { .. } | Error::ValidityExpired { .. }
+            Error::Contended { .. }
+                | Error::Unavailable { .. }
+                | Error::FenceUnconfirmed { .. }
+                | Error::ValidityExpired { .. }
         )
     }
 
@@ -137,6 +162,7 @@ impl Error {
         match self {
             Error::Contended { failures, .. }
             | Error::Unavailable { failures, .. }
+            | Error::FenceUnconfirmed { failures, .. }
             | Error::Lost { failures, .. } => failures,
             Error::WaitTimeout { last, .. } => last.node_failures(),
             _ => &[],

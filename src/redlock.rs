@@ -275,12 +275,20 @@ impl Redlock {
     /// Each node keeps a counter beside the lock key (`<key>:fence`, never
     /// expiring). A node that grants the lock increments its counter in the
     /// same script; the fence is the largest value among the granting
-    /// quorum. Before the lock counts as acquired, every node is asked to
-    /// raise its counter to at least that fence, and a quorum must confirm.
-    /// Any two quorums share a node, so the next grant reads a counter at
-    /// least this high on one node and hands out a larger fence. Validity is
+    /// quorum. Before the lock counts as acquired, the nodes that granted it
+    /// are asked to raise their counter to at least that fence, and a
+    /// quorum of nodes must confirm — granting nodes only, while they still
+    /// hold the lock (the validity is checked again afterwards). The next
+    /// grant's quorum shares a node with that one, where it can only set its
+    /// key after this lock's key is gone, so after the raise: it reads a
+    /// counter at least this high and hands out a larger fence. Validity is
     /// measured from the start of the attempt, so the second round trip is
     /// paid for out of the ttl.
+    ///
+    /// (Confirmations from nodes that did *not* grant would not do: such a
+    /// node may have granted a concurrent attempt a smaller counter value
+    /// before the raise reached it. The model in `tests/model` finds that
+    /// interleaving.)
     ///
     /// # Limits
     ///
@@ -767,22 +775,33 @@ impl Redlock {
                 .await;
                 // Only a failed round needs it (see the cleanup below).
                 let refused = round.refused_unless_reached();
-                // A reached quorum holds at least one granted counter value.
+                // The fence (a reached quorum holds at least one granted
+                // counter value), and which nodes granted: they hold our key.
                 let fence = |round: Round<Option<u64>>| {
-                    round
+                    let granters: Vec<bool> = round
+                        .answers
+                        .iter()
+                        .map(|answer| matches!(answer, Some(Some(_))))
+                        .collect();
+                    let fence = round
                         .answers
                         .iter()
                         .flatten()
                         .flatten()
                         .max()
                         .copied()
-                        .unwrap_or_default()
+                        .unwrap_or_default();
+                    (fence, granters)
                 };
                 match self.granted(request, round, &window, start).map(fence) {
                     Err(error) => (refused, error),
-                    Ok(fence) => {
-                        // Phase 2: raise the counter to the fence on a quorum, so
-                        // that every later quorum reads at least this fence.
+                    Ok((fence, granters)) => {
+                        // Phase 2: raise the counter to the fence on a quorum
+                        // of the nodes that granted phase 1, while they hold
+                        // our key. Only those count: a node without our key
+                        // may already have handed a later acquirer a smaller
+                        // counter (see `lock_fenced`, and control j of the
+                        // model in tests/model).
                         let deadline =
                             (Instant::now() + config.node_timeout).min(window.deadline());
                         let (writeback, _) = fan_out(
@@ -790,10 +809,30 @@ impl Redlock {
                             Until::Decided,
                             "fence",
                             deadline,
-                            |_, node, deadline| node.fence_writeback(&fence_key, fence, deadline),
+                            |i, node, deadline| {
+                                let granted = granters.get(i).copied().unwrap_or(false);
+                                let fence_key = &fence_key;
+                                async move {
+                                    if !granted {
+                                        return Ok(false);
+                                    }
+                                    node.fence_writeback(fence_key, fence, deadline).await
+                                }
+                            },
                         )
                         .await;
-                        match self.granted(request, writeback, &window, start) {
+                        // Granting nodes never refuse a write-back: short of
+                        // a quorum, granting nodes failed.
+                        let writeback = match writeback.decision {
+                            Decision::Reached => Ok(writeback),
+                            _ => Err(Error::FenceUnconfirmed {
+                                resource: request.resource.to_string(),
+                                confirmed: writeback.tally.yes(),
+                                quorum: writeback.tally.quorum(),
+                                failures: writeback.failures,
+                            }),
+                        };
+                        match writeback.and_then(|w| self.granted(request, w, &window, start)) {
                             Ok(_) => {
                                 cleanup.disarm();
                                 let mut guard = LockGuard::new(

@@ -259,6 +259,7 @@ fn classify(error: &Error) -> Outcome {
     match error {
         Error::Contended { .. } => Outcome::Failed("contended"),
         Error::Unavailable { .. } => Outcome::Failed("unavailable"),
+        Error::FenceUnconfirmed { .. } => Outcome::Failed("fence unconfirmed"),
         Error::ValidityExpired { .. } => Outcome::Failed("validity expired"),
         Error::WaitTimeout { .. } => Outcome::Failed("wait timeout"),
         other => Outcome::Undocumented(other.to_string()),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
+use redis::AsyncCommands;
 use support::{builder, conn, no_hang, values};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -94,11 +95,10 @@ async fn fences_increase_in_grant_order_under_contention() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
-    // A user who may run scripts an admin loaded (EVALSHA) but not load any
-    // (no EVAL, no SCRIPT LOAD). The admin loads the acquire and release
-    // scripts only, so phase 1 works and the write-back fails on every node.
+/// Nodes whose lock user may run scripts an admin loaded (EVALSHA) but not
+/// load any (no EVAL, no SCRIPT LOAD); the admin loads `scripts[i]` on node
+/// `i`. Returns the nodes and a manager for the lock user.
+async fn fencer_nodes(scripts: [&[&str]; 3]) -> (RedisNodes, Redlock) {
     let options = ServerOptions::new()
         .arg("--user")
         .arg("fencer")
@@ -112,15 +112,12 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
         .arg("+pexpire")
         .arg("+evalsha");
     let nodes = RedisNodes::start_with(3, options).expect("nodes");
-    for server in &nodes {
+    for (server, scripts) in nodes.iter().zip(scripts) {
         let mut admin = conn(&server.url()).await;
-        for script in [
-            include_str!("../src/scripts/acquire_fenced.lua"),
-            include_str!("../src/scripts/release.lua"),
-        ] {
+        for script in scripts {
             let _: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(script)
+                .arg(*script)
                 .query_async(&mut admin)
                 .await
                 .expect("SCRIPT LOAD");
@@ -135,14 +132,29 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
         .retry(Retry::none())
         .build()
         .expect("config");
+    (nodes, locks)
+}
+
+const ACQUIRE: &str = include_str!("../src/scripts/acquire_fenced.lua");
+const WRITE_BACK: &str = include_str!("../src/scripts/fence_writeback.lua");
+const RELEASE: &str = include_str!("../src/scripts/release.lua");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
+    // Phase 1 works and the write-back fails on every node.
+    let phase_one: &[&str] = &[ACQUIRE, RELEASE];
+    let (nodes, locks) = fencer_nodes([phase_one; 3]).await;
 
     let err = locks
         .try_lock_fenced("audit", TTL)
         .await
         .expect_err("write-back must fail");
-    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
-    // Two failures already make a write-back quorum impossible.
-    assert!(err.node_failures().len() >= 2, "{err}");
+    assert!(
+        matches!(err, Error::FenceUnconfirmed { confirmed: 0, quorum: 2, .. }),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    assert!(!err.node_failures().is_empty(), "{err}");
     assert!(err.to_string().contains("script|load"), "says why: {err}");
     assert_eq!(
         values(&nodes, "audit").await,
@@ -157,4 +169,48 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
         .filter(|v| v.as_deref() == Some("1"))
         .count();
     assert!(moved >= 2, "phase 1 granted on a quorum: {moved}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_nodes_that_granted_confirm_the_write_back() {
+    // Node 2 is held by someone else, so it refuses phase 1; nodes 0 and 1
+    // grant. The write-back then fails on node 1 (its script is missing)
+    // and would succeed on node 2. Node 2's confirmation must not count: a
+    // node without our key may already have given a concurrent acquirer a
+    // smaller counter (the model in tests/model finds how fences repeat
+    // then). One confirmation from a granting node is not a quorum.
+    let all: &[&str] = &[ACQUIRE, WRITE_BACK, RELEASE];
+    let phase_one: &[&str] = &[ACQUIRE, RELEASE];
+    let (nodes, locks) = fencer_nodes([all, phase_one, all]).await;
+    let _: () = conn(&nodes[2].url())
+        .await
+        .set("audit", "someone-else")
+        .await
+        .expect("SET");
+
+    let err = locks
+        .try_lock_fenced("audit", TTL)
+        .await
+        .expect_err("one granting node confirmed: not a quorum");
+    assert!(
+        matches!(err, Error::FenceUnconfirmed { confirmed: 1, quorum: 2, .. }),
+        "{err}"
+    );
+    assert_eq!(err.node_failures().len(), 1, "node 1, not node 2: {err}");
+    assert_eq!(
+        values(&nodes, "audit").await,
+        [None, None, Some("someone-else".to_owned())],
+        "our keys are gone, the other holder's is untouched"
+    );
+
+    // With the script on node 1 too, the granting nodes confirm: granted.
+    let mut admin = conn(&nodes[1].url()).await;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(WRITE_BACK)
+        .query_async(&mut admin)
+        .await
+        .expect("SCRIPT LOAD");
+    let guard = locks.try_lock_fenced("audit", TTL).await.expect("granted");
+    guard.release().await.expect("release");
 }

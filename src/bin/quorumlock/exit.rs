@@ -83,7 +83,9 @@ pub(crate) fn acquire_failed(resource: &str, err: &Error) -> u8 {
 pub(crate) fn classify(err: &Error) -> u8 {
     match err {
         Error::Contended { .. } => BUSY,
-        Error::Unavailable { .. } | Error::ValidityExpired { .. } => UNAVAILABLE,
+        Error::Unavailable { .. }
+        | Error::FenceUnconfirmed { .. }
+        | Error::ValidityExpired { .. } => UNAVAILABLE,
         Error::WaitTimeout { last, .. } => classify(last),
         Error::InvalidArgument(_) | Error::InvalidConfig(_) => USAGE,
         _ => INTERNAL,
