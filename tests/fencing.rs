@@ -150,7 +150,14 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
         .await
         .expect_err("write-back must fail");
     assert!(
-        matches!(err, Error::FenceUnconfirmed { confirmed: 0, quorum: 2, .. }),
+        matches!(
+            err,
+            Error::FenceUnconfirmed {
+                confirmed: 0,
+                quorum: 2,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.is_retryable());
@@ -193,7 +200,14 @@ async fn only_nodes_that_granted_confirm_the_write_back() {
         .await
         .expect_err("one granting node confirmed: not a quorum");
     assert!(
-        matches!(err, Error::FenceUnconfirmed { confirmed: 1, quorum: 2, .. }),
+        matches!(
+            err,
+            Error::FenceUnconfirmed {
+                confirmed: 1,
+                quorum: 2,
+                ..
+            }
+        ),
         "{err}"
     );
     assert_eq!(err.node_failures().len(), 1, "node 1, not node 2: {err}");
