@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Model-check the quorumlock protocol with spin (see tests/model/README.md).
+#
+#   bash tests/model/check.sh            # from the repo root or anywhere
+#   TRAILS=1 bash tests/model/check.sh   # also print each counterexample
+#   JOBS=1 bash tests/model/check.sh     # one verification at a time
+#   FULL=1 bash tests/model/check.sh     # bigger scopes too (long, GBs of RAM)
+#
+# Every verification runs in a temporary directory (spin -a, gcc pan.c,
+# ./pan), removed on exit; nothing is written to the repository. Exit status
+# 0 only if every property holds after a complete, exact search, and every
+# negative control is violated, on the property it is meant to break.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+model="$here/quorumlock.pml"
+start_time=$(date +%s)
+
+die() { echo "check.sh: $*" >&2; exit 1; }
+[ -r "$model" ] || die "cannot read $model"
+command -v spin >/dev/null 2>&1 ||
+    die "'spin' is not installed (Debian/Ubuntu: apt-get install -y spin; or build https://github.com/nimble-code/Spin)"
+command -v gcc >/dev/null 2>&1 ||
+    die "'gcc' is not installed (needed to compile spin's verifier)"
+
+cpus=$(nproc 2>/dev/null || echo 2)
+jobs_max="${JOBS:-$(( cpus < 4 ? cpus : 4 ))}"
+case "$jobs_max" in ''|*[!0-9]*|0) die "JOBS must be a positive integer" ;; esac
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/quorumlock-model.XXXXXX")"
+cleanup() {
+    local pid
+    for pid in $(jobs -p); do kill -TERM "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# One verification per line:
+#   id | property | scope | expect | cc | flags [| extra pan options]
+# expect = pass: spin must find no error in a complete, exact search
+#          fail: spin must find a counterexample, and to the property the
+#                id's row names (a negative control: a deliberately broken
+#                protocol or environment)
+# cc = gcc optimisation of the verifier: -O2 pays off for long searches,
+#      -O0/-O1 compile faster for short ones
+# The world is 3 nodes, 2 clients, TTL 3 ticks, drift 1 tick unless the flags
+# say otherwise; README.md explains every flag. Longest runs first.
+runs=(
+"1|P1 mutex + P4 token|3 attempts, 1 crash (state lost, restart after the TTL)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DMAXATT=3 -DMAXEXT=0 -DMAXF=1"
+"2|P2 fence|fenced, untimed, lossy (<= 1 loss): 3 attempts|pass|-O2|-DPROP_FENCE -DFENCED -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"3|P2 fence + P1 mutex|fenced, timed: 2 attempts|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DFENCED -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"4|P1 mutex + P3 cleanup + P4|lossy (<= 1 loss): 2 attempts|pass|-O2|-DPROP_MUTEX -DPROP_CLEANUP -DPROP_TOKEN -DLOSSY -DMAXLOSS=1 -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"5|P1 mutex + P4 token|2 attempts, 1 extension, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=1 -DMAXF=1"
+"6|P3 cleanup + P4 token|fenced, untimed, lossy (unbounded): 2 attempts|pass|-O2|-DPROP_CLEANUP -DPROP_TOKEN -DFENCED -DNOCLOCK -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"7|P3 cleanup + P1 + P4|2 attempts, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
+"j|P2 fence|write-back to all, any Q acks (old src/redlock.rs)|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ALL -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"f|P2 fence|fence counter lost in a restart after the TTL|fail|-O1|-DPROP_FENCE -DFENCED -DCRASH_DELAYED -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
+"i|P2 fence|write-back acknowledged by one node, not a quorum|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ONE_ACK -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"g|P2 fence|no validity re-check after the write-back|fail|-O1|-DPROP_FENCE -DFENCED -DNO_RECHECK -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"a|P1 mutex|restart at once without persistence|fail|-O0|-DPROP_MUTEX -DCRASH_IMMEDIATE -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
+"b|P2 fence|fenced acquire without the write-back|fail|-O0|-DPROP_FENCE -DFENCED -DNO_WRITEBACK -DNOCLOCK -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"c|P1 mutex|validity without subtracting the elapsed time|fail|-O0|-DPROP_MUTEX -DNO_ELAPSED -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"d|P4 token|release by plain DEL (no token check)|fail|-O0|-DPROP_TOKEN -DPLAIN_DEL -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"e|P3 cleanup|cleanup only on the nodes that said yes|fail|-O0|-DPROP_CLEANUP -DCLEANUP_GRANTED_ONLY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"h|P3 cleanup|a release overtakes a late SET (other connection)|fail|-O0|-DPROP_CLEANUP -DREORDER -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+)
+
+memlim=2048      # MB per verification (the default runs need < 1 GB each)
+hashw=24         # hash table of 2^24 slots for the positive runs
+if [ "${FULL:-0}" != 0 ]; then
+    # Bigger scopes: tens of millions of states, several GB each.
+    memlim=8192
+    hashw=26
+    jobs_max="${JOBS:-1}"
+    runs=(
+"F1|P1 mutex + P4 token|3 attempts, 1 extension, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=3 -DMAXEXT=1 -DMAXF=1"
+"F2|P1 mutex + P4 token|lossy (unbounded): 2 attempts, 1 extension|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DLOSSY -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
+"F3|P2 fence|fenced, untimed, lossy (unbounded): 3 attempts|pass|-O2|-DPROP_FENCE -DFENCED -DNOCLOCK -DLOSSY -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"F4|P2 fence + P1 mutex|fenced, timed, lossy (unbounded): 2 attempts|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DFENCED -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"F5|P1 mutex|5 nodes, TTL 2: 2 attempts|pass|-O2|-DPROP_MUTEX -DN=5 -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"F6|P1 mutex|3 clients: 3 attempts|pass|-O2|-DPROP_MUTEX -DC=3 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"F7|P1 mutex|requests may overtake (REORDER): 2 attempts, 1 extension|pass|-O2|-DPROP_MUTEX -DREORDER -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
+"F8|P2 fence + P1 mutex|fenced, timed: 2 attempts, 1 crash (persisted)|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DFENCED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
+"F9|P1 mutex + P3 cleanup + P4|lossy (unbounded): 2 attempts|pass|-O2|-DPROP_MUTEX -DPROP_CLEANUP -DPROP_TOKEN -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"${runs[@]}"
+    )
+fi
+
+# The text of the assertion each property fails with (as `spin -t` prints it).
+pattern() {
+    case "$1" in
+        "P1"*) echo 'assert\(!\(\(\(held\[0\]&&\(win\[0\]>0\)\)' ;;
+        "P2"*) echo 'assert\(\(fence\[h_c\]>last_fence\)\)' ;;
+        "P3"*) echo 'assert\(\(\(key\[h_k\]!=tok\[h_c\]\)' ;;
+        "P4"*) echo 'assert\(\(tokc\[key\[h_n\]\]==h_c\)\)' ;;
+        *) echo 'no such property' ;;
+    esac
+}
+
+# Writes "VERDICT STATES SECONDS DETAIL..." to $work/ID/result.
+run_one() {
+    local id=$1 prop=$2 expect=$3 opt=$4 flags=$5 panopts=$6
+    local dir="$work/$id" depth states errors t1 detail pan_pid
+    mkdir -p "$dir"
+    cd "$dir"
+    t1=$(date +%s)
+    result() { echo "$1 ${states:-?} $(( $(date +%s) - t1 )) ${2:-}" >"$dir/result"; }
+    cp "$model" quorumlock.pml
+    # shellcheck disable=SC2086
+    if ! spin $flags -a quorumlock.pml >spin.log 2>&1; then
+        result ERROR "spin -a: $(grep -m1 -i error spin.log || tail -1 spin.log)"
+        return 0
+    fi
+    # -DSAFETY: safety properties only (assertions, invalid end states);
+    # -DNOREDUCE: one process, partial-order reduction has nothing to do.
+    # No -DBITSTATE, -DHC or -DMA: every state is stored exactly.
+    # shellcheck disable=SC2086
+    if ! gcc $opt -w -DSAFETY -DNOREDUCE -DMEMLIM=$memlim -o pan pan.c >gcc.log 2>&1; then
+        result ERROR "gcc: $(grep -m1 error gcc.log || tail -1 gcc.log)"
+        return 0
+    fi
+    depth=100000
+    while :; do
+        # pan in the background, so that a TERM (check.sh interrupted) can
+        # stop it rather than leave it running
+        # shellcheck disable=SC2086
+        ./pan -m$depth -w$hashw $panopts >pan.log 2>&1 &
+        pan_pid=$!
+        trap 'kill -TERM "$pan_pid" 2>/dev/null; exit 143' TERM
+        wait "$pan_pid" || true
+        trap - TERM
+        if grep -q 'max search depth too small' pan.log && [ "$depth" -lt 10000000 ]; then
+            depth=$(( depth * 10 ))     # searched too shallow: again, deeper
+            rm -f quorumlock.pml.trail
+            continue
+        fi
+        break
+    done
+    states=$(awk '/states, stored/ { print $1; exit }' pan.log)
+    errors=$(awk 'match($0, /errors: [0-9]+/) { print substr($0, RSTART + 8, RLENGTH - 8); exit }' pan.log)
+    if [ -z "$states" ] || [ -z "$errors" ] || ! grep -q '^Full statespace search' pan.log; then
+        result ERROR "pan did not finish: $(grep -m1 -i 'error\|memory\|abort' pan.log || tail -1 pan.log)"
+        return 0
+    fi
+    if grep -q 'max search depth too small' pan.log; then
+        result INCOMPLETE "search depth limit $depth reached"
+        return 0
+    fi
+    if grep -q 'reached -DMEMLIM bound\|out of memory' pan.log; then
+        result INCOMPLETE "memory limit ${memlim} MB reached"
+        return 0
+    fi
+    if [ "$errors" = 0 ]; then
+        if grep -q 'Search not completed' pan.log; then
+            result INCOMPLETE "search not completed"
+        else
+            result HOLDS
+        fi
+        return 0
+    fi
+    # A counterexample: replay it, and name the property it breaks.
+    # shellcheck disable=SC2086
+    spin -t $flags quorumlock.pml >trail.log 2>&1 || true
+    detail=$(awk 'sub(/^spin: text of failed assertion: /, "") { print; exit }' trail.log)
+    [ -n "$detail" ] || detail=$(grep -m1 'violated\|invalid end state' pan.log || echo "error")
+    if [ "${TRAILS:-0}" != 0 ]; then
+        { sed -n 's/^ *MSC: //p' trail.log |
+              sed 's/spin: [^ ]*, Error: .*$/  <- here/' | tr -s ' \t' ' '
+          echo "=> violated: $detail"; } >trail.txt
+    fi
+    local re
+    re=$(pattern "$prop")
+    if [[ "$detail" =~ $re ]]; then
+        result VIOLATED "$detail"
+    else
+        result OTHER "$detail"
+    fi
+}
+
+echo "quorumlock model check: ${#runs[@]} verifications, $jobs_max at a time" \
+     "($(spin -V | sed -n 's/^\(Spin Version [^ ]*\).*/\1/p'))"
+echo "world: 3 nodes, 2 clients, TTL 3 ticks, drift 1 tick, unless the scope says otherwise"
+
+for row in "${runs[@]}"; do
+    IFS='|' read -r id prop scope expect cc flags panopts <<<"$row"
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+        wait -n || true
+    done
+    ( run_one "$id" "$prop" "$expect" "$cc" "$flags" "${panopts:-}" ) &
+done
+wait || true
+
+status=0
+printf '\n%-3s %-27s %-66s %12s %6s  %s\n' id property "scope (NEG: the broken variant)" "states" time verdict
+for row in "${runs[@]}"; do
+    IFS='|' read -r id prop scope expect cc flags panopts <<<"$row"
+    verdict=ERROR states='?' secs='?' detail="no result"
+    if [ -r "$work/$id/result" ]; then
+        read -r verdict states secs detail <"$work/$id/result" || true
+    fi
+    if [ "$expect" = pass ]; then
+        case "$verdict" in
+            HOLDS) v="PASS" ;;
+            VIOLATED|OTHER) v="FAIL: counterexample: $detail"; status=1 ;;
+            *) v="FAIL: $verdict $detail"; status=1 ;;
+        esac
+        shown="$scope"
+    else
+        case "$verdict" in
+            VIOLATED) v="PASS: violated as intended" ;;
+            HOLDS) v="FAIL: NOT violated (the model misses what this control breaks)"; status=1 ;;
+            OTHER) v="FAIL: violated, but not $prop: $detail"; status=1 ;;
+            *) v="FAIL: $verdict $detail"; status=1 ;;
+        esac
+        shown="NEG: $scope"
+    fi
+    if [[ "$states" =~ ^[0-9]+$ ]]; then
+        states=$(echo "$states" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/' -e 'ta')
+    fi
+    printf '%-3s %-27s %-66s %12s %5ss  %s\n' "$id" "$prop" "$shown" "$states" "$secs" "$v"
+    if [ "${TRAILS:-0}" != 0 ] && [ -s "$work/$id/trail.txt" ]; then
+        sed 's/^/        /' "$work/$id/trail.txt"
+    fi
+done
+
+echo
+echo "total elapsed: $(( $(date +%s) - start_time )) s"
+if [ "$status" = 0 ]; then
+    echo "OK: every property holds in its scope; every negative control is violated as intended"
+else
+    echo "MODEL CHECK FAILED"
+fi
+exit "$status"

@@ -1,0 +1,775 @@
+/*
+ * quorumlock.pml -- Promela model of the quorumlock (Redlock) protocol.
+ *
+ * One file, configured with -D macros. tests/model/check.sh runs every
+ * configuration; tests/model/README.md explains them and maps each part of
+ * the model to the code.
+ *
+ *   world        N (nodes: 3 or 5), C (clients: 2 or 3)
+ *   time         TTL, DRIFT (in ticks); NOCLOCK: time never passes
+ *   budgets      MAXATT  acquire attempts, all clients together (<= 31)
+ *                MAXEXT  extensions, all clients together
+ *                MAXF    node crashes (at most 2: node 0, then node 1)
+ *                MAXLOSS requests + replies lost with LOSSY (unset: no bound)
+ *   protocol     FENCED  fenced two-phase acquire instead of SET NX PX
+ *                WB_ALL  fenced write-back sent to every node, granted on
+ *                        any Q acknowledgements (src/redlock.rs before the
+ *                        fix: fences could repeat);
+ *                        default: sent to the Q nodes that granted phase 1,
+ *                        every one of them must acknowledge (DESIGN.md)
+ *   network      LOSSY   a request may be lost before it runs, and a reply
+ *                        may be lost after it ran (the node stays up)
+ *   crash modes  CRASH_DELAYED    loses key+counter, back after TTL+1 ticks
+ *                CRASH_PERSIST    keeps key+counter, back at any time
+ *                CRASH_IMMEDIATE  loses key+counter, back at once
+ *   properties   PROP_MUTEX (P1, CHECK_MUTEX)  PROP_FENCE (P2, in grant)
+ *                PROP_CLEANUP (P3, in finish_release)  PROP_TOKEN (P4, in apply)
+ *   negative controls (spin must find a counterexample with each):
+ *                NO_ELAPSED            validity ignores the elapsed time
+ *                NO_WRITEBACK          fenced acquire without phase 2
+ *                NO_RECHECK            no validity check after the write-back
+ *                WB_ONE_ACK            write-back needs one ack, not a quorum
+ *                PLAIN_DEL             release is a plain DEL
+ *                CLEANUP_GRANTED_ONLY  cleanup only on the nodes that said yes
+ *                REORDER               a later request to a node may overtake
+ *                                      an earlier one (different connections)
+ *
+ * TIME. One discrete clock; a TICK step is one tick, and it is also the
+ * clients' monotonic clock. The state keeps relative timers (remaining key
+ * life, elapsed time of an operation, remaining believed-held window), not
+ * absolute times, so the clock never has to stop: runs of any length are
+ * covered, and states that differ only in "what time is it" are one state.
+ *
+ * DRIFT. A node's clock may run up to DRIFT ticks fast relative to the
+ * client's: a key may vanish up to DRIFT ticks before its TTL is over.
+ *
+ * STRUCTURE. The whole world is one process whose loop offers every possible
+ * next step (a tick, a client starting an operation, a node running a
+ * request, a request lost, a client's timeout, a crash, a restart); each
+ * step is atomic, and spin explores every order of them.
+ */
+
+#ifndef N
+#define N 3
+#endif
+#define Q (N/2 + 1)               /* quorum: src/quorum.rs quorum()          */
+#ifndef C
+#define C 2
+#endif
+#define L (C*N)                   /* one link (connection) per client x node */
+#ifndef TTL
+#define TTL 3
+#endif
+#ifndef DRIFT
+#define DRIFT 1
+#endif
+#define VWIN (TTL - DRIFT)        /* validity of a grant taken at once, ticks */
+#ifndef MAXATT
+#define MAXATT 3
+#endif
+#if MAXATT > 31
+#error "MAXATT > 31: tokens and fences must fit in 5 bits (see MSG)"
+#endif
+#ifndef MAXEXT
+#define MAXEXT 1
+#endif
+#ifndef MAXF
+#define MAXF 1
+#endif
+/* MAXLOSS (LOSSY only): at most this many requests and replies lost in a
+   run; unbounded when not defined. */
+/* Requests in flight per link: enough that a client never has to wait for
+   old requests before starting a new operation (a multiplexed connection
+   does not wait either): per attempt an acquire, a write-back and a
+   release, plus the extensions. send() asserts it is never exceeded. */
+#define LINKCAP (3*MAXATT + MAXEXT)
+
+/* Request kinds, each one Redis command or script that a node runs
+   atomically. */
+#define SET  1   /* SET key token NX PX ttl                 src/node.rs acquire           */
+#define FSET 2   /* SET NX PX; if set, INCR counter, return src/scripts/acquire_fenced.lua */
+#define WB   3   /* counter = max(counter, t)               src/scripts/fence_writeback.lua */
+#define EXT  4   /* if GET key == token then PEXPIRE        src/scripts/extend.lua         */
+#define REL  5   /* if GET key == token then DEL            src/scripts/release.lua        */
+
+/* A request on a link is one byte: the kind, and its argument (the token;
+   for WB the fence t, since the write-back is not token-checked). */
+#define MSG(op, v) ((op) * 32 + (v))
+#define OPOF(m)    ((m) / 32)
+#define ARGOF(m)   ((m) % 32)
+
+#ifdef FENCED
+#define ACQ FSET
+#else
+#define ACQ SET
+#endif
+
+/* per-link status of the current operation, as the client's tally sees it */
+#define IDLE 0   /* no request of the current operation on this link      */
+#define WAIT 1   /* request sent, no answer yet                           */
+#define YES  2   /* answered yes (granted / extended / done)              */
+#define NO   3   /* answered no                                           */
+#define TOUT 4   /* timed out: a failed vote; the request may still be in
+                    flight and land later                                 */
+
+/* client phases */
+#define P_IDLE 0   /* nothing in progress (holding the lock or not)        */
+#define P_ACQ  1   /* acquire fanned out (SET NX PX or the fenced script)  */
+#define P_WB   2   /* fenced acquire, phase 2: write-back fanned out       */
+#define P_EXT  3   /* extension fanned out (still holding)                */
+#define P_REL  4   /* release or failure cleanup fanned out               */
+
+/* ------------------------------------------------------------------ state */
+
+/* nodes */
+byte key[N];        /* token of the lock key, 0 = no key                   */
+byte life[N];       /* ticks until the key expires (the node may drop it
+                       up to DRIFT ticks earlier, see apply)               */
+byte cnt[N];        /* fence counter: never expires                        */
+bool down[N];       /* crashed, not yet restarted                          */
+byte downfor[N];    /* ticks before it may restart (CRASH_DELAYED)         */
+byte faults;        /* crashes so far                                      */
+#if defined(LOSSY) && defined(MAXLOSS)
+byte losses;        /* requests and replies lost so far                    */
+#define CAN_LOSE   (losses < MAXLOSS)
+#define COUNT_LOSS losses++
+#else
+#define CAN_LOSE   true
+#define COUNT_LOSS skip
+#endif
+
+/* client -> node links; link i joins client i / N to node i % N.
+   FIFO, like one connection. */
+chan q[L] = [LINKCAP] of { byte };
+
+/* the tally of each client's current operation (src/quorum.rs Tally) */
+byte st[L];         /* status per link, IDLE .. TOUT                       */
+byte nyes[C];       /* YES answers                                         */
+byte nno[C];        /* NO answers + timeouts                               */
+byte nwait[C];      /* still waiting                                       */
+byte tmax[C];       /* max counter value among YES answers (fenced)        */
+byte refm[C];       /* bit k: node k answered "no" to this attempt's SET NX
+                       (phase 1), so a failure cleanup skips it. Nonzero
+                       only while a fenced attempt is in phase 2.          */
+
+/* clients */
+byte ph[C];         /* phase, P_IDLE .. P_REL                              */
+byte tok[C];        /* token of the current attempt / the held lock        */
+byte fence[C];      /* t = max(values) of the current fenced attempt       */
+byte el[C];         /* ticks since the acquire/extend started (saturates)  */
+bool held[C];       /* believes it holds the lock ...                      */
+byte win[C];        /* ... for this many more ticks: deadline - now        */
+byte attempts;      /* acquire attempts so far, also the token generator   */
+byte exts;          /* extensions so far                                   */
+byte last_fence;    /* fence of the latest grant (property 2)              */
+#ifdef PROP_TOKEN
+byte tokc[MAXATT + 1];  /* ghost: the client that generated each token     */
+#endif
+
+/* scratch, only used inside one atomic step: kept out of the state vector */
+hidden byte h_dec, h_c, h_n, h_i, h_k, h_m, h_m2, h_m3, h_r, h_v, h_j;
+hidden byte h_cur;
+hidden byte now_h;  /* tick counter, only for printing trails               */
+
+#define SCRUB h_dec = 0; h_c = 0; h_n = 0; h_i = 0; h_k = 0; h_m = 0; \
+	h_m2 = 0; h_m3 = 0; h_r = 0; h_v = 0; h_j = 0; h_cur = 0
+
+#define TIMING(c)   (ph[c] == P_ACQ || ph[c] == P_WB || ph[c] == P_EXT)
+
+/* for trails only */
+inline say_op(op)
+{
+	if
+	:: op == SET  -> printf("SET")
+	:: op == FSET -> printf("FSET")
+	:: op == WB   -> printf("WB")
+	:: op == EXT  -> printf("EXT")
+	:: op == REL  -> printf("REL")
+	:: else -> printf("?")
+	fi
+}
+
+/* ---------------------------------------------- validity (src/quorum.rs) */
+
+/* validity = ttl - elapsed - drift > 0, elapsed counted from the start of
+   the acquire (or of the extension): Window::validity_at; the deadline
+   start + ttl - drift (Window::deadline) is VWIN - elapsed ticks from now */
+#ifdef NO_ELAPSED
+/* negative control (c): the elapsed time is not subtracted */
+#define VALID(c)    (VWIN > 0)
+#define WINDOW(c)   (VWIN)
+#else
+#define VALID(c)    (el[c] < VWIN)
+#define WINDOW(c)   (VWIN - el[c])
+#endif
+
+/* The window is only observed by property 1 and by the "extend only while
+   the lock is trusted" rule; elsewhere it is not tracked, so that states
+   differing only in its value are one state. */
+#if defined(PROP_MUTEX) || MAXEXT > 0
+#define SETWIN(c, w) win[c] = (w)
+#else
+#define SETWIN(c, w) skip
+#endif
+
+/* ------------------------------------------------------ the client's side */
+
+inline clear_tally(c)
+{
+	nyes[c] = 0; nno[c] = 0; nwait[c] = 0; tmax[c] = 0
+}
+
+/* the operation is decided: forget it (late answers will be dropped) */
+inline close_op(c, k)
+{
+	clear_tally(c);
+	for (k : 0 .. N-1) { st[c*N + k] = IDLE };
+	k = 0
+}
+
+/* a request of client c to node k (one multiplexed connection per node) */
+inline send(c, k, op, v)
+{
+	if
+	:: down[k] -> skip             /* node down: nothing lands, the client
+	                                  will see a timeout */
+	:: else ->
+		assert(len(q[c*N + k]) < LINKCAP);   /* never blocks */
+		q[c*N + k]!MSG(op, v)
+	fi;
+	st[c*N + k] = WAIT; nwait[c]++
+}
+
+/* one request to every node in parallel (src/redlock.rs fan_out) */
+inline fanout(c, k, op, v)
+{
+	clear_tally(c);
+	for (k : 0 .. N-1) { send(c, k, op, v) };
+	k = 0
+}
+
+/* one request to the nodes that answered YES in the tally */
+inline fanout_granted(c, k, op, v)
+{
+	clear_tally(c);
+	for (k : 0 .. N-1) {
+		if
+		:: st[c*N + k] == YES -> send(c, k, op, v)
+		:: else -> st[c*N + k] = IDLE
+		fi
+	};
+	k = 0
+}
+
+/* When is a release (or cleanup) over? Only property 3 looks at how it
+   ended: there the client waits until every node answered or timed out
+   (src/redlock.rs release_everywhere waits for every answer or the node
+   timeout). In the other runs the client does not wait (it could start its
+   next attempt at any later moment anyway), so release answers are not
+   tracked: fewer states, and no behaviour lost. */
+#ifdef PROP_CLEANUP
+#define REL_DONE(c) (nwait[c] == 0)
+#else
+#define REL_DONE(c) true
+#endif
+
+inline finish_release(c, k)
+{
+#ifdef PROP_CLEANUP
+	/* property 3: no node holds our token any more, except a node that was
+	   sent the release and never answered (unreachable, crashed, or the
+	   request or its reply lost: its key expires within TTL ticks) */
+	for (k : 0 .. N-1) {
+		assert(key[k] != tok[c] || st[c*N + k] == TOUT)
+	};
+	k = 0;
+#endif
+	printf("MSC: t=%d client %d release/cleanup of token %d done\n", now_h, c, tok[c]);
+	close_op(c, k); ph[c] = P_IDLE; tok[c] = 0
+}
+
+/* refm[c] = the nodes a failure cleanup skips: those that answered "no" to
+   SET NX in the acquire tally (src/redlock.rs attempt: `round.refused()`;
+   a node that refused did not store the token). Every other node --
+   granted, timed out, reply lost, never heard from -- may hold it. */
+inline refusals(c, k)
+{
+	refm[c] = 0;
+	for (k : 0 .. N-1) {
+		if
+#ifdef CLEANUP_GRANTED_ONLY
+		:: st[c*N + k] != YES ->         /* negative control (e) */
+#else
+		:: st[c*N + k] == NO ->
+#endif
+			refm[c] = refm[c] | (1 << k)
+		:: else
+		fi
+	};
+	k = 0
+}
+
+/* failed acquisition (src/redlock.rs Cleanup::run): token-checked release
+   on every node except those in refm[c]; if every node refused, nothing is
+   sent. */
+inline start_cleanup(c, k)
+{
+	printf("MSC: t=%d client %d attempt failed (yes=%d, elapsed=%d): cleanup, skipping node mask %d\n",
+	       now_h, c, nyes[c], el[c], refm[c]);
+	el[c] = 0; fence[c] = 0; ph[c] = P_REL;
+	clear_tally(c);
+	for (k : 0 .. N-1) {
+		if
+		:: refm[c] & (1 << k) -> st[c*N + k] = IDLE
+		:: else -> send(c, k, REL, tok[c])
+		fi
+	};
+	k = 0; refm[c] = 0
+}
+
+inline grant(c, k)
+{
+	printf("MSC: t=%d client %d GRANTED token %d fence %d window %d ticks\n",
+	       now_h, c, tok[c], fence[c], WINDOW(c));
+#if defined(PROP_FENCE) && defined(FENCED)
+	/* property 2: grants, in time order, carry strictly increasing fences */
+	assert(fence[c] > last_fence);
+#endif
+	last_fence = fence[c];
+	held[c] = 1; SETWIN(c, WINDOW(c));       /* window [now, start+ttl-drift) */
+	el[c] = 0; fence[c] = 0; refm[c] = 0;
+	close_op(c, k); ph[c] = P_IDLE
+}
+
+/* Write-back acknowledgements needed: Q. By default the write-back goes
+   to the Q nodes that granted phase 1, so every one of them must ack; with
+   WB_ALL it goes to all N nodes, and any Q acks suffice. */
+#ifdef WB_ONE_ACK
+#define WBQ 1                                /* negative control (i) */
+#else
+#define WBQ Q
+#endif
+
+/* The quorum decision (src/quorum.rs Tally::decision), taken as soon as the
+   outcome is known: success at Q yes votes, failure once Q yes votes have
+   become impossible. It runs inside the step that delivered the deciding
+   answer or timeout: deciding later would only shorten the window, never
+   lengthen it. */
+inline decide(c, k)
+{
+	do
+	:: ph[c] == P_ACQ && (nyes[c] >= Q || nno[c] > N - Q) ->
+		/* src/redlock.rs attempt + granted(): quorum AND validity left */
+		if
+		:: nyes[c] >= Q && VALID(c) ->
+			fence[c] = tmax[c];
+#if defined(FENCED) && !defined(NO_WRITEBACK)
+			/* phase 2: counter = max(counter, t) */
+			refusals(c, k);                  /* kept for a cleanup */
+#ifdef WB_ALL
+			fanout(c, k, WB, fence[c]);          /* every node */
+#else
+			fanout_granted(c, k, WB, fence[c]);  /* the granting nodes */
+#endif
+			ph[c] = P_WB
+#else
+			grant(c, k)
+#endif
+		:: else -> refusals(c, k); start_cleanup(c, k)
+		fi
+	:: ph[c] == P_WB && (nyes[c] >= WBQ || nyes[c] + nwait[c] < WBQ) ->
+		/* counts only once a quorum acknowledged the write-back AND the
+		   validity, recomputed now from the attempt's start, is still
+		   positive */
+		if
+#ifdef NO_RECHECK
+		:: nyes[c] >= WBQ -> grant(c, k)     /* negative control (g) */
+#else
+		:: nyes[c] >= WBQ && VALID(c) -> grant(c, k)
+#endif
+		:: else -> start_cleanup(c, k)       /* refm: phase-1 refusals */
+		fi
+	:: ph[c] == P_EXT && (nyes[c] >= Q || nno[c] > N - Q) ->
+		if
+		:: nyes[c] >= Q && VALID(c) && win[c] > 0 ->
+			/* src/guard.rs extend: validity left for the new window AND
+			   the lock still trusted now (Held::extend_to); the new
+			   deadline counts from the start of the extension */
+			SETWIN(c, WINDOW(c));
+			printf("MSC: t=%d client %d extended: window %d ticks\n", now_h, c, WINDOW(c))
+		:: else ->
+			/* the code keeps the old deadline when too few nodes answered
+			   and marks the lock lost otherwise; the model always keeps
+			   the old deadline: more permissive, never less */
+			printf("MSC: t=%d client %d extension failed\n", now_h, c)
+		fi;
+		el[c] = 0; close_op(c, k); ph[c] = P_IDLE
+	:: ph[c] == P_REL && REL_DONE(c) ->
+		finish_release(c, k)
+	:: else -> break
+	od
+}
+
+/* --------------------------------------------------------------- the node */
+
+/* Node n runs request m of client c (link i) atomically, as Redis runs a
+   command or a script. cur: the request belongs to the client's current
+   operation (it is the newest one on its link). */
+inline apply(i, c, n, m, cur)
+{
+	assert(!down[n]);   /* nothing is in flight to a node that is down */
+	printf("MSC: t=%d node %d runs ", now_h, n); say_op(OPOF(m));
+	printf(" %d from client %d", ARGOF(m), c);
+	/* bounded drift: the node's clock may be ahead by up to DRIFT ticks,
+	   so it may already consider the key expired */
+	if
+	:: key[n] != 0 && life[n] <= DRIFT -> key[n] = 0; life[n] = 0
+	:: true
+	fi;
+	h_r = NO; h_v = 0;
+	if
+	:: OPOF(m) == SET ->
+		if
+		:: key[n] == 0 -> key[n] = ARGOF(m); life[n] = TTL; h_r = YES
+		:: else
+		fi
+	:: OPOF(m) == FSET ->
+		/* INCR only when the SET NX succeeded */
+		if
+		:: key[n] == 0 -> key[n] = ARGOF(m); life[n] = TTL;
+		                  cnt[n]++; h_v = cnt[n]; h_r = YES
+		:: else
+		fi
+	:: OPOF(m) == WB ->
+		/* no token check; counters only grow */
+		if
+		:: cnt[n] < ARGOF(m) -> cnt[n] = ARGOF(m)
+		:: else
+		fi;
+		h_r = YES
+	:: OPOF(m) == EXT ->
+		if
+		:: key[n] == ARGOF(m) ->
+#ifdef PROP_TOKEN
+			assert(tokc[key[n]] == c);   /* property 4 */
+#endif
+			life[n] = TTL; h_r = YES
+		:: else
+		fi
+	:: OPOF(m) == REL ->
+		if
+#ifdef PLAIN_DEL
+		:: key[n] != 0 ->              /* negative control (d): no check */
+#else
+		:: key[n] == ARGOF(m) ->
+#endif
+#ifdef PROP_TOKEN
+			assert(tokc[key[n]] == c);   /* property 4 */
+#endif
+			key[n] = 0; life[n] = 0
+		:: else
+		fi;
+		h_r = YES                      /* done (deleted 1 or 0) */
+	fi;
+	printf(" -> %d (key=%d life=%d cnt=%d)\n", h_r, key[n], life[n], cnt[n]);
+	/* the answer reaches the tally only if the client still waits for this
+	   very request; a late answer to an older operation is dropped, as the
+	   multiplexed connection does */
+	if
+#ifdef LOSSY
+	:: st[i] == WAIT && cur && CAN_LOSE ->
+		/* the reply is lost on the way back: the client will time out on
+		   this node although the request ran */
+		COUNT_LOSS;
+		printf("MSC: t=%d   (reply lost)\n", now_h)
+#endif
+	:: st[i] == WAIT && cur ->
+		st[i] = h_r; nwait[c]--;
+		if
+		:: h_r == YES -> nyes[c]++;
+			if
+			:: h_v > tmax[c] -> tmax[c] = h_v
+			:: else
+			fi
+		:: else -> nno[c]++
+		fi;
+		h_dec = 1                      /* the tally changed: decide */
+	:: else
+	fi
+}
+
+/* ------------------------------------------------ choosing who moves next */
+
+/* PICKLINK(cond) / PICKCLIENT(cond): an `if` that sets h_i (a link) / h_c
+   (a client) to any index for which cond holds, and blocks if there is
+   none, so it can serve as the guard of a step. Written out, because a
+   Promela loop cannot serve as a guard. */
+#define P1(cond, var, x) :: cond(x) -> var = x
+#define LINKHAS(i) (len(q[i]) > 0)
+#if L == 6
+#define PICKLINK(cond) if P1(cond,h_i,0) P1(cond,h_i,1) P1(cond,h_i,2) P1(cond,h_i,3) \
+	P1(cond,h_i,4) P1(cond,h_i,5) fi
+#elif L == 9
+#define PICKLINK(cond) if P1(cond,h_i,0) P1(cond,h_i,1) P1(cond,h_i,2) P1(cond,h_i,3) \
+	P1(cond,h_i,4) P1(cond,h_i,5) P1(cond,h_i,6) P1(cond,h_i,7) P1(cond,h_i,8) fi
+#elif L == 10
+#define PICKLINK(cond) if P1(cond,h_i,0) P1(cond,h_i,1) P1(cond,h_i,2) P1(cond,h_i,3) \
+	P1(cond,h_i,4) P1(cond,h_i,5) P1(cond,h_i,6) P1(cond,h_i,7) P1(cond,h_i,8) \
+	P1(cond,h_i,9) fi
+#elif L == 15
+#define PICKLINK(cond) if P1(cond,h_i,0) P1(cond,h_i,1) P1(cond,h_i,2) P1(cond,h_i,3) \
+	P1(cond,h_i,4) P1(cond,h_i,5) P1(cond,h_i,6) P1(cond,h_i,7) P1(cond,h_i,8) \
+	P1(cond,h_i,9) P1(cond,h_i,10) P1(cond,h_i,11) P1(cond,h_i,12) P1(cond,h_i,13) \
+	P1(cond,h_i,14) fi
+#else
+#error "unsupported C*N"
+#endif
+#if C == 2
+#define PICKCLIENT(cond) if P1(cond,h_c,0) P1(cond,h_c,1) fi
+#elif C == 3
+#define PICKCLIENT(cond) if P1(cond,h_c,0) P1(cond,h_c,1) P1(cond,h_c,2) fi
+#else
+#error "unsupported C"
+#endif
+
+/* ----------------------------------------------------------------- steps */
+
+#ifdef PROP_TOKEN
+#define OWN(c) tokc[attempts] = c
+#else
+#define OWN(c) skip
+#endif
+
+/* ACQUIRE (src/redlock.rs attempt): a client that holds nothing starts an
+   attempt: start = now, a fresh token, the acquire request to every node.
+   The first attempt is always client 0's: clients are interchangeable, so
+   a run where another client starts is a renaming of one of these. */
+#define CAN_ACQUIRE(c) (ph[c] == P_IDLE && !held[c] && attempts < MAXATT && \
+                        (attempts > 0 || c == 0))
+#define ACQUIRE \
+	:: PICKCLIENT(CAN_ACQUIRE); \
+		attempts++; tok[h_c] = attempts; OWN(h_c); el[h_c] = 0; ph[h_c] = P_ACQ; \
+		printf("MSC: t=%d client %d ACQUIRE token %d\n", now_h, h_c, tok[h_c]); \
+		fanout(h_c, h_k, ACQ, tok[h_c]); \
+		h_dec = 1
+
+/* EXTEND (src/guard.rs extend): a holder extends, while it can still trust
+   the lock (after the deadline the guard reports the lock lost); validity
+   counts from now. */
+#define CAN_EXTEND(c) (ph[c] == P_IDLE && held[c] && win[c] > 0 && \
+                       exts < MAXEXT)
+#define EXTEND \
+	:: PICKCLIENT(CAN_EXTEND); \
+		exts++; el[h_c] = 0; ph[h_c] = P_EXT; \
+		printf("MSC: t=%d client %d EXTEND token %d\n", now_h, h_c, tok[h_c]); \
+		fanout(h_c, h_k, EXT, tok[h_c]); \
+		h_dec = 1
+
+/* RELEASE (src/guard.rs release, and the guard's Drop): a holder releases,
+   at any time, even long after its deadline, when the key may already be
+   someone else's. */
+#define CAN_RELEASE(c) (ph[c] == P_IDLE && held[c])
+#define RELEASE \
+	:: PICKCLIENT(CAN_RELEASE); \
+		held[h_c] = 0; win[h_c] = 0; ph[h_c] = P_REL; \
+		printf("MSC: t=%d client %d RELEASE token %d\n", now_h, h_c, tok[h_c]); \
+		fanout(h_c, h_k, REL, tok[h_c]); \
+		h_dec = 1
+
+/* DELIVER: the oldest request in flight on some link reaches its node.
+   A request may stay in flight across any number of ticks and land long
+   after the client stopped waiting for it. */
+#define DELIVER \
+	:: PICKLINK(LINKHAS); \
+		h_c = h_i / N; h_n = h_i % N; \
+		q[h_i]?h_m; \
+		apply(h_i, h_c, h_n, h_m, len(q[h_i]) == 0)
+
+/* DROP (LOSSY): the oldest request in flight on a link is lost and never
+   runs (its connection broke before the node read it; the client
+   reconnects, and its later requests on the link still arrive, in order).
+   The client times out on it if it still waits. Without LOSSY, requests are
+   lost only when their node crashes or is down when they are sent. */
+#ifdef LOSSY
+#define LOSABLE(i) (len(q[i]) > 0 && CAN_LOSE)
+#define DROP \
+	:: PICKLINK(LOSABLE); \
+		COUNT_LOSS; q[h_i]?h_m; \
+		printf("MSC: t=%d request ", now_h); say_op(OPOF(h_m)); \
+		printf(" %d from client %d to node %d LOST\n", ARGOF(h_m), h_i / N, h_i % N)
+#else
+#define DROP
+#endif
+
+/* OVERTAKE (REORDER only): the second request in flight on a link reaches
+   the node before the first one: they went over different connections,
+   e.g. the first on a connection that broke, the second after a reconnect.
+   The first one stays at the head of the link. */
+#define LINKHAS2(i) (len(q[i]) >= 2)
+#ifdef REORDER
+#define OVERTAKE \
+	:: PICKLINK(LINKHAS2); \
+		h_c = h_i / N; h_n = h_i % N; \
+		q[h_i]?h_m; q[h_i]?h_m2; \
+		h_j = len(q[h_i]); h_cur = (h_j == 0); \
+		q[h_i]!h_m; \
+		do \
+		:: h_j > 0 -> q[h_i]?h_m3; q[h_i]!h_m3; h_j-- \
+		:: else -> break \
+		od; \
+		apply(h_i, h_c, h_n, h_m2, h_cur)
+#else
+#define OVERTAKE
+#endif
+
+/* TIMEOUT: the per-node timeouts of a fan-out start together and have the
+   same length (src/redlock.rs: one deadline per fan-out), so they fire
+   together: every node still pending counts as a failed vote. Its request
+   stays in flight and may still land later. The model lets the timeout
+   fire at any moment, also later than the code's cap at the deadline. */
+#define WAITING(c) (nwait[c] > 0)
+#define TIMEOUT \
+	:: PICKCLIENT(WAITING); \
+		printf("MSC: t=%d client %d: timeout on %d node(s)\n", now_h, h_c, nwait[h_c]); \
+		for (h_k : 0 .. N-1) { \
+			if \
+			:: st[h_c*N + h_k] == WAIT -> st[h_c*N + h_k] = TOUT \
+			:: else \
+			fi \
+		}; \
+		nno[h_c] = nno[h_c] + nwait[h_c]; nwait[h_c] = 0; \
+		h_dec = 1
+
+/* TICK: one tick of the clock. NOCLOCK: time does not pass, keys never
+   expire and every decision has validity left. */
+#ifdef NOCLOCK
+#define TICK
+#else
+#define TICK \
+	:: true -> \
+		now_h++; printf("MSC: ---- tick: t=%d\n", now_h); \
+		for (h_k : 0 .. N-1) { \
+			if \
+			:: life[h_k] > 0 -> life[h_k]--; /* keys age, expire */ \
+				if \
+				:: life[h_k] == 0 -> key[h_k] = 0 \
+				:: else \
+				fi \
+			:: else \
+			fi; \
+			if \
+			:: downfor[h_k] > 0 -> downfor[h_k]-- \
+			:: else \
+			fi \
+		}; \
+		for (h_k : 0 .. C-1) { \
+			if \
+			:: TIMING(h_k) && el[h_k] < VWIN -> el[h_k]++ \
+			:: else \
+			fi; \
+			if \
+			:: win[h_k] > 0 -> win[h_k]-- /* windows shrink */ \
+			:: else \
+			fi \
+		}
+#endif
+
+/* CRASH: node number `faults` crashes (node 0 first, then node 1). Nodes
+   are interchangeable (every request goes to every node, and the properties
+   treat all nodes alike), so a run in which other nodes crash is a renaming
+   of one of these. The crash breaks the connections: all requests in flight
+   to the node are lost. How it comes back depends on the mode(s) enabled. */
+#ifdef CRASH_IMMEDIATE
+/* state lost, back at once: unsafe (negative control a) */
+#define MODE_IMMEDIATE :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; \
+	printf("MSC: t=%d node %d CRASH, state lost, back at once\n", now_h, h_n)
+#else
+#define MODE_IMMEDIATE
+#endif
+#ifdef CRASH_DELAYED
+/* state lost, restart delayed beyond the TTL: every key it had would have
+   expired by then anyway */
+#define MODE_DELAYED :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; \
+	down[h_n] = 1; downfor[h_n] = TTL + 1; \
+	printf("MSC: t=%d node %d CRASH, state lost, down for %d ticks\n", now_h, h_n, TTL + 1)
+#else
+#define MODE_DELAYED
+#endif
+#ifdef CRASH_PERSIST
+/* state persisted (AOF, fsync always): back at any time, intact; its keys
+   keep ageing meanwhile. Also stands for a network partition of the node. */
+#define MODE_PERSIST :: down[h_n] = 1; \
+	printf("MSC: t=%d node %d CRASH, state kept on disk\n", now_h, h_n)
+#else
+#define MODE_PERSIST
+#endif
+#if defined(CRASH_IMMEDIATE) || defined(CRASH_DELAYED) || defined(CRASH_PERSIST)
+#define CRASH \
+	:: faults < MAXF -> \
+		h_n = faults; faults++; \
+		for (h_c : 0 .. C-1) { \
+			do \
+			:: len(q[h_c*N + h_n]) > 0 -> q[h_c*N + h_n]?_ \
+			:: else -> break \
+			od \
+		}; \
+		if \
+		MODE_IMMEDIATE \
+		MODE_DELAYED \
+		MODE_PERSIST \
+		fi
+#else
+#define CRASH
+#endif
+#define ISDOWN(n) (down[n] && downfor[n] == 0)
+#define RESTART \
+	:: if P1(ISDOWN,h_n,0) P1(ISDOWN,h_n,1) fi; \
+		down[h_n] = 0; \
+		printf("MSC: t=%d node %d back up\n", now_h, h_n)
+
+/* Property 1, mutual exclusion: no two clients are ever both inside their
+   believed-held window. Windows only change inside steps, so checking it at
+   the end of every step checks it in every reachable state (it is the
+   invariant [] MUTEX, asserted instead of given as an LTL never claim,
+   which would double the work). */
+#define INW(c) (held[c] && win[c] > 0)
+#if C == 2
+#define MUTEX (!(INW(0) && INW(1)))
+#else
+#define MUTEX (!((INW(0) && INW(1)) || (INW(0) && INW(2)) || (INW(1) && INW(2))))
+#endif
+#ifdef PROP_MUTEX
+#define CHECK_MUTEX assert(MUTEX)
+#else
+#define CHECK_MUTEX skip
+#endif
+
+/* The world: one process. Each iteration is one atomic step: pick any
+   possible event, run it, and if it changed a client's tally, let that
+   client decide at once. */
+active proctype World()
+{
+end:
+	do
+	:: atomic {
+		if
+		TICK
+		ACQUIRE
+		EXTEND
+		RELEASE
+		DELIVER
+		DROP
+		OVERTAKE
+		TIMEOUT
+		CRASH
+		RESTART
+		fi;
+		if
+		:: h_dec -> decide(h_c, h_k)
+		:: else
+		fi;
+		CHECK_MUTEX;
+		SCRUB }
+	od
+}
+
