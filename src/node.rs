@@ -311,23 +311,24 @@ impl Node {
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
-    /// token on every key and deleted them. With `announce = (suffix,
-    /// message)`, each deleted key is announced on the channel
-    /// `<key><suffix>`.
+    /// token on every key and deleted them. With `announce` (an id of this
+    /// release), each deleted key's release is announced on its channel
+    /// ([`wakeup::channel`](crate::wakeup::channel)).
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
         token: &str,
-        announce: Option<(&str, &str)>,
+        announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         let reply = match announce {
-            Some((suffix, message)) => {
-                let channels: Vec<String> = keys.iter().map(|k| format!("{k}{suffix}")).collect();
+            Some(release) => {
+                let channels: Vec<String> =
+                    keys.iter().map(|k| crate::wakeup::channel(k)).collect();
                 let mut args = Vec::with_capacity(2 + channels.len());
-                args.extend([token, message]);
+                args.extend([token, release]);
                 args.extend(channels.iter().map(String::as_str));
                 self.script(&scripts::RELEASE, &keys, &args, deadline)
                     .await?

@@ -19,7 +19,7 @@ use crate::quorum::{Decision, Shortfall, Tally, Vote, Window, drift};
 use crate::renew::Renewer;
 use crate::retry::{Next, jitter_unit};
 use crate::tasks::Background;
-use crate::wakeup::{RELEASED_SUFFIX, WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, release_id};
+use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, release_id};
 use crate::{Error, RedlockBuilder, Retry, Token};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -1078,7 +1078,7 @@ pub(crate) async fn release_everywhere(
     let rounds = if in_flight.is_some() { 2 } else { 1 };
     let deadline = Instant::now() + config.node_timeout * rounds;
     let id = config.wakeups.as_ref().map(|_| release_id());
-    let announce = id.as_deref().map(|id| (RELEASED_SUFFIX, id));
+    let announce = id.as_deref();
     fan_out(
         &config.nodes,
         Until::AllAnswered,

@@ -261,8 +261,8 @@ pub(crate) fn release_id() -> String {
     format!("{:016x}", rand::random::<u64>().max(1))
 }
 
-/// The channel of a lock key.
-fn channel(key: &str) -> String {
+/// The channel a lock key's releases are announced on.
+pub(crate) fn channel(key: &str) -> String {
     let mut name = String::with_capacity(key.len() + RELEASED_SUFFIX.len());
     name.push_str(key);
     name.push_str(RELEASED_SUFFIX);
