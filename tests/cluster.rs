@@ -9,7 +9,7 @@ use std::time::Duration;
 use quorumlock::testkit::{RedisCluster, RedisNodes, RedisServer, ServerOptions};
 use quorumlock::{Error, NodeError, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
-use support::{conn, no_hang, values};
+use support::{conn, no_hang, until_subscribed, values};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous: these tests assert which nodes answered, so a loaded machine
@@ -504,26 +504,13 @@ async fn a_release_on_a_cluster_wakes_a_waiter() {
         let resource = resource.clone();
         tokio::spawn(async move { waiter.lock(&resource, TTL).await })
     };
-    let channel = format!("{resource}:released");
-    no_hang("subscription", async {
-        loop {
-            let mut listening = 0;
-            for master in cluster.masters().expect("masters") {
-                let (_, count): (String, i64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(&channel)
-                    .query_async(&mut conn(&master.url()).await)
-                    .await
-                    .expect("PUBSUB NUMSUB");
-                listening += count;
-            }
-            if listening > 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    let masters: Vec<String> = cluster
+        .masters()
+        .expect("masters")
+        .iter()
+        .map(|master| master.url())
+        .collect();
+    until_subscribed(&masters, &format!("{resource}:released")).await;
     guard.release().await.expect("release");
     let next = no_hang("woken waiter", waiting)
         .await

@@ -211,27 +211,6 @@ async fn functions_mode_on_a_cluster_routes_fcall_by_key() {
     assert!(owners.len() >= 2, "the keys must span several masters");
 }
 
-/// Waits until some server among `urls` has a subscriber on `channel`.
-async fn until_subscribed(urls: &[String], channel: &str) {
-    no_hang("subscription", async {
-        loop {
-            for url in urls {
-                let (_, count): (String, i64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(channel)
-                    .query_async(&mut support::conn(url).await)
-                    .await
-                    .expect("PUBSUB NUMSUB");
-                if count > 0 {
-                    return;
-                }
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-}
-
 /// A retry delay no test waits out: getting in means being woken.
 const FOREVER: Duration = Duration::from_secs(3600);
 
@@ -259,7 +238,7 @@ async fn wake_ups_need_only_the_lock_channels() {
     let (holder, waiter) = (waking(), waking());
     let guard = holder.lock("job", TTL).await.expect("lock");
     let waiting = tokio::spawn(async move { waiter.lock("job", TTL).await });
-    until_subscribed(&nodes.urls(), &format!("{PREFIX}job:released")).await;
+    support::until_subscribed(&nodes.urls(), &format!("{PREFIX}job:released")).await;
     guard.release().await.expect("release");
     no_hang("woken waiter", waiting)
         .await

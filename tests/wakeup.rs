@@ -9,8 +9,9 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{Redlock, Retry, WakeOnRelease};
-use support::{builder, conn, holding, no_hang, values};
+use quorumlock::{Error, LockGuard, Redlock, Retry, WakeOnRelease};
+use support::{builder, conn, holding, no_hang, subscribers, values};
+use tokio::task::JoinHandle;
 
 /// A retry delay no test waits out: getting in means being woken.
 const FOREVER: Duration = Duration::from_secs(3600);
@@ -32,13 +33,7 @@ async fn listeners(nodes: &RedisNodes, channel: &str) -> Vec<i64> {
             out.push(0);
             continue;
         }
-        let (_, count): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut conn(&server.url()).await)
-            .await
-            .expect("PUBSUB NUMSUB");
-        out.push(count);
+        out.push(subscribers(&server.url(), channel).await);
     }
     out
 }
@@ -57,6 +52,18 @@ async fn until_listening(nodes: &RedisNodes, channel: &str, at_least: usize) {
         }
     })
     .await;
+}
+
+/// Awaits a waiting task's lock (failing the test if it hangs or fails),
+/// then releases it.
+async fn gets_in(what: &str, waiting: JoinHandle<Result<LockGuard, Error>>) {
+    no_hang(what, waiting)
+        .await
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .release()
+        .await
+        .expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,13 +108,7 @@ async fn a_release_before_the_subscription_is_not_missed() {
     // Released at some point while the waiter tries, fails, subscribes: a
     // release it could not hear is made up for once it listens.
     guard.release().await.expect("release");
-    no_hang("waiter", waiting)
-        .await
-        .expect("task")
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    gets_in("waiter", waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,13 +138,7 @@ async fn without_an_announcement_the_waiter_polls() {
     let waiting = tokio::spawn(async move { waiter.lock("quiet", TTL).await });
     until_listening(&nodes, "quiet:released", 3).await;
     guard.release().await.expect("release");
-    no_hang("polling waiter", waiting)
-        .await
-        .expect("task")
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    gets_in("polling waiter", waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,13 +153,7 @@ async fn a_killed_node_leaves_the_other_nodes_announcing() {
     // release, announce and grant.
     nodes[2].kill();
     guard.release().await.expect("release");
-    no_hang("woken waiter", waiting)
-        .await
-        .expect("task")
-        .expect("lock on 2 of 3")
-        .release()
-        .await
-        .expect("release");
+    gets_in("woken waiter", waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,13 +176,7 @@ async fn waiters_listen_again_after_their_connections_are_killed() {
     // The waiter reconnects and subscribes again by itself.
     until_listening(&nodes, "r:released", 1).await;
     guard.release().await.expect("release");
-    no_hang("woken waiter", waiting)
-        .await
-        .expect("task")
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    gets_in("woken waiter", waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,3 +68,29 @@ pub async fn holding(nodes: &RedisNodes, key: &str, token: &str) -> usize {
         .filter(|v| v.as_deref() == Some(token))
         .count()
 }
+
+/// How many clients subscribe to `channel` on the server at `url`.
+pub async fn subscribers(url: &str, channel: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("PUBSUB NUMSUB");
+    count
+}
+
+/// Waits until some server among `urls` has a subscriber on `channel`.
+pub async fn until_subscribed(urls: &[String], channel: &str) {
+    no_hang("subscription", async {
+        loop {
+            for url in urls {
+                if subscribers(url, channel).await > 0 {
+                    return;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
