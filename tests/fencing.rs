@@ -199,11 +199,15 @@ async fn only_nodes_that_granted_confirm_the_write_back() {
         .try_lock_fenced("audit", TTL)
         .await
         .expect_err("one granting node confirmed: not a quorum");
+    // Node 0's confirmation may or may not be in: once node 1 has failed,
+    // a quorum of granting nodes is out of reach and the round is decided
+    // without waiting for node 0. Either way it is short of the quorum,
+    // where counting node 2 would have made it 2 of 2 and granted.
     assert!(
         matches!(
             err,
             Error::FenceUnconfirmed {
-                confirmed: 1,
+                confirmed: 0 | 1,
                 quorum: 2,
                 ..
             }
