@@ -4,9 +4,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::Either;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
@@ -200,6 +203,23 @@ impl Node {
     /// dropped connection is re-established on a later request, so a node
     /// that comes back (or comes up late) is used again.
     async fn connection(&self) -> Result<Connection, NodeError> {
+        let ready = match &self.backend {
+            Backend::Standalone { conn, .. } => conn.get().cloned().map(Connection::Standalone),
+            Backend::Cluster(cluster) => match (cluster.conn.get(), cluster.verified.get()) {
+                (Some(conn), Some(_)) => Some(Connection::Cluster(conn.clone())),
+                _ => None,
+            },
+        };
+        match ready {
+            Some(conn) => Ok(conn),
+            // Boxed: every request's future would otherwise have room for
+            // setting the connection up, which happens once.
+            None => Box::pin(self.connect()).await,
+        }
+    }
+
+    /// Sets the shared connection up, or waits for whoever is doing so.
+    async fn connect(&self) -> Result<Connection, NodeError> {
         if self.tls {
             install_crypto_provider();
         }
@@ -322,7 +342,18 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        // One key (most locks): no allocation for the list.
+        let (one, many): ([&str; 1], Vec<&str>);
+        let keys: &[&str] = match keys {
+            [key] => {
+                one = [&**key];
+                &one
+            }
+            keys => {
+                many = keys.iter().map(|k| &**k).collect();
+                &many
+            }
+        };
         let reply = match announce {
             Some(release) => {
                 let channels: Vec<String> =
@@ -330,11 +361,11 @@ impl Node {
                 let mut args = Vec::with_capacity(2 + channels.len());
                 args.extend([token, release]);
                 args.extend(channels.iter().map(String::as_str));
-                self.script(&scripts::RELEASE, &keys, &args, deadline)
+                self.script(&scripts::RELEASE, keys, &args, deadline)
                     .await?
             }
             None => {
-                self.script(&scripts::RELEASE, &keys, &[token], deadline)
+                self.script(&scripts::RELEASE, keys, &[token], deadline)
                     .await?
             }
         };
@@ -668,18 +699,21 @@ impl From<Instant> for Deadline {
 }
 
 /// Bounds a node call by `deadline` (unless its caller does), reporting how
-/// long it was given.
-async fn within<T>(
-    deadline: Deadline,
-    call: impl Future<Output = Result<T, NodeError>>,
-) -> Result<T, NodeError> {
+/// long it was given. Not an `async fn`, which would hold `call` twice (as
+/// its argument, and inside the timeout): a node request is moved whole
+/// into its fan-out, so its size is paid on every request.
+fn within<T, F>(deadline: Deadline, call: F) -> impl Future<Output = Result<T, NodeError>>
+where
+    F: Future<Output = Result<T, NodeError>>,
+{
     if deadline.timed_by_caller {
-        return call.await;
+        return Either::Left(call);
     }
     let given = deadline.at.saturating_duration_since(Instant::now());
-    tokio::time::timeout_at(deadline.at, call)
-        .await
-        .unwrap_or(Err(NodeError::Timeout(given)))
+    Either::Right(
+        tokio::time::timeout_at(deadline.at, call)
+            .map(move |answer| answer.unwrap_or(Err(NodeError::Timeout(given)))),
+    )
 }
 
 fn unexpected(value: &Value) -> NodeError {
