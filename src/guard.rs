@@ -2,9 +2,11 @@
 //! and a best-effort release on drop.
 
 use std::fmt;
+use std::future::Future;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -43,7 +45,14 @@ pub struct LockGuard {
     released: bool,
     /// Acquire requests that were still in flight at the quorum decision.
     in_flight: Option<Arc<InFlight>>,
+    /// What answers them, until something drives it (see
+    /// [`follow_stragglers`](Self::follow_stragglers)). In a mutex only so
+    /// that the guard stays `Sync`; it is never contended.
+    follower: Mutex<Option<Follower>>,
 }
+
+/// Drives a lock's straggling acquire requests to their answers.
+type Follower = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Deref for LockGuard {
     type Target = Lease;
@@ -78,6 +87,7 @@ impl LockGuard {
             ttl_ms: request.ttl_ms,
             released: false,
             in_flight: None,
+            follower: Mutex::new(None),
         }
     }
 
@@ -90,11 +100,17 @@ impl LockGuard {
         self.lease.clone()
     }
 
-    /// Lets acquire requests that were still in flight at the quorum
-    /// decision finish in the background, so that the lock ends up on every
-    /// node that grants it (more nodes tolerate more failures while held).
-    /// Releasing waits, node by node, until such a request has answered, so
-    /// that a late grant is always removed by the release that follows it.
+    /// Keeps the acquire requests that were still in flight at the quorum
+    /// decision, so that a late grant is removed by the release: releasing
+    /// waits, node by node, until such a request has answered (or timed
+    /// out), and drives the requests itself meanwhile. Nothing else needs
+    /// them to be polled: a request already sent reaches its node anyway
+    /// (the connection's own task writes it), so a late grant still makes
+    /// the lock more fault tolerant while it is held. Driving them here
+    /// rather than in a task of their own saves a spawn per lock, the most
+    /// costly step of a lock+release after the round trips. A lock held
+    /// for long ([`auto_extend`](Self::auto_extend)) hands them to a task,
+    /// so that their answers do not sit in memory until the release.
     pub(crate) fn follow_stragglers<T, F>(&mut self, mut stragglers: Stragglers<F>)
     where
         T: Answer + Send + 'static,
@@ -105,7 +121,7 @@ impl LockGuard {
             let node = redlock.config().nodes[i].label();
             tracing::debug!(op = "acquire", node = %node, late = true, ?vote);
         };
-        // Answers that arrived with the deciding ones need no task.
+        // Answers that arrived with the deciding ones need no follower.
         while let Some(Some((i, answer))) = stragglers.next().now_or_never() {
             log(&self.redlock, i, answer);
         }
@@ -115,18 +131,29 @@ impl LockGuard {
         let nodes = self.redlock.config().nodes.len();
         let in_flight = Arc::new(InFlight::new(nodes, stragglers.nodes()));
         self.in_flight = Some(in_flight.clone());
-        // Marks every node answered when the task ends, however it ends
-        // (also when there is no runtime to run it, or it is cancelled).
+        // Marks every node answered when the follower ends, however it ends
+        // (also when it is dropped unfinished).
         let settled = AllAnswered(in_flight);
         let redlock = self.redlock.clone();
-        let background = self.redlock.config().background.clone();
-        background.spawn(async move {
+        let follower: Follower = Box::pin(async move {
             while let Some((i, answer)) = stragglers.next().await {
                 log(&redlock, i, answer);
                 settled.0.answer(i);
             }
             drop(settled);
         });
+        *self
+            .follower
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = Some(follower);
+    }
+
+    /// The follower of the straggling acquire requests, if any is left.
+    fn take_follower(&self) -> Option<Follower> {
+        self.follower
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// Keeps the lock alive in the background until it is released,
@@ -160,6 +187,10 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn auto_extend(&self) {
+        if let Some(follower) = self.take_follower() {
+            // Without a runtime, dropping it marks every request answered.
+            self.redlock.config().background.spawn(follower);
+        }
         let renewer = self.redlock.config().renewer.clone();
         renewer.register(&self.redlock, self.held().clone(), self.ttl, self.ttl_ms);
     }
@@ -283,7 +314,20 @@ impl LockGuard {
         // Renewal stops and `lost()` resolves before the keys go.
         held.mark_lost(LossReason::Released);
         let in_flight = self.in_flight.as_deref();
-        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight)
+        let release = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight);
+        // Driven in place, not taken: if this call is cancelled, the drop
+        // of the guard takes the follower on.
+        let follower = self
+            .follower
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let follow = async {
+            if let Some(stragglers) = follower.as_mut() {
+                stragglers.as_mut().await;
+            }
+            *follower = None;
+        };
+        let ((), round) = futures::future::join(follow, release)
             .instrument(span)
             .await;
         self.released = true;
@@ -337,11 +381,16 @@ impl Drop for LockGuard {
         held.mark_lost(LossReason::Released);
         let redlock = self.redlock.clone();
         let in_flight = self.in_flight.take();
+        let follower = self.take_follower();
         let background = redlock.config().background.clone();
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = background.spawn(async move {
             let in_flight = in_flight.as_deref();
-            release_everywhere(&redlock, &held.keys, &held.token, None, in_flight).await;
+            let release = release_everywhere(&redlock, &held.keys, &held.token, None, in_flight);
+            match follower {
+                Some(follower) => drop(futures::future::join(follower, release).await),
+                None => drop(release.await),
+            }
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");
@@ -384,10 +433,8 @@ impl InFlight {
             .is_some_and(|flag| flag.load(Ordering::Acquire))
     }
 
-    /// Resolves once `node`'s request has answered or timed out; true if
-    /// that meant waiting.
-    pub(crate) async fn answered(&self, node: usize) -> bool {
-        let mut waited = false;
+    /// Resolves once `node`'s request has answered or timed out.
+    pub(crate) async fn answered(&self, node: usize) {
         while self.pending(node) {
             let answered = self.answered.notified();
             tokio::pin!(answered);
@@ -397,10 +444,8 @@ impl InFlight {
             if !self.pending(node) {
                 break;
             }
-            waited = true;
             answered.await;
         }
-        waited
     }
 }
 

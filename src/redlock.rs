@@ -1061,9 +1061,8 @@ impl<T: Answer> Round<T> {
 /// Token-checked release on every node (except those `skip` marks),
 /// waiting for each answer or the node timeout. A node whose acquire
 /// request is still `in_flight` is sent the release once that request has
-/// answered (or timed out), with a node timeout of its own: Redis answers
-/// one connection's requests in order, so the release then runs after a
-/// late grant and removes it.
+/// answered (or timed out): Redis answers one connection's requests in
+/// order, so the release then runs after a late grant and removes it.
 pub(crate) async fn release_everywhere(
     redlock: &Redlock,
     keys: &[Arc<str>],
@@ -1072,9 +1071,10 @@ pub(crate) async fn release_everywhere(
     in_flight: Option<&InFlight>,
 ) -> Round {
     let config = redlock.config();
-    // With acquires in flight (answered within a node timeout), a release
-    // may wait for one, then gets a node timeout of its own: the fan-out's
-    // timer is then only a backstop.
+    // With acquires in flight, a release may wait for one. That acquire's
+    // own deadline was at most a node timeout after it started, before
+    // now, so a second node timeout leaves every release a full one of its
+    // own, under the fan-out's one timer.
     let rounds = if in_flight.is_some() { 2 } else { 1 };
     let deadline = Instant::now() + config.node_timeout * rounds;
     let id = config.wakeups.as_ref().map(|_| release_id());
@@ -1088,14 +1088,9 @@ pub(crate) async fn release_everywhere(
             if skip.and_then(|s| s.get(i).copied()).unwrap_or(false) {
                 return Ok(false);
             }
-            let deadline = match in_flight {
-                // A full node timeout from when the release can be sent: a
-                // release that starts past its deadline may never be sent.
-                Some(in_flight) if in_flight.answered(i).await => {
-                    Deadline::from(Instant::now() + config.node_timeout)
-                }
-                _ => deadline,
-            };
+            if let Some(in_flight) = in_flight {
+                in_flight.answered(i).await;
+            }
             node.release(keys, token.as_str(), announce, deadline).await
         },
     )
