@@ -103,14 +103,15 @@ impl LockGuard {
     /// Keeps the acquire requests that were still in flight at the quorum
     /// decision, so that a late grant is removed by the release: releasing
     /// waits, node by node, until such a request has answered (or timed
-    /// out), and drives the requests itself meanwhile. Nothing else needs
-    /// them to be polled: a request already sent reaches its node anyway
-    /// (the connection's own task writes it), so a late grant still makes
-    /// the lock more fault tolerant while it is held. Driving them here
-    /// rather than in a task of their own saves a spawn per lock, the most
-    /// costly step of a lock+release after the round trips. A lock held
-    /// for long ([`auto_extend`](Self::auto_extend)) hands them to a task,
-    /// so that their answers do not sit in memory until the release.
+    /// out), and drives the requests itself meanwhile. Until then nothing
+    /// needs to poll them: a request in its connection's queue reaches its
+    /// node anyway (the connection's own task writes it), so a late grant
+    /// still makes the held lock more fault tolerant; one that found the
+    /// queue full is sent when the release drives it, ahead of the release.
+    /// This saves spawning a task per lock (about 9 in 10 cycles with 5
+    /// nodes have a request in flight at the decision). A lock that is
+    /// auto-extended is likely held for long: it hands them to a task, so
+    /// that their answers do not sit in memory until the release.
     pub(crate) fn follow_stragglers<T, F>(&mut self, mut stragglers: Stragglers<F>)
     where
         T: Answer + Send + 'static,
