@@ -715,37 +715,26 @@ async fn restart_scenario(mode: Restart) -> Report {
     let retry = Retry::forever()
         .delay(Duration::from_millis(20))
         .wait(Duration::from_secs(10));
-    let a_locks = Redlock::builder()
-        .nodes(nodes.urls())
-        .retry(retry)
-        // Generous: a loaded machine must not turn a grant into a timeout.
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .expect("config");
-    let b_locks = Redlock::builder()
-        .nodes(nodes.urls())
-        .retry(retry)
-        // Generous: a loaded machine must not turn a grant into a timeout.
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .expect("config");
+    let client = || {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .retry(retry)
+            // Generous: a loaded machine must not turn a grant into a timeout.
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .expect("config")
+    };
+    let (a_locks, b_locks) = (client(), client());
     // Warm A's connections so that its grant reaches all three nodes.
-    a_locks
-        .lock("warm", ttl)
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    support::warm(&a_locks, ttl).await;
     let start = Instant::now();
 
     let t_inv = Instant::now();
     let a = a_locks.lock("control", ttl).await.expect("A locks");
     let a_ok = Instant::now();
-    // Let A's straggling SETs finish. A holds a quorum (2 of 3) at least;
-    // with any two nodes restarted empty, B can then assemble a quorum of
-    // its own while A still believes it holds the lock.
-    a_locks.settle().await;
+    // A holds a quorum (2 of 3) at least; with any two nodes restarted
+    // empty, B can then assemble a quorum of its own while A still believes
+    // it holds the lock.
     assert!(support::holding(&nodes, "control", a.token().as_str()).await >= 2);
     for i in 0..2 {
         nodes[i].kill();
@@ -887,13 +876,7 @@ async fn replies_held_back_past_the_ttl_refuse_the_grant_and_clean_up() {
         .retry(Retry::none())
         .build()
         .expect("config");
-    locks
-        .lock("warm", TTL)
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    support::warm(&locks, TTL).await;
     for proxy in &cluster.proxies[..3] {
         proxy.set(Faults::hold_replies(TTL + Duration::from_millis(200)));
     }
