@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
 use quorumlock::{Error, NodeError};
-use support::{builder, no_hang};
+use support::{builder, no_hang, warm};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -114,13 +114,7 @@ async fn a_paused_node_does_not_stall_the_decision() {
         .expect("config");
     let ttl = Duration::from_secs(30);
     // Connect to every node first, so the pause hits an open connection.
-    locks
-        .lock("warm", ttl)
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    warm(&locks, ttl).await;
 
     nodes[2].pause().expect("pause");
     let guard = no_hang("lock with a paused node", locks.try_lock("p", ttl))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use quorumlock::testkit::RedisNodes;
 use quorumlock::{Error, Retry};
 use redis::AsyncCommands;
-use support::{builder, conn, holding, no_hang, values};
+use support::{builder, conn, holding, no_hang, values, warm};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -58,13 +58,7 @@ async fn a_timed_out_set_that_lands_later_is_cleaned_up() {
         .node_timeout(Duration::from_millis(300))
         .build()
         .expect("config");
-    locks
-        .lock("warm", TTL)
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    warm(&locks, TTL).await;
 
     nodes[1].pause().expect("pause");
     nodes[2].pause().expect("pause");
@@ -92,13 +86,7 @@ async fn a_grant_still_in_flight_is_removed_by_the_release() {
         .node_timeout(Duration::from_millis(300))
         .build()
         .expect("config");
-    locks
-        .lock("warm", TTL)
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    warm(&locks, TTL).await;
 
     // Node 2's SET is still queued when the quorum decides, and when the
     // guard is released straight away.

@@ -2,7 +2,6 @@
 //! cluster mode, joined with `CLUSTER ADDSLOTSRANGE` / `MEET` / `REPLICATE`,
 //! and queried for which master owns a key.
 
-use std::ops::Index;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -254,21 +253,6 @@ impl RedisCluster {
         Ok(master)
     }
 
-    /// Every member, masters first.
-    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
-        self.servers.iter()
-    }
-
-    /// How many members there are.
-    pub fn len(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// Whether there are none (never true for a started cluster).
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
-    }
-
     fn by_port(&self, port: u16) -> Option<&RedisServer> {
         self.servers.iter().find(|s| s.port() == port)
     }
@@ -307,22 +291,8 @@ impl RedisCluster {
     }
 }
 
-impl Index<usize> for RedisCluster {
-    type Output = RedisServer;
-
-    fn index(&self, i: usize) -> &RedisServer {
-        &self.servers[i]
-    }
-}
-
-impl<'a> IntoIterator for &'a RedisCluster {
-    type Item = &'a RedisServer;
-    type IntoIter = std::slice::Iter<'a, RedisServer>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.servers.iter()
-    }
-}
+// Members in order: masters first.
+server_set!(RedisCluster, "members");
 
 /// The slots of master `i` of `masters`: equal contiguous shares.
 fn slot_range(i: usize, masters: usize) -> (usize, usize) {

@@ -38,7 +38,6 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::ops::Index;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -47,6 +46,47 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+/// What a set of servers (a struct with a `servers: Vec<RedisServer>` field)
+/// offers as a collection: `iter`, `len`, `is_empty`, `set[i]` and
+/// `for server in &set`.
+macro_rules! server_set {
+    ($set:ty, $what:literal) => {
+        impl $set {
+            #[doc = concat!("The ", $what, ", in order.")]
+            pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
+                self.servers.iter()
+            }
+
+            #[doc = concat!("How many ", $what, " there are.")]
+            pub fn len(&self) -> usize {
+                self.servers.len()
+            }
+
+            #[doc = concat!("Whether there are no ", $what, ".")]
+            pub fn is_empty(&self) -> bool {
+                self.servers.is_empty()
+            }
+        }
+
+        impl std::ops::Index<usize> for $set {
+            type Output = RedisServer;
+
+            fn index(&self, i: usize) -> &RedisServer {
+                &self.servers[i]
+            }
+        }
+
+        impl<'a> IntoIterator for &'a $set {
+            type Item = &'a RedisServer;
+            type IntoIter = std::slice::Iter<'a, RedisServer>;
+
+            fn into_iter(self) -> Self::IntoIter {
+                self.servers.iter()
+            }
+        }
+    };
+}
 
 mod cluster;
 mod proxy;
@@ -435,39 +475,9 @@ impl RedisNodes {
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
     }
-
-    /// The servers.
-    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
-        self.servers.iter()
-    }
-
-    /// How many servers there are.
-    pub fn len(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
-    }
 }
 
-impl Index<usize> for RedisNodes {
-    type Output = RedisServer;
-
-    fn index(&self, i: usize) -> &RedisServer {
-        &self.servers[i]
-    }
-}
-
-impl<'a> IntoIterator for &'a RedisNodes {
-    type Item = &'a RedisServer;
-    type IntoIter = std::slice::Iter<'a, RedisServer>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.servers.iter()
-    }
-}
+server_set!(RedisNodes, "servers");
 
 /// Finds the `redis-server` binary: the environment variable, then `PATH`.
 pub fn find_redis_server() -> Result<PathBuf, TestkitError> {

@@ -30,6 +30,18 @@ pub async fn no_hang<T>(what: &str, fut: impl Future<Output = T>) -> T {
     }
 }
 
+/// Opens `locks`' connections to every node with one lock and release, so
+/// that what a test does next hits open connections.
+pub async fn warm(locks: &Redlock, ttl: Duration) {
+    locks
+        .lock("warm", ttl)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+}
+
 /// A fresh direct connection to one node, independent of the library's.
 /// Its reply timeout is generous: redis-rs' default (500 ms) fails test
 /// reads on a heavily loaded 2-core machine, which says nothing about the
