@@ -4,9 +4,8 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,9 +14,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{NodeError, NodeFailure};
-use crate::lease::{Held, Lease, LossReason};
+use crate::lease::{Held, Lease, LossReason, RoundId};
+use crate::node::Extension;
 use crate::quorum::{Decision, Vote, Window};
-use crate::redlock::{Answer, Redlock, Request, Stragglers, Until, fan_out, release_everywhere};
+use crate::redlock::{
+    Answer, Redlock, Request, Round, Stragglers, Until, fan_out, release_everywhere,
+};
 use crate::{Error, Token};
 
 /// A held lock.
@@ -45,14 +47,7 @@ pub struct LockGuard {
     released: bool,
     /// Acquire requests that were still in flight at the quorum decision.
     in_flight: Option<Arc<InFlight>>,
-    /// What answers them, until something drives it (see
-    /// [`follow_stragglers`](Self::follow_stragglers)). In a mutex only so
-    /// that the guard stays `Sync`; it is never contended.
-    follower: Mutex<Option<Follower>>,
 }
-
-/// Drives a lock's straggling acquire requests to their answers.
-type Follower = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Deref for LockGuard {
     type Target = Lease;
@@ -70,6 +65,7 @@ impl LockGuard {
         fence: Option<u64>,
         window: Window,
     ) -> Self {
+        let fence = fence.zip(request.fence_key.clone());
         let held = Held::new(
             request.resource.clone(),
             request.keys.clone(),
@@ -77,6 +73,7 @@ impl LockGuard {
             fence,
             window.start(),
             window.deadline(),
+            redlock.config().nodes.len(),
         );
         Self {
             redlock,
@@ -87,7 +84,6 @@ impl LockGuard {
             ttl_ms: request.ttl_ms,
             released: false,
             in_flight: None,
-            follower: Mutex::new(None),
         }
     }
 
@@ -100,61 +96,34 @@ impl LockGuard {
         self.lease.clone()
     }
 
-    /// Keeps the acquire requests that were still in flight at the quorum
-    /// decision, so that a late grant is removed by the release: releasing
-    /// waits, node by node, until such a request has answered (or timed
-    /// out), and drives the requests itself meanwhile. Until then nothing
-    /// needs to poll them: a request in its connection's queue reaches its
-    /// node anyway (the connection's own task writes it), so a late grant
-    /// still makes the held lock more fault tolerant; one that found the
-    /// queue full is sent when the release drives it, ahead of the release.
-    /// This saves spawning a task per lock (about 9 in 10 cycles with 5
-    /// nodes have a request in flight at the decision). A lock that is
-    /// auto-extended is likely held for long: it hands them to a task, so
-    /// that their answers do not sit in memory until the release.
-    pub(crate) fn follow_stragglers<T, F>(&mut self, mut stragglers: Stragglers<F>)
+    /// Records where the acquire's deciding answers put the token, and
+    /// follows the requests that were still in flight at the quorum
+    /// decision to their answers in a background task, at once: a request
+    /// whose connection was still being set up (a fresh manager, a
+    /// reconnect) is sent only while something polls it, and a held lock
+    /// belongs on every node that can take it, so that it survives the
+    /// loss of any minority. Releasing waits, node by node, until such a
+    /// request has answered (or timed out), so that a late grant is removed
+    /// too.
+    pub(crate) fn follow_stragglers<T, F>(&mut self, round: &Round<T>, stragglers: Stragglers<F>)
     where
         T: Answer + Send + 'static,
         F: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
-        let log = |redlock: &Redlock, i: usize, answer: Result<T, NodeError>| {
-            let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
-            let node = redlock.config().nodes[i].label();
-            tracing::debug!(op = "acquire", node = %node, late = true, ?vote);
-        };
-        // Answers that arrived with the deciding ones need no follower.
-        while let Some(Some((i, answer))) = stragglers.next().now_or_never() {
-            log(&self.redlock, i, answer);
-        }
-        if stragglers.is_empty() {
+        let pending = confirm(self.held(), RoundId::ACQUIRE, round, &stragglers);
+        if pending.is_empty() {
             return;
         }
-        let nodes = self.redlock.config().nodes.len();
-        let in_flight = Arc::new(InFlight::new(nodes, stragglers.nodes()));
+        let in_flight = Arc::new(InFlight::new(self.redlock.config().nodes.len(), pending));
         self.in_flight = Some(in_flight.clone());
-        // Marks every node answered when the follower ends, however it ends
-        // (also when it is dropped unfinished).
-        let settled = AllAnswered(in_flight);
-        let redlock = self.redlock.clone();
-        let follower: Follower = Box::pin(async move {
-            while let Some((i, answer)) = stragglers.next().await {
-                log(&redlock, i, answer);
-                settled.0.answer(i);
-            }
-            drop(settled);
-        });
-        *self
-            .follower
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner) = Some(follower);
-    }
-
-    /// The follower of the straggling acquire requests, if any is left.
-    fn take_follower(&self) -> Option<Follower> {
-        self.follower
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        follow(
+            &self.redlock,
+            self.held().clone(),
+            RoundId::ACQUIRE,
+            "acquire",
+            stragglers,
+            Some(in_flight),
+        );
     }
 
     /// Keeps the lock alive in the background until it is released,
@@ -188,10 +157,6 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn auto_extend(&self) {
-        if let Some(follower) = self.take_follower() {
-            // Without a runtime, dropping it marks every request answered.
-            self.redlock.config().background.spawn(follower);
-        }
         let renewer = self.redlock.config().renewer.clone();
         renewer.register(&self.redlock, self.held().clone(), self.ttl, self.ttl_ms);
     }
@@ -250,29 +215,46 @@ impl LockGuard {
             }
             let window = Window::new(start, ttl, config.drift_factor);
             let deadline = (start + config.node_timeout).min(current.deadline);
-            let (keys, token) = (&*held.keys, held.token.as_str());
-            // Late PEXPIREs are harmless (token-checked): stragglers are dropped.
-            let (round, _) = fan_out(
+            let id = held.confirmations.next_round();
+            // Owned requests: the ones still in flight at the decision are
+            // followed to their answers, so that every node that can hold
+            // the lock is extended (or has it restored), not just a quorum.
+            let (round, stragglers) = fan_out(
                 &config.nodes,
                 Until::Decided,
                 "extend",
                 deadline,
-                |_, node, deadline| node.extend(keys, token, ttl_ms, deadline),
+                |i, _, deadline| {
+                    let (redlock, held) = (self.redlock.clone(), held.clone());
+                    async move {
+                        let lock = extension(&held, ttl_ms);
+                        redlock.config().nodes[i].extend(lock, deadline).await
+                    }
+                },
             )
             .await;
+            confirm(held, id, &round, &stragglers);
+            follow(&self.redlock, held.clone(), id, "extend", stragglers, None);
 
             if round.decision == Decision::Reached {
                 let now = Instant::now();
                 if window.validity_at(now).is_some()
                     && held.extend_to(now, window.start(), window.deadline())
                 {
-                    tracing::debug!(extended = round.tally.yes(), "lock extended");
+                    tracing::debug!(
+                        extended = round.tally.yes(),
+                        confirmed = held.confirmations.count(),
+                        "lock extended"
+                    );
                     return Ok(());
                 }
                 let reason = held.status().lost.unwrap_or(LossReason::Expired);
                 held.mark_lost(reason);
                 return Err(held.lost_error(reason, round.tally.yes(), quorum, round.failures));
             }
+            // A "no" is a node holding another value: absent keys were set
+            // again, so refusals alone ruling out a quorum mean the token is
+            // gone for good.
             if round.tally.refused_by_quorum_complement() {
                 held.mark_lost(LossReason::TokenGone);
                 return Err(held.lost_error(
@@ -314,21 +296,9 @@ impl LockGuard {
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
         // Renewal stops and `lost()` resolves before the keys go.
         held.mark_lost(LossReason::Released);
+        held.confirmations.clear();
         let in_flight = self.in_flight.as_deref();
-        let release = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight);
-        // Driven in place, not taken: if this call is cancelled, the drop
-        // of the guard takes the follower on.
-        let follower = self
-            .follower
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        let follow = async {
-            if let Some(stragglers) = follower.as_mut() {
-                stragglers.as_mut().await;
-            }
-            *follower = None;
-        };
-        let ((), round) = futures::future::join(follow, release)
+        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight)
             .instrument(span)
             .await;
         self.released = true;
@@ -380,23 +350,95 @@ impl Drop for LockGuard {
         }
         let held = self.held().clone();
         held.mark_lost(LossReason::Released);
+        held.confirmations.clear();
         let redlock = self.redlock.clone();
         let in_flight = self.in_flight.take();
-        let follower = self.take_follower();
         let background = redlock.config().background.clone();
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = background.spawn(async move {
             let in_flight = in_flight.as_deref();
-            let release = release_everywhere(&redlock, &held.keys, &held.token, None, in_flight);
-            match follower {
-                Some(follower) => drop(futures::future::join(follower, release).await),
-                None => drop(release.await),
-            }
+            release_everywhere(&redlock, &held.keys, &held.token, None, in_flight).await;
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");
         }
     }
+}
+
+/// What a lock asks of a node when it is extended or renewed.
+pub(crate) fn extension(held: &Held, ttl_ms: u64) -> Extension<'_> {
+    Extension {
+        keys: &held.keys,
+        token: held.token.as_str(),
+        ttl_ms,
+        fence: held.fence_key.as_deref().zip(held.fence),
+    }
+}
+
+/// Records, per node, what the answers that decided `round` (number `id`)
+/// say of the token; nodes that failed hold it no longer, as far as the
+/// holder knows. Returns the nodes whose requests are still in flight.
+pub(crate) fn confirm<T: Answer, F: Future<Output = Result<T, NodeError>>>(
+    held: &Held,
+    id: RoundId,
+    round: &Round<T>,
+    stragglers: &Stragglers<F>,
+) -> Vec<usize> {
+    let pending: Vec<usize> = stragglers.nodes().collect();
+    for (node, answer) in round.answers.iter().enumerate() {
+        if !pending.contains(&node) {
+            let yes = answer.is_some_and(|answer| answer.vote() == Vote::Yes);
+            held.confirmations.record(id, node, yes);
+        }
+    }
+    pending
+}
+
+/// Follows a round's requests still in flight after its decision to their
+/// answers in a background task, recording each in the lock's
+/// confirmations (and in `in_flight`, for a release waiting on them).
+/// Without a runtime nothing can follow them; `in_flight` is then marked
+/// answered at once, so that a release does not wait for them.
+pub(crate) fn follow<T, F>(
+    redlock: &Redlock,
+    held: Arc<Held>,
+    id: RoundId,
+    op: &'static str,
+    mut stragglers: Stragglers<F>,
+    in_flight: Option<Arc<InFlight>>,
+) where
+    T: Answer + Send + 'static,
+    F: Future<Output = Result<T, NodeError>> + Send + 'static,
+{
+    let record = move |held: &Held, labels: &Redlock, node: usize, answer: Result<T, NodeError>| {
+        let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
+        held.confirmations.record(id, node, vote == Vote::Yes);
+        let label = labels.config().nodes[node].label();
+        tracing::debug!(op, node = %label, late = true, ?vote);
+    };
+    // Answers that arrived with the deciding ones need no task.
+    while let Some(Some((node, answer))) = stragglers.next().now_or_never() {
+        record(&held, redlock, node, answer);
+        if let Some(in_flight) = &in_flight {
+            in_flight.answer(node);
+        }
+    }
+    if stragglers.is_empty() {
+        return;
+    }
+    // Marks every node answered when the task ends, however it ends (also
+    // when it is dropped unfinished, or never spawned).
+    let settled = in_flight.map(AllAnswered);
+    let labels = redlock.clone();
+    redlock.config().background.spawn(async move {
+        while let Some((node, answer)) = stragglers.next().await {
+            record(&held, &labels, node, answer);
+            if let Some(settled) = &settled {
+                settled.0.answer(node);
+            }
+        }
+        drop(settled);
+    });
 }
 
 /// Which acquire requests of a held lock were still in flight when the

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -47,7 +48,77 @@ pub(crate) struct Held {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) fence: Option<u64>,
+    /// The fence counter's key, for fenced locks: an extension that
+    /// restores the lock on a node raises the counter there too.
+    pub(crate) fence_key: Option<Arc<str>>,
     status: watch::Sender<Status>,
+    /// Where the token is known to be, per node.
+    pub(crate) confirmations: Confirmations,
+}
+
+/// Per node, whether the newest answer about this lock's token said the
+/// node holds it: the acquire's answers (late ones included), then each
+/// extension's and renewal's, and finally the release's.
+///
+/// Answers of one lock are handled by several tasks (a straggling acquire
+/// may be answered after a renewal that followed it), so each round of
+/// requests has a number and an older round's answer never overwrites a
+/// newer one's.
+#[derive(Debug)]
+pub(crate) struct Confirmations {
+    /// Per node: `round << 1 | confirmed`, so that `fetch_max` keeps the
+    /// newest round's answer.
+    nodes: Box<[AtomicU64]>,
+    /// The last round handed out; the acquire is round 1.
+    rounds: AtomicU64,
+}
+
+/// The number of one round of requests about a lock (see [`Confirmations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RoundId(u64);
+
+impl RoundId {
+    /// The acquiring round, which every lock starts with.
+    pub(crate) const ACQUIRE: RoundId = RoundId(1);
+}
+
+impl Confirmations {
+    fn new(nodes: usize) -> Self {
+        Self {
+            nodes: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            rounds: AtomicU64::new(RoundId::ACQUIRE.0),
+        }
+    }
+
+    /// A new round, newer than every round before it.
+    pub(crate) fn next_round(&self) -> RoundId {
+        RoundId(self.rounds.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Records what `node` answered in `round`, unless a newer round's
+    /// answer is already known.
+    pub(crate) fn record(&self, round: RoundId, node: usize, holds_token: bool) {
+        if let Some(slot) = self.nodes.get(node) {
+            slot.fetch_max(round.0 << 1 | u64::from(holds_token), Ordering::AcqRel);
+        }
+    }
+
+    /// Marks the token confirmed nowhere (the lock is being released), in
+    /// a round newer than any before.
+    pub(crate) fn clear(&self) {
+        let round = self.next_round();
+        for node in 0..self.nodes.len() {
+            self.record(round, node, false);
+        }
+    }
+
+    /// On how many nodes the newest answer confirmed the token.
+    pub(crate) fn count(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|slot| slot.load(Ordering::Acquire) & 1 == 1)
+            .count()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -68,25 +139,30 @@ impl Status {
 }
 
 impl Held {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         resource: Arc<str>,
         keys: Keys,
         token: Token,
-        fence: Option<u64>,
+        fence: Option<(u64, Arc<str>)>,
         started: Instant,
         deadline: Instant,
+        nodes: usize,
     ) -> Self {
         let (status, _) = watch::channel(Status {
             started,
             deadline,
             lost: None,
         });
+        let (fence, fence_key) = fence.unzip();
         Self {
             resource,
             keys,
             token,
             fence,
+            fence_key,
             status,
+            confirmations: Confirmations::new(nodes),
         }
     }
 
@@ -159,6 +235,7 @@ impl fmt::Debug for Lease {
             .field("token", &self.held.token)
             .field("fence", &self.held.fence)
             .field("validity", &self.validity())
+            .field("confirmed", &self.confirmed())
             .finish()
     }
 }
@@ -177,6 +254,33 @@ impl Lease {
     /// The fencing token of this grant, for fenced locks; `None` otherwise.
     pub fn fence(&self) -> Option<u64> {
         self.held.fence
+    }
+
+    /// On how many nodes the token is confirmed: nodes whose newest answer
+    /// about this lock — to the acquire (late answers included), the last
+    /// extension or renewal — said they hold it. Nodes that refused, failed
+    /// or have not answered yet do not count; after a release, none do.
+    ///
+    /// Right after a grant it is at least the quorum and grows as the
+    /// remaining nodes answer (each within the node timeout). A lock on
+    /// every one of its N nodes survives the loss of any minority of them;
+    /// one on a bare quorum is lost with a single node, until an extension
+    /// or renewal restores it where it is missing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock("jobs:compact", Duration::from_secs(10)).await?;
+    /// assert!(guard.confirmed() >= locks.quorum());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn confirmed(&self) -> usize {
+        self.held.confirmations.count()
     }
 
     /// The instant (on tokio's monotonic clock) after which the holder must
@@ -283,6 +387,7 @@ mod tests {
             None,
             Instant::now(),
             deadline,
+            3,
         ))
     }
 
@@ -344,6 +449,31 @@ mod tests {
             Instant::now(),
             start + Duration::from_secs(10)
         ));
+    }
+
+    #[test]
+    fn the_newest_round_decides_where_the_token_is() {
+        let c = Confirmations::new(3);
+        assert_eq!(c.count(), 0);
+        c.record(RoundId::ACQUIRE, 0, true);
+        c.record(RoundId::ACQUIRE, 1, true);
+        assert_eq!(c.count(), 2);
+        let extension = c.next_round();
+        assert_ne!(extension, RoundId::ACQUIRE);
+        c.record(extension, 0, false);
+        c.record(extension, 2, true);
+        // A straggling acquire answer, handled after the extension's.
+        c.record(RoundId::ACQUIRE, 0, true);
+        c.record(RoundId::ACQUIRE, 2, false);
+        assert_eq!(c.count(), 2, "nodes 1 (acquire) and 2 (extension)");
+        let release = c.next_round();
+        for node in 0..3 {
+            c.record(release, node, false);
+        }
+        c.record(extension, 1, true);
+        assert_eq!(c.count(), 0);
+        // Out of range: ignored.
+        c.record(release, 7, true);
     }
 
     #[tokio::test(start_paused = true)]

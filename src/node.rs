@@ -84,6 +84,29 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// One lock to extend on a node: its keys, token and new ttl, and for a
+/// fenced lock its counter's key and fence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Extension<'a> {
+    pub(crate) keys: &'a [Arc<str>],
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    pub(crate) fence: Option<(&'a str, u64)>,
+}
+
+/// What a node did with one lock's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtendReply {
+    /// Every key held the token and got the new ttl.
+    Extended,
+    /// Some keys were absent and were set again with the token (the rest
+    /// held it and got the new ttl): the node holds the lock again.
+    Restored,
+    /// Some key holds another value (another owner's token, or not a
+    /// string); nothing was touched.
+    Refused,
+}
+
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.label)
@@ -375,48 +398,63 @@ impl Node {
         }
     }
 
-    /// Token-checked PEXPIRE of a lock's keys: true if this node held the
-    /// token on every key and reset their time-to-live.
+    /// Extends one lock on this node (see [`extend_many`](Self::extend_many)).
     pub(crate) async fn extend(
         &self,
-        keys: &[Arc<str>],
-        token: &str,
-        ttl_ms: u64,
+        lock: Extension<'_>,
         deadline: impl Into<Deadline>,
-    ) -> Result<bool, NodeError> {
-        let deadline: Deadline = deadline.into();
-        let locks = keys.iter().map(|key| (&**key, token, ttl_ms));
-        let flags = self.extend_many(locks, deadline).await?;
-        Ok(flags.iter().all(|&flag| flag))
+    ) -> Result<ExtendReply, NodeError> {
+        let answers = self
+            .extend_many(std::slice::from_ref(&lock), deadline)
+            .await?;
+        answers
+            .first()
+            .copied()
+            .ok_or_else(|| unexpected(&Value::Array(Vec::new())))
     }
 
-    /// Token-checked PEXPIRE of many locks: one flag per `(key, token,
-    /// ttl_ms)`, in order. One script call on a standalone node; on a
-    /// cluster, one call per hash slot among the keys (a script may only
-    /// touch one slot), all in parallel.
-    pub(crate) async fn extend_many<'k>(
+    /// Extends many locks, each with its own token and ttl: per lock, where
+    /// every key holds its token they get the new ttl, where keys are
+    /// absent they are set again (and a fenced lock's counter raised to its
+    /// fence), and where any key holds another value nothing is touched.
+    /// One answer per lock, in order. One script call on a standalone node;
+    /// on a cluster, one call per hash slot among the locks (a script may
+    /// only touch one slot; a lock's own keys share one), all in parallel.
+    pub(crate) async fn extend_many(
         &self,
-        locks: impl IntoIterator<Item = (&'k str, &'k str, u64)>,
+        locks: &[Extension<'_>],
         deadline: impl Into<Deadline>,
-    ) -> Result<Vec<bool>, NodeError> {
+    ) -> Result<Vec<ExtendReply>, NodeError> {
         let deadline: Deadline = deadline.into();
-        let locks: Vec<(&str, &str, u64)> = locks.into_iter().collect();
         let groups: Vec<Vec<usize>> = if self.is_cluster() {
             let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
-            for (i, (key, ..)) in locks.iter().enumerate() {
+            for (i, lock) in locks.iter().enumerate() {
+                let key = lock.keys.first().map_or("", |k| &**k);
                 by_slot.entry(Slot::for_key(key)).or_default().push(i);
             }
             by_slot.into_values().collect()
         } else {
             vec![(0..locks.len()).collect()]
         };
-        let calls = groups.iter().map(|group| async {
-            let keys: Vec<&str> = group.iter().map(|&i| locks[i].0).collect();
-            let ttls: Vec<String> = group.iter().map(|&i| locks[i].2.to_string()).collect();
+        let calls = groups.iter().map(|group| async move {
+            let mut keys: Vec<&str> = Vec::new();
+            let mut numbers: Vec<[String; 3]> = Vec::with_capacity(group.len());
+            for &i in group {
+                let lock = &locks[i];
+                keys.extend(lock.keys.iter().map(|k| &**k));
+                keys.extend(lock.fence.map(|(key, _)| key));
+                numbers.push([
+                    lock.ttl_ms.to_string(),
+                    lock.keys.len().to_string(),
+                    lock.fence.map_or(0, |(_, fence)| fence).to_string(),
+                ]);
+            }
             let args: Vec<&str> = group
                 .iter()
-                .zip(&ttls)
-                .flat_map(|(&i, ttl)| [locks[i].1, ttl.as_str()])
+                .zip(&numbers)
+                .flat_map(|(&i, [ttl, n, fence])| {
+                    [locks[i].token, ttl.as_str(), n.as_str(), fence.as_str()]
+                })
                 .collect();
             match self
                 .script(&scripts::EXTEND, &keys, &args, deadline)
@@ -425,21 +463,22 @@ impl Node {
                 Value::Array(items) if items.len() == group.len() => items
                     .iter()
                     .map(|item| match item {
-                        Value::Int(1) => Ok(true),
-                        Value::Int(0) => Ok(false),
+                        Value::Int(0) => Ok(ExtendReply::Refused),
+                        Value::Int(1) => Ok(ExtendReply::Extended),
+                        Value::Int(2) => Ok(ExtendReply::Restored),
                         other => Err(unexpected(other)),
                     })
                     .collect::<Result<Vec<_>, _>>(),
                 other => Err(unexpected(&other)),
             }
         });
-        let mut flags = vec![false; locks.len()];
+        let mut answers = vec![ExtendReply::Refused; locks.len()];
         for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
-            for (&i, flag) in group.iter().zip(answer?) {
-                flags[i] = flag;
+            for (&i, extended) in group.iter().zip(answer?) {
+                answers[i] = extended;
             }
         }
-        Ok(flags)
+        Ok(answers)
     }
 
     /// A pub/sub connection of its own (not the shared one), made within

@@ -746,10 +746,10 @@ impl Redlock {
                 // Only a failed round needs it (see the cleanup below).
                 let refused = round.refused_unless_reached();
                 match self.granted(request, round, &window, start) {
-                    Ok(_) => {
+                    Ok(round) => {
                         cleanup.disarm();
                         let mut guard = LockGuard::new(self.clone(), request, token, None, window);
-                        guard.follow_stragglers(stragglers);
+                        guard.follow_stragglers(&round, stragglers);
                         return Ok(guard);
                     }
                     Err(error) => (refused, error),
@@ -793,11 +793,11 @@ impl Redlock {
                         .max()
                         .copied()
                         .unwrap_or_default();
-                    (fence, granters)
+                    (fence, granters, round)
                 };
                 match self.granted(request, round, &window, start).map(fence) {
                     Err(error) => (refused, error),
-                    Ok((fence, granters)) => {
+                    Ok((fence, granters, granted)) => {
                         // Phase 2: raise the counter to the fence on a quorum
                         // of the nodes that granted phase 1, while they hold
                         // our key. Only those count: a node without our key
@@ -844,7 +844,7 @@ impl Redlock {
                                     Some(fence),
                                     window,
                                 );
-                                guard.follow_stragglers(stragglers);
+                                guard.follow_stragglers(&granted, stragglers);
                                 return Ok(guard);
                             }
                             Err(error) => (refused, error),
@@ -931,6 +931,16 @@ pub(crate) trait Answer: Copy {
 impl Answer for bool {
     fn vote(&self) -> Vote {
         if *self { Vote::Yes } else { Vote::No }
+    }
+}
+
+/// Extended or restored (yes), or another value holds a key (no).
+impl Answer for crate::node::ExtendReply {
+    fn vote(&self) -> Vote {
+        match self {
+            Self::Extended | Self::Restored => Vote::Yes,
+            Self::Refused => Vote::No,
+        }
     }
 }
 

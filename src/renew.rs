@@ -13,9 +13,11 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::lease::{Held, LossReason};
+use crate::guard::extension;
+use crate::lease::{Held, LossReason, RoundId};
+use crate::node::{ExtendReply, Extension};
 use crate::quorum::{Decision, Tally, Vote, Window};
-use crate::redlock::{Config, Redlock};
+use crate::redlock::{Answer, Config, Redlock};
 
 /// The most locks renewed by one script call.
 const MAX_BATCH: usize = 1000;
@@ -286,50 +288,48 @@ async fn renew_round(
     let config = redlock.config();
     let start = Instant::now();
     let deadline = start + config.node_timeout;
-    // Every key of every lock, in batch order: the same list for each node.
-    let mut locks: Vec<(&str, &str, u64)> = Vec::with_capacity(batch.len());
-    for due in batch {
-        for key in due.held.keys.iter() {
-            locks.push((key, due.held.token.as_str(), due.ttl_ms));
-        }
-    }
+    // Every lock, in batch order: the same list for each node.
+    let locks: Vec<Extension<'_>> = batch
+        .iter()
+        .map(|due| extension(&due.held, due.ttl_ms))
+        .collect();
+    let rounds: Vec<RoundId> = batch
+        .iter()
+        .map(|due| due.held.confirmations.next_round())
+        .collect();
     let locks = &locks;
     let mut calls: FuturesUnordered<_> = config
         .nodes
         .iter()
-        .map(|node| async move {
-            (
-                node,
-                node.extend_many(locks.iter().copied(), deadline).await,
-            )
-        })
+        .enumerate()
+        .map(|(i, node)| async move { (i, node, node.extend_many(locks, deadline).await) })
         .collect();
     let mut tallies = vec![Tally::new(config.nodes.len()); batch.len()];
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
     let (mut undecided, mut report) = (batch.len(), Some(report));
     let mut answered = 0;
     let reachable = |answered| answered >= crate::quorum::quorum(config.nodes.len());
-    while let Some((node, answer)) = calls.next().await {
+    while let Some((i, node, answer)) = calls.next().await {
         answered += usize::from(answer.is_ok());
         match &answer {
-            Ok(_) => tracing::debug!(op = "renew", node = %node.label(), locks = batch.len()),
+            Ok(answers) => {
+                let restored = answers.iter().filter(|&&a| a == ExtendReply::Restored).count();
+                tracing::debug!(op = "renew", node = %node.label(), locks = batch.len(), restored);
+            }
             Err(error) => {
                 tracing::debug!(op = "renew", node = %node.label(), error = %error, "node failed");
             }
         }
-        // A lock's keys sit side by side in the node's answer.
-        let mut offset = 0;
-        for (j, Due { held, ttl, .. }) in batch.iter().enumerate() {
-            let keys = offset..offset + held.keys.len();
-            offset = keys.end;
+        for (j, (Due { held, ttl, .. }, &round)) in batch.iter().zip(&rounds).enumerate() {
+            let vote = match &answer {
+                Ok(answers) => answers.get(j).map_or(Vote::Failed, Answer::vote),
+                Err(_) => Vote::Failed,
+            };
+            // Every node's answer, also after the lock's decision.
+            held.confirmations.record(round, i, vote == Vote::Yes);
             if outcomes[j].is_some() {
                 continue;
             }
-            let vote = match &answer {
-                Ok(flags) if flags.get(keys).is_some_and(|f| f.iter().all(|&x| x)) => Vote::Yes,
-                Ok(_) => Vote::No,
-                Err(_) => Vote::Failed,
-            };
             outcomes[j] = match tallies[j].record(vote) {
                 Decision::Pending => None,
                 Decision::Reached => {
@@ -421,6 +421,7 @@ mod tests {
                 None,
                 Instant::now(),
                 deadline,
+                3,
             ))
         };
         let insert = |id, held: Arc<Held>, plan| {
