@@ -111,6 +111,11 @@ impl LockGuard {
         F: Future<Output = Result<T, NodeError>> + Send + 'static,
     {
         let pending = confirm(self.held(), RoundId::ACQUIRE, round, &stragglers);
+        tracing::debug!(
+            confirmed = self.held().confirmations.count(),
+            in_flight = pending.len(),
+            "lock granted"
+        );
         if pending.is_empty() {
             return;
         }
@@ -130,7 +135,10 @@ impl LockGuard {
     /// dropped or lost: it is renewed (with the ttl it was acquired with)
     /// on a quorum when between a half and a third of its validity is
     /// left, and failed renewals are retried quickly. Renewal stops for
-    /// good once the lock is lost; watch [`lost`](Lease::lost).
+    /// good once the lock is lost; watch [`lost`](Lease::lost). Like
+    /// [`extend`](Self::extend), a renewal sets the lock again on nodes
+    /// that lost its key (restarted empty, evicted it), so the lock lives
+    /// through rolling restarts of its nodes.
     ///
     /// Renewals of all auto-extended locks of a manager are batched: one
     /// script call per node per round, however many locks are due, and one
@@ -161,22 +169,36 @@ impl LockGuard {
         renewer.register(&self.redlock, self.held().clone(), self.ttl, self.ttl_ms);
     }
 
-    /// Extends the lock to `ttl` from now, on a quorum of nodes, checking
-    /// the token on each.
+    /// Extends the lock to `ttl` from now, on a quorum of nodes: a Redlock
+    /// round with the lock's own token.
+    ///
+    /// On each node, atomically: where every key of the lock holds its
+    /// token, they get the new ttl; where keys are absent (the node
+    /// restarted empty, or evicted them), they are set again with the token
+    /// and the new ttl, and a fenced lock's counter there is raised to the
+    /// lock's fence; where a key holds another value (another owner's
+    /// token), nothing is touched and the node refuses. The extension
+    /// counts with a quorum of nodes that extended or restored. Any quorum
+    /// shares a node with any other owner's quorum, where that owner's key
+    /// made this one refuse, so restoring is as safe as acquiring.
     ///
     /// The new deadline is `start + ttl - drift`, with `start` taken when
     /// the extension began. Nodes are not waited for past the current
     /// deadline: once the lock's deadline has passed it is lost for good
-    /// and cannot be extended.
+    /// and cannot be extended. Nodes still answering at the decision are
+    /// followed in the background, so that every node that can hold the
+    /// lock does ([`confirmed`](Lease::confirmed) counts them).
     ///
     /// # Errors
     ///
-    /// - [`Error::Lost`]: the deadline already passed, or the token was gone
-    ///   on so many nodes that no quorum could hold it. The lock is then
-    ///   lost for good ([`lost`](Lease::lost) resolves).
+    /// - [`Error::Lost`]: the deadline already passed, or so many nodes hold
+    ///   another value in place of the token that no quorum can hold it.
+    ///   The lock is then lost for good ([`lost`](Lease::lost) resolves).
     /// - [`Error::Unavailable`]: too few nodes answered. Nothing is known
     ///   to be lost: the previous deadline still holds, and a later
     ///   `extend` may succeed.
+    /// - [`Error::Contended`]: too few nodes extended, and some of them
+    ///   hold another owner's value; the previous deadline still holds.
     /// - [`Error::InvalidArgument`]: a ttl that `lock` would reject.
     ///
     /// # Cancel safety
@@ -414,7 +436,8 @@ pub(crate) fn follow<T, F>(
         let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
         held.confirmations.record(id, node, vote == Vote::Yes);
         let label = labels.config().nodes[node].label();
-        tracing::debug!(op, node = %label, late = true, ?vote);
+        let confirmed = held.confirmations.count();
+        tracing::debug!(op, node = %label, late = true, ?vote, confirmed);
     };
     // Answers that arrived with the deciding ones need no task.
     while let Some(Some((node, answer))) = stragglers.next().now_or_never() {

@@ -39,9 +39,23 @@
 //! 7. [`Redlock::lock`] retries after `delay + U(0, jitter)`, up to an
 //!    attempt limit and/or a wait deadline ([`Retry`]).
 //!
-//! Release and extend run token-checked scripts on every node (`if GET key
-//! == token then DEL / PEXPIRE`): a lock is never released or extended
-//! without its token.
+//! Release runs a token-checked script on every node (`if GET key == token
+//! then DEL`). Extension is a Redlock round with the holder's own token: per
+//! node, atomically, a key holding the token gets the new ttl, an absent key
+//! (the node restarted empty, or evicted it) is set again, and a key holding
+//! another value is left alone and counts as a refusal. A lock is never
+//! released or extended without its token, and never restored over another
+//! value.
+//!
+//! # Holding
+//!
+//! A grant is decided at a quorum, but the requests still in flight are
+//! followed to their answers, so the lock reaches every reachable node
+//! ([`Lease::confirmed`] counts them) and survives the loss of any minority.
+//! Because extensions restore the lock where it went missing, an
+//! auto-extended lock ([`LockGuard::auto_extend`]) also lives through a
+//! rolling restart of every node, one at a time, each down for longer than
+//! the ttl or persisting its data.
 //!
 //! # Guarantees and their limits
 //!

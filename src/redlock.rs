@@ -174,9 +174,8 @@ impl Redlock {
 
     /// Waits until the manager's background work has finished: cleanup of
     /// cancelled or failed attempts, releases of dropped guards, and
-    /// acquire requests still answering after a quorum decided for locks
-    /// that were dropped or auto-extended (a held guard's are answered by
-    /// its release). Renewal of auto-extended locks is not waited for;
+    /// requests still answering after a quorum decided (an acquire's or an
+    /// extension's). Renewal of auto-extended locks is not waited for;
     /// release those guards first.
     ///
     /// Call it before shutting down the runtime, so that no key is left to

@@ -313,7 +313,10 @@ async fn renew_round(
         answered += usize::from(answer.is_ok());
         match &answer {
             Ok(answers) => {
-                let restored = answers.iter().filter(|&&a| a == ExtendReply::Restored).count();
+                let restored = answers
+                    .iter()
+                    .filter(|&&a| a == ExtendReply::Restored)
+                    .count();
                 tracing::debug!(op = "renew", node = %node.label(), locks = batch.len(), restored);
             }
             Err(error) => {
@@ -337,6 +340,12 @@ async fn renew_round(
                     let now = Instant::now();
                     let renewed = window.validity_at(now).is_some()
                         && held.extend_to(now, window.start(), window.deadline());
+                    tracing::debug!(
+                        op = "renew",
+                        resource = %held.resource,
+                        renewed,
+                        confirmed = held.confirmations.count(),
+                    );
                     Some(if renewed {
                         Outcome::Renewed
                     } else {

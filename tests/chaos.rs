@@ -9,6 +9,9 @@
 //! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SECS=3600 cargo test --release
 //!   --all-features --test chaos -- --ignored --nocapture` runs seed after
 //!   seed for that long and prints totals.
+//! - Holders keep auto-extended locks for seconds at a time through the
+//!   same faults, including rolling restarts of every node; a holder that
+//!   loses its lock while a majority of nodes was up is a failure.
 //! - Negative controls: an immediate restart without persistence must be
 //!   flagged by the checker every time; a delayed restart or persistence
 //!   must not be.
@@ -29,13 +32,24 @@ use tokio::time::Instant;
 
 const NODES: usize = 5;
 const CLIENTS: usize = 16;
-const RESOURCES: [&str; 4] = [
+/// Clients that hold an auto-extended lock for seconds at a time, all on
+/// the last resource.
+const HOLDERS: usize = 2;
+/// The clients' resources (one each, round robin), then the holders'.
+const RESOURCES: [&str; 5] = [
     "chaos:fenced:a",
     "chaos:fenced:b",
     "chaos:plain:c",
     "chaos:plain:d",
+    "chaos:held:e",
 ];
+/// The holders' resource, an index into `RESOURCES`.
+const HELD: usize = 4;
 const TTL: Duration = Duration::from_millis(600);
+/// How long a holder keeps its lock, renewed every few hundred ms.
+const HOLD: Duration = Duration::from_secs(2);
+/// The holders' ttl.
+const HOLD_TTL: Duration = Duration::from_secs(1);
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Time spent inside the critical section between reading and writing.
 const SECTION: Duration = Duration::from_millis(1);
@@ -57,8 +71,11 @@ struct Grant {
     started: Instant,
     /// The library's deadline for the grant.
     deadline: Instant,
+    /// Until when the client trusted the lock: its deadline, or for an
+    /// auto-extended lock the moment `lost()` resolved (or far ahead).
+    believed_until: Instant,
     /// When the client called `release` (its window ends at the earlier of
-    /// this and the deadline).
+    /// this and `believed_until`).
     release_called: Instant,
     /// Whether the critical section wrote (it does only while valid).
     wrote: bool,
@@ -68,7 +85,7 @@ struct Grant {
 
 impl Grant {
     fn window(&self) -> (Instant, Instant) {
-        (self.t_ok, self.deadline.min(self.release_called))
+        (self.t_ok, self.believed_until.min(self.release_called))
     }
 }
 
@@ -95,11 +112,20 @@ struct Op {
     outcome: Outcome,
 }
 
-/// A window during which a majority of nodes was down.
+/// A window during which a majority of nodes was down (or answered only
+/// after the ttl).
 #[derive(Debug, Clone, Copy)]
 struct Outage {
     from: Instant,
     to: Instant,
+}
+
+/// A holder's lock that `lost()` declared lost before its release.
+#[derive(Debug, Clone)]
+struct Loss {
+    client: usize,
+    at: Instant,
+    reason: LossReason,
 }
 
 #[derive(Debug, Default)]
@@ -107,6 +133,7 @@ struct History {
     grants: Vec<Grant>,
     ops: Vec<Op>,
     outages: Vec<Outage>,
+    losses: Vec<Loss>,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +150,9 @@ impl Recorder {
     }
     fn outage(&self, outage: Outage) {
         self.history.lock().expect("history").outages.push(outage);
+    }
+    fn loss(&self, loss: Loss) {
+        self.history.lock().expect("history").losses.push(loss);
     }
     fn take(&self) -> History {
         std::mem::take(&mut *self.history.lock().expect("history"))
@@ -233,6 +263,14 @@ fn check(start: Instant, history: &History, counters: &[u64], failure_bound: Dur
             }
         }
     }
+    for loss in majority_up_losses(history) {
+        report.flag(format!(
+            "holder {} lost its lock ({}) at {:.1}ms while a majority of nodes was up",
+            loss.client,
+            loss.reason,
+            loss.at.saturating_duration_since(start).as_secs_f64() * 1000.0
+        ));
+    }
     for op in &history.ops {
         if let Outcome::Undocumented(e) = &op.outcome {
             report.flag(format!(
@@ -252,6 +290,22 @@ fn check(start: Instant, history: &History, counters: &[u64], failure_bound: Dur
         }
     }
     report
+}
+
+/// Holders' losses that no majority outage explains: renewals need a
+/// quorum within the validity, so a loss is excused only when an outage
+/// overlapped the last holder ttl before it.
+fn majority_up_losses(history: &History) -> Vec<&Loss> {
+    history
+        .losses
+        .iter()
+        .filter(|loss| {
+            !history
+                .outages
+                .iter()
+                .any(|o| o.from <= loss.at && loss.at <= o.to + HOLD_TTL)
+        })
+        .collect()
 }
 
 /// Sorts a lock failure into a documented kind, or says it is not one.
@@ -278,9 +332,10 @@ enum Fault {
     DropConnections,
     Blackhole,
     HoldReplies,
+    RollingRestart,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 9] = [
     Fault::KillRestart,
     Fault::Pause,
     Fault::Slow,
@@ -289,6 +344,7 @@ const FAULTS: [Fault; 8] = [
     Fault::DropConnections,
     Fault::Blackhole,
     Fault::HoldReplies,
+    Fault::RollingRestart,
 ];
 
 struct Cluster {
@@ -381,12 +437,26 @@ impl Cluster {
                 // requests still land) must remove what the SETs wrote.
                 let mut all: Vec<usize> = (0..NODES).collect();
                 all.shuffle(rng);
+                let from = Instant::now();
                 for &i in &all[..NODES / 2 + 1] {
                     self.proxies[i].set(Faults::hold_replies(TTL + Duration::from_millis(100)));
                 }
                 tokio::time::sleep(hold).await;
                 for proxy in &self.proxies {
                     proxy.heal();
+                }
+                // No grant can be believed meanwhile, and a holder may lose
+                // its lock (replies held past its renewal's timeout).
+                let to = Instant::now();
+                recorder.outage(Outage { from, to });
+            }
+            Fault::RollingRestart => {
+                // Every node, one at a time, back at once with its data
+                // (the nodes persist), a renewal period apart.
+                for i in 0..NODES {
+                    self.nodes[i].kill();
+                    self.restart(i).await;
+                    tokio::time::sleep(HOLD_TTL / 2).await;
                 }
             }
         }
@@ -429,7 +499,7 @@ struct Shared {
 }
 
 async fn client(id: usize, locks: Redlock, shared: Arc<Shared>) {
-    let resource = id % RESOURCES.len();
+    let resource = id % HELD;
     let name = RESOURCES[resource];
     let fenced = name.contains("fenced");
     while !shared.stop.load(Ordering::Relaxed) {
@@ -485,6 +555,7 @@ async fn client(id: usize, locks: Redlock, shared: Arc<Shared>) {
             t_ok: t_end,
             started: guard.started(),
             deadline: guard.deadline(),
+            believed_until: guard.deadline(),
             release_called,
             wrote,
             ttl: TTL,
@@ -508,6 +579,85 @@ async fn client(id: usize, locks: Redlock, shared: Arc<Shared>) {
     }
 }
 
+/// Holds the shared resource for `HOLD` at a time with auto-extension,
+/// through whatever faults come, and records the window it trusted it for
+/// and any loss.
+async fn holder(id: usize, locks: Redlock, shared: Arc<Shared>) {
+    let name = RESOURCES[HELD];
+    while !shared.stop.load(Ordering::Relaxed) {
+        let t_inv = Instant::now();
+        let result = locks.try_lock(name, HOLD_TTL).await;
+        let t_end = Instant::now();
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(error) => classify(error),
+        };
+        shared.recorder.op(Op {
+            client: id,
+            what: "lock",
+            resource: HELD,
+            t_inv,
+            t_end,
+            outcome,
+        });
+        let Ok(guard) = result else {
+            let pause = Duration::from_micros(2000 + rand::random::<u64>() % 8000);
+            tokio::time::sleep(pause).await;
+            continue;
+        };
+        let (started, deadline) = (guard.started(), guard.deadline());
+        guard.auto_extend();
+        let lost = tokio::select! {
+            reason = guard.lost() => Some((reason, Instant::now())),
+            () = tokio::time::sleep(HOLD) => None,
+        };
+        // The protected update, at the end of the hold.
+        let counter = &shared.counters[HELD];
+        let value = counter.load(Ordering::SeqCst);
+        tokio::time::sleep(SECTION).await;
+        let wrote = !guard.validity().is_zero();
+        if wrote {
+            counter.store(value + 1, Ordering::SeqCst);
+        }
+        let release_called = Instant::now();
+        if let Some((reason, at)) = lost {
+            shared.recorder.loss(Loss {
+                client: id,
+                at,
+                reason,
+            });
+        }
+        shared.recorder.grant(Grant {
+            client: id,
+            resource: HELD,
+            token: guard.token().as_str().to_owned(),
+            fence: None,
+            t_inv,
+            t_ok: t_end,
+            started,
+            deadline,
+            believed_until: lost.map_or(release_called, |(_, at)| at),
+            release_called,
+            wrote,
+            ttl: HOLD_TTL,
+        });
+        let outcome = match guard.release().await {
+            Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
+            Ok(_) => Outcome::Ambiguous("partial release"),
+            Err(Error::Lost { .. }) => Outcome::Failed("lost before release"),
+            Err(other) => Outcome::Undocumented(other.to_string()),
+        };
+        shared.recorder.op(Op {
+            client: id,
+            what: "release",
+            resource: HELD,
+            t_inv: release_called,
+            t_end: Instant::now(),
+            outcome,
+        });
+    }
+}
+
 /// Totals of one or more runs.
 #[derive(Debug, Default)]
 struct Totals {
@@ -518,6 +668,9 @@ struct Totals {
     violations: u64,
     leaked_keys: u64,
     preempted: u64,
+    holds: u64,
+    losses: u64,
+    losses_with_majority_up: u64,
 }
 
 impl Totals {
@@ -535,6 +688,11 @@ impl Totals {
             out,
             "  grants whose client thread was preempted past the drift allowance before the call began: {}",
             self.preempted
+        );
+        let _ = writeln!(
+            out,
+            "  holders' auto-extended locks: {} held, {} lost, {} of them while a majority was up",
+            self.holds, self.losses, self.losses_with_majority_up
         );
         let _ = writeln!(out, "  violations: {}", self.violations);
         let _ = write!(out, "  leaked keys: {}", self.leaked_keys);
@@ -576,11 +734,26 @@ async fn chaos_run(seed: u64, min_grants: usize, max_time: Duration, totals: &mu
         })
         .collect();
     let start = Instant::now();
-    let clients: Vec<_> = managers
+    let mut clients: Vec<_> = managers
         .iter()
         .enumerate()
         .map(|(id, locks)| tokio::spawn(client(id, locks.clone(), shared.clone())))
         .collect();
+    let holders: Vec<Redlock> = (0..HOLDERS)
+        .map(|_| {
+            Redlock::builder()
+                .nodes(cluster.urls())
+                .node_timeout(NODE_TIMEOUT)
+                .build()
+                .expect("config")
+        })
+        .collect();
+    clients.extend(
+        holders
+            .iter()
+            .enumerate()
+            .map(|(i, locks)| tokio::spawn(holder(CLIENTS + i, locks.clone(), shared.clone()))),
+    );
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut injected: BTreeMap<Fault, u64> = BTreeMap::new();
@@ -614,7 +787,7 @@ async fn chaos_run(seed: u64, min_grants: usize, max_time: Duration, totals: &mu
             .expect("client task");
     }
     cluster.heal_all().await;
-    for locks in &managers {
+    for locks in managers.iter().chain(&holders) {
         locks.settle().await;
     }
     // Keys that ambiguous operations may have left expire within their ttl.
@@ -644,6 +817,9 @@ async fn chaos_run(seed: u64, min_grants: usize, max_time: Duration, totals: &mu
     totals.violations += report.violations.len() as u64;
     totals.leaked_keys += leaked as u64;
     totals.preempted += preempted(&history) as u64;
+    totals.holds += history.grants.iter().filter(|g| g.resource == HELD).count() as u64;
+    totals.losses += history.losses.len() as u64;
+    totals.losses_with_majority_up += majority_up_losses(&history).len() as u64;
     totals.print();
 
     assert!(
@@ -766,6 +942,7 @@ async fn restart_scenario(mode: Restart) -> Report {
         t_ok,
         started,
         deadline,
+        believed_until: deadline,
         release_called,
         wrote: false,
         ttl,
@@ -793,6 +970,7 @@ async fn restart_scenario(mode: Restart) -> Report {
         ],
         ops: Vec::new(),
         outages: Vec::new(),
+        losses: Vec::new(),
     };
     let _ = a.release().await;
     let _ = b.release().await;
@@ -913,6 +1091,7 @@ async fn the_checker_sees_each_kind_of_violation() {
         t_ok: ms(from),
         started: ms(from),
         deadline: ms(to),
+        believed_until: ms(to),
         release_called: ms(to),
         wrote,
         ttl: Duration::from_secs(1),
@@ -921,6 +1100,7 @@ async fn the_checker_sees_each_kind_of_violation() {
         grants,
         ops: Vec::new(),
         outages: Vec::new(),
+        losses: Vec::new(),
     };
     let clean = history(vec![
         g(0, 0, 100, Some(1), true),
@@ -956,4 +1136,26 @@ async fn the_checker_sees_each_kind_of_violation() {
         to: ms(400),
     });
     assert!(check(t0, &during, &[0], Duration::MAX).violations[0].contains("outage"));
+
+    // A holder's loss is excused only by a majority outage shortly before.
+    let mut lost = history(Vec::new());
+    let loss = |at| Loss {
+        client: 0,
+        at: ms(at),
+        reason: LossReason::Unreachable,
+    };
+    lost.outages.push(Outage {
+        from: ms(100),
+        to: ms(400),
+    });
+    lost.losses.push(loss(300));
+    lost.losses.push(Loss {
+        at: ms(400) + HOLD_TTL,
+        ..loss(0)
+    });
+    assert!(check(t0, &lost, &[0], Duration::MAX).violations.is_empty());
+    lost.losses.push(loss(50));
+    let report = check(t0, &lost, &[0], Duration::MAX);
+    assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
+    assert!(report.violations[0].contains("while a majority of nodes was up"));
 }

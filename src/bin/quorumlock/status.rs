@@ -84,9 +84,10 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     let most = top.map_or(0, |(_, ttls)| ttls.len());
     if let Some((token, ttls)) = top.filter(|_| most >= quorum) {
         println!(
-            "verdict: held — token {} on {most} of {} nodes (quorum {quorum}){}",
+            "verdict: held — token {} confirmed on {most} of {} nodes (quorum {quorum}; {}){}",
             short(token),
             probes.len(),
+            tolerance(most, quorum),
             quorum_ttl(ttls, quorum)
                 .map(|ttl| format!(", for at most another {}", show(ttl)))
                 .unwrap_or_default()
@@ -109,6 +110,15 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
             probes.len()
         );
         Ok(exit::UNAVAILABLE)
+    }
+}
+
+/// How many more of the nodes holding a lock may fail before it is lost.
+fn tolerance(holding: usize, quorum: usize) -> String {
+    match holding.saturating_sub(quorum) {
+        0 => "one more node lost loses it".to_owned(),
+        1 => "survives the loss of 1 of them".to_owned(),
+        n => format!("survives the loss of {n} of them"),
     }
 }
 
@@ -206,6 +216,13 @@ mod tests {
         assert_eq!(short("0123456789abcdef"), "0123…");
         assert_eq!(short("ab"), "ab…");
         assert_eq!(short("äöüßx"), "äöüß…");
+    }
+
+    #[test]
+    fn tolerance_counts_the_nodes_beyond_the_quorum() {
+        assert_eq!(tolerance(3, 3), "one more node lost loses it");
+        assert_eq!(tolerance(4, 3), "survives the loss of 1 of them");
+        assert_eq!(tolerance(5, 3), "survives the loss of 2 of them");
     }
 
     #[test]
