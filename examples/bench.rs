@@ -386,7 +386,7 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
     let mut offset = 0;
     while samples[1].len() < plan.latency_cycles {
         // ABBA order, so neither side always runs right after the other.
-        let order = if (offset / plan.latency_block) % 2 == 0 {
+        let order = if (offset / plan.latency_block).is_multiple_of(2) {
             [0, 1]
         } else {
             [1, 0]
@@ -681,11 +681,11 @@ async fn held_locks(urls: &[String], plan: Plan) -> Result<HeldRow, BoxError> {
     progress(&format!(
         "resident: {rss_before} KiB before taking the locks, {steady} KiB at the end, peak {peak} KiB"
     ));
-    let lost = guards.iter().filter(|g| g.loss().is_some()).count();
+    let lost = guards.iter().filter(|g| g.loss_reason().is_some()).count();
     if lost > 0 {
         let mut reasons: HashMap<String, usize> = HashMap::new();
         for guard in &guards {
-            if let Some(reason) = guard.loss() {
+            if let Some(reason) = guard.loss_reason() {
                 *reasons.entry(format!("{reason:?}")).or_default() += 1;
             }
         }

@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "  released on {} of {} node(s)",
             summary.released(),
-            summary.nodes()
+            summary.asked()
         );
     }
 

@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "released on {} of {} nodes",
         summary.released(),
-        summary.nodes()
+        summary.asked()
     );
     Ok(())
 }

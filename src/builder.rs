@@ -6,9 +6,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::{ConfigError, Error};
 use crate::node::{Node, NodeOptions, redact_url};
-use crate::redlock::{Config, Redlock};
-use crate::{ConfigError, Error, Retry, ScriptMode, WakeOnRelease};
+use crate::redlock::{Manager, Redlock};
+use crate::retry::Retry;
+use crate::round::Core;
+use crate::scripts::ScriptMode;
+use crate::wakeup::WakeOnRelease;
 
 /// Default per-node timeout for one request.
 ///
@@ -21,10 +25,6 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 /// Default clock drift factor: nodes' clocks may run up to 1 % fast
 /// against the client's.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-
-/// The largest accepted lock time-to-live. Hold longer with
-/// [`LockGuard::extend`](crate::LockGuard::extend).
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Builds a [`Redlock`] manager.
 ///
@@ -114,6 +114,38 @@ impl fmt::Debug for NodeSpec {
                 .field(&seeds.iter().map(|s| redact_url(s)).collect::<Vec<_>>())
                 .finish(),
         }
+    }
+}
+
+/// The manager's constructors live with its configuration.
+impl Redlock {
+    /// A builder with every option at its default.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    /// A manager over `urls` with every other option at its default. One URL
+    /// gives single-node mode (quorum 1); it runs the same code.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] as for [`RedlockBuilder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let single = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(single.quorum(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new<I, S>(urls: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().nodes(urls).build()
     }
 }
 
@@ -390,19 +422,20 @@ impl RedlockBuilder {
                 }
             }
         }
-        Ok(Redlock::from_config(Config {
-            nodes,
-            node_timeout: self.node_timeout,
-            drift_factor: self.drift_factor,
+        let announce = self.wake_on_release == WakeOnRelease::Subscribe;
+        Ok(Redlock::from_manager(Manager {
+            core: Arc::new(Core {
+                nodes,
+                node_timeout: self.node_timeout,
+                drift_factor: self.drift_factor,
+                announce,
+                background: Default::default(),
+            }),
             retry: self.retry,
             key_prefix: self.key_prefix,
             script_mode: self.script_mode,
             renewer: Default::default(),
-            background: Default::default(),
-            wakeups: match self.wake_on_release {
-                WakeOnRelease::Never => None,
-                WakeOnRelease::Subscribe => Some(Default::default()),
-            },
+            wakeups: announce.then(Default::default),
         }))
     }
 }

@@ -1,8 +1,10 @@
-//! The requests of one fan-out, polled together: each is polled only when
-//! its own waker fired. (`FuturesUnordered` does that too, but it also
-//! reschedules its task each time it has polled all of its futures once —
-//! on every fan-out's first poll — which on a multi-thread runtime wakes
-//! another worker thread: two futex wake-ups per lock+release.)
+//! The round engine's poller, for every fan-out (acquire, extend, release,
+//! renewal): the requests to the nodes polled together, each only when its
+//! own waker fired, under one timer for their common deadline.
+//! (`FuturesUnordered` also polls only woken futures, but it reschedules
+//! its task each time it has polled all of them once — on every fan-out's
+//! first poll — which on a multi-thread runtime wakes another worker
+//! thread: two futex wake-ups per lock+release.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +64,26 @@ impl Wake for Woken {
     }
 }
 
+impl<Fut> Stragglers<Fut> {
+    /// No requests at all.
+    pub(crate) fn none() -> Self {
+        Self {
+            calls: Vec::new(),
+            task: None,
+            deadline: None,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The indices of the nodes whose requests are in flight.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.calls.iter().map(|call| call.node)
+    }
+}
+
 impl<T, Fut: Future<Output = Result<T, NodeError>>> Stragglers<Fut> {
     /// Starts nothing: the requests run when polled through [`next`](Self::next).
     /// With a `deadline` (common to every request), one timer enforces it
@@ -97,24 +119,6 @@ impl<T, Fut: Future<Output = Result<T, NodeError>>> Stragglers<Fut> {
             task: Some(task),
             deadline,
         }
-    }
-
-    /// No requests at all.
-    pub(crate) fn none() -> Self {
-        Self {
-            calls: Vec::new(),
-            task: None,
-            deadline: None,
-        }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.calls.is_empty()
-    }
-
-    /// The indices of the nodes whose requests are in flight.
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.calls.iter().map(|call| call.node)
     }
 
     /// The next answer, with its node's index; `None` once all answered.

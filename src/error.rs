@@ -1,4 +1,5 @@
-//! The one error type of the crate, with per-node detail where nodes failed.
+//! The one error type of the crate, with per-node detail where nodes
+//! failed, and why a held lock was lost.
 
 use std::fmt;
 use std::sync::Arc;
@@ -120,7 +121,7 @@ pub enum Error {
         /// The resource of the lost lock.
         resource: String,
         /// Why it is considered lost.
-        reason: crate::LossReason,
+        reason: LossReason,
         /// How many nodes still held the token when the loss was detected
         /// (0 when the deadline had already passed and no node was asked).
         held: usize,
@@ -167,6 +168,34 @@ impl Error {
             Error::WaitTimeout { last, .. } => last.node_failures(),
             _ => &[],
         }
+    }
+}
+
+/// Why a lock can no longer be trusted; what [`Lease::lost`](crate::Lease::lost) resolves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The deadline passed without a successful extension.
+    Expired,
+    /// An extension found the token gone on so many nodes that no quorum
+    /// holds it (it expired there, or nodes restarted empty).
+    TokenGone,
+    /// Automatic renewal kept failing because too few nodes answered, and
+    /// too little validity was left to try again. Declared ahead of the
+    /// deadline.
+    Unreachable,
+    /// The holder released the lock or dropped its guard.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "its deadline passed without an extension",
+            LossReason::TokenGone => "its token was gone on too many nodes",
+            LossReason::Unreachable => "renewal could not reach a quorum in time",
+            LossReason::Released => "it was released",
+        })
     }
 }
 

@@ -1,26 +1,23 @@
 //! What a holder owns: `LockGuard`, with extend, auto-extension, release,
-//! and a best-effort release on drop.
+//! and a best-effort release on drop. Built on rounds and the [`Core`],
+//! not on the manager.
 
 use std::fmt;
 use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{NodeError, NodeFailure};
-use crate::lease::{Held, Lease, LossReason, RoundId};
-use crate::node::Extension;
-use crate::quorum::{Decision, Vote, Window};
-use crate::redlock::{
-    Answer, Redlock, Request, Round, Stragglers, Until, fan_out, release_everywhere,
-};
-use crate::{Error, Token};
+use crate::calls::Stragglers;
+use crate::error::{Error, LossReason, NodeError, NodeFailure};
+use crate::lease::{Extended, Held, Lease, RoundId};
+use crate::quorum::{Answer, Vote, Window};
+use crate::renew::Renewer;
+use crate::request::checked_ttl;
+use crate::round::{Core, Grant, InFlight, Round, Until, fan_out, follow, release_everywhere};
 
 /// A held lock.
 ///
@@ -37,8 +34,10 @@ use crate::{Error, Token};
 /// simply expire after their ttl. Releasing consumes the guard, so a lock
 /// cannot be released twice.
 #[must_use = "dropping the guard releases the lock in the background; bind it (`let guard = …`) for as long as you need the lock"]
+#[clippy::has_significant_drop]
 pub struct LockGuard {
-    redlock: Redlock,
+    core: Arc<Core>,
+    renewer: Arc<Renewer>,
     lease: Lease,
     /// The ttl the lock was acquired with; auto-extension renews with it.
     ttl: Duration,
@@ -49,6 +48,9 @@ pub struct LockGuard {
     in_flight: Option<Arc<InFlight>>,
 }
 
+/// A guard is a handle on its lock's shared state, as a `MutexGuard` is on
+/// its data: the [`Lease`] getters (`resource`, `token`, `validity`,
+/// `lost`, …) are the guard's own.
 impl Deref for LockGuard {
     type Target = Lease;
 
@@ -58,32 +60,61 @@ impl Deref for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        redlock: Redlock,
-        request: &Request,
-        token: Token,
-        fence: Option<u64>,
-        window: Window,
-    ) -> Self {
-        let fence = fence.zip(request.fence_key.clone());
-        let held = Held::new(
-            request.resource.clone(),
-            request.keys.clone(),
-            token,
-            fence,
+    /// The guard of a granted attempt. Records where the deciding answers
+    /// put the token, and follows the requests still in flight at the
+    /// decision to their answers at once (see [`follow`]): a held lock
+    /// belongs on every node that can take it, so that it survives the
+    /// loss of any minority. A release waits, node by node, until such a
+    /// request has answered (or timed out), so that a late grant is removed
+    /// too.
+    pub(crate) fn new<T, F>(
+        core: Arc<Core>,
+        renewer: Arc<Renewer>,
+        resource: Arc<str>,
+        ttl: (Duration, u64),
+        grant: Grant<T, F>,
+    ) -> Self
+    where
+        T: Answer + Send + 'static,
+        F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    {
+        let Grant {
+            holding,
+            window,
+            round,
+            stragglers,
+        } = grant;
+        let nodes = core.nodes.len();
+        let held = Arc::new(Held::new(
+            resource,
+            holding,
             window.start(),
             window.deadline(),
-            redlock.config().nodes.len(),
+            nodes,
+        ));
+        let pending = confirm(&held, RoundId::ACQUIRE, &round, &stragglers);
+        tracing::debug!(
+            confirmed = held.confirmations.count(),
+            in_flight = pending.len(),
+            "lock granted"
+        );
+        let in_flight = (!pending.is_empty()).then(|| Arc::new(InFlight::new(nodes, pending)));
+        follow_into(
+            &core,
+            &held,
+            RoundId::ACQUIRE,
+            "acquire",
+            stragglers,
+            in_flight.clone(),
         );
         Self {
-            redlock,
-            lease: Lease {
-                held: Arc::new(held),
-            },
-            ttl: request.ttl,
-            ttl_ms: request.ttl_ms,
+            core,
+            renewer,
+            lease: Lease { held },
+            ttl: ttl.0,
+            ttl_ms: ttl.1,
             released: false,
-            in_flight: None,
+            in_flight,
         }
     }
 
@@ -94,41 +125,6 @@ impl LockGuard {
     /// An owned, cloneable view of this lock for code running under it.
     pub fn lease(&self) -> Lease {
         self.lease.clone()
-    }
-
-    /// Records where the acquire's deciding answers put the token, and
-    /// follows the requests that were still in flight at the quorum
-    /// decision to their answers in a background task, at once: a request
-    /// whose connection was still being set up (a fresh manager, a
-    /// reconnect) is sent only while something polls it, and a held lock
-    /// belongs on every node that can take it, so that it survives the
-    /// loss of any minority. Releasing waits, node by node, until such a
-    /// request has answered (or timed out), so that a late grant is removed
-    /// too.
-    pub(crate) fn follow_stragglers<T, F>(&mut self, round: &Round<T>, stragglers: Stragglers<F>)
-    where
-        T: Answer + Send + 'static,
-        F: Future<Output = Result<T, NodeError>> + Send + 'static,
-    {
-        let pending = confirm(self.held(), RoundId::ACQUIRE, round, &stragglers);
-        tracing::debug!(
-            confirmed = self.held().confirmations.count(),
-            in_flight = pending.len(),
-            "lock granted"
-        );
-        if pending.is_empty() {
-            return;
-        }
-        let in_flight = Arc::new(InFlight::new(self.redlock.config().nodes.len(), pending));
-        self.in_flight = Some(in_flight.clone());
-        follow(
-            &self.redlock,
-            self.held().clone(),
-            RoundId::ACQUIRE,
-            "acquire",
-            stragglers,
-            Some(in_flight),
-        );
     }
 
     /// Keeps the lock alive in the background until it is released,
@@ -142,9 +138,8 @@ impl LockGuard {
     ///
     /// Renewals of all auto-extended locks of a manager are batched: one
     /// script call per node per round, however many locks are due, and one
-    /// background task per manager. Calling it twice has no further effect
-    /// than renewing a little more often. Needs a tokio runtime; without
-    /// one, the lock expires at its deadline.
+    /// background task per manager. Calling it again has no effect. Needs a
+    /// tokio runtime; without one, the lock expires at its deadline.
     ///
     /// # Examples
     ///
@@ -165,8 +160,11 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn auto_extend(&self) {
-        let renewer = self.redlock.config().renewer.clone();
-        renewer.register(&self.redlock, self.held().clone(), self.ttl, self.ttl_ms);
+        if self.held().start_auto_extension() {
+            let held = self.held().clone();
+            self.renewer
+                .register(&self.core, held, self.ttl, self.ttl_ms);
+        }
     }
 
     /// Extends the lock to `ttl` from now, on a quorum of nodes: a Redlock
@@ -221,9 +219,8 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let (ttl, ttl_ms) = self.redlock.check_ttl(ttl)?;
-        let config = self.redlock.config();
-        let quorum = self.redlock.quorum();
+        let (ttl, ttl_ms) = checked_ttl(ttl, self.core.drift_factor)?;
+        let core = &self.core;
         let held = self.held();
         let span =
             tracing::debug_span!("quorumlock", op = "extend", resource = %held.resource, ttl_ms);
@@ -233,60 +230,41 @@ impl LockGuard {
             if !current.trusted_at(start) {
                 let reason = current.lost.unwrap_or(LossReason::Expired);
                 held.mark_lost(reason);
-                return Err(held.lost_error(reason, 0, quorum, Vec::new()));
+                return Err(held.lost_error(reason, 0, core.quorum(), Vec::new()));
             }
-            let window = Window::new(start, ttl, config.drift_factor);
-            let deadline = (start + config.node_timeout).min(current.deadline);
+            let window = Window::new(start, ttl, core.drift_factor);
+            let deadline = (start + core.node_timeout).min(current.deadline);
             let id = held.confirmations.next_round();
             // Owned requests: the ones still in flight at the decision are
             // followed to their answers, so that every node that can hold
             // the lock is extended (or has it restored), not just a quorum.
             let (round, stragglers) = fan_out(
-                &config.nodes,
+                &core.nodes,
                 Until::Decided,
                 "extend",
                 deadline,
                 |i, _, deadline| {
-                    let (redlock, held) = (self.redlock.clone(), held.clone());
+                    let (core, held) = (core.clone(), held.clone());
                     async move {
-                        let lock = extension(&held, ttl_ms);
-                        redlock.config().nodes[i].extend(lock, deadline).await
+                        let lock = held.holding.extension(ttl_ms);
+                        core.nodes[i].extend(lock, deadline).await
                     }
                 },
             )
             .await;
             confirm(held, id, &round, &stragglers);
-            follow(&self.redlock, held.clone(), id, "extend", stragglers, None);
-
-            if round.decision == Decision::Reached {
-                let now = Instant::now();
-                if window.validity_at(now).is_some()
-                    && held.extend_to(now, window.start(), window.deadline())
-                {
-                    tracing::debug!(
-                        extended = round.tally.yes(),
-                        confirmed = held.confirmations.count(),
-                        "lock extended"
-                    );
-                    return Ok(());
+            follow_into(core, held, id, "extend", stragglers, None);
+            match held.settle_extension(round.decision, &round.tally, &window) {
+                Extended::Yes => {
+                    let confirmed = held.confirmations.count();
+                    tracing::debug!(extended = round.tally.yes(), confirmed, "lock extended");
+                    Ok(())
                 }
-                let reason = held.status().lost.unwrap_or(LossReason::Expired);
-                held.mark_lost(reason);
-                return Err(held.lost_error(reason, round.tally.yes(), quorum, round.failures));
+                Extended::Lost(reason) => {
+                    Err(held.lost_error(reason, round.tally.yes(), core.quorum(), round.failures))
+                }
+                Extended::Failed => Err(round.failure(&held.resource)),
             }
-            // A "no" is a node holding another value: absent keys were set
-            // again, so refusals alone ruling out a quorum mean the token is
-            // gone for good.
-            if round.tally.refused_by_quorum_complement() {
-                held.mark_lost(LossReason::TokenGone);
-                return Err(held.lost_error(
-                    LossReason::TokenGone,
-                    round.tally.yes(),
-                    quorum,
-                    round.failures,
-                ));
-            }
-            Err(round.failure(&held.resource))
         }
         .instrument(span)
         .await
@@ -313,23 +291,33 @@ impl LockGuard {
     /// This method is cancel safe. If the future is dropped before every
     /// node answered, the guard it owns is dropped with it, which releases
     /// again in the background.
+    ///
+    /// # Examples
+    ///
+    /// Find out whether the critical section stayed exclusive to its end:
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock("ledger:close", Duration::from_secs(10)).await?;
+    /// // … close the ledger …
+    /// match guard.release().await {
+    ///     Ok(summary) => println!("released on {} of {} nodes", summary.released(), summary.asked()),
+    ///     Err(quorumlock::Error::Lost { .. }) => eprintln!("the lock had expired: check the ledger"),
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn release(mut self) -> Result<ReleaseSummary, Error> {
         let held = self.held().clone();
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
-        // Renewal stops and `lost()` resolves before the keys go.
-        held.mark_lost(LossReason::Released);
-        held.confirmations.clear();
-        let in_flight = self.in_flight.as_deref();
-        let round = release_everywhere(&self.redlock, &held.keys, &held.token, None, in_flight)
+        let round = give_up(&self.core, &held, self.in_flight.as_deref())
             .instrument(span)
             .await;
         self.released = true;
-        tracing::debug!(
-            resource = %held.resource,
-            released = round.tally.yes(),
-            failed = round.failures.len(),
-            "lock released"
-        );
         let quorum = round.tally.quorum();
         if round.tally.yes() < quorum && round.tally.refused_by_quorum_complement() {
             return Err(held.lost_error(
@@ -340,8 +328,7 @@ impl LockGuard {
             ));
         }
         let released_on = self
-            .redlock
-            .config()
+            .core
             .nodes
             .iter()
             .zip(&round.answers)
@@ -350,10 +337,27 @@ impl LockGuard {
             .collect();
         Ok(ReleaseSummary {
             released_on,
-            nodes: round.tally.nodes(),
+            asked: round.tally.nodes(),
             failures: round.failures,
         })
     }
+}
+
+/// Gives a lock up: renewal stops and `lost()` resolves before the keys
+/// go, then a token-checked delete on every node — the one release of both
+/// [`LockGuard::release`] and a dropped guard.
+async fn give_up(core: &Core, held: &Held, in_flight: Option<&InFlight>) -> Round {
+    held.mark_lost(LossReason::Released);
+    held.confirmations.clear();
+    let holding = &held.holding;
+    let round = release_everywhere(core, &holding.keys, &holding.token, None, in_flight).await;
+    tracing::debug!(
+        resource = %held.resource,
+        released = round.tally.yes(),
+        failed = round.failures.len(),
+        "lock released"
+    );
+    round
 }
 
 impl fmt::Debug for LockGuard {
@@ -370,16 +374,14 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let held = self.held().clone();
+        let (core, held) = (self.core.clone(), self.held().clone());
+        // At once, not when the task runs: renewal stops and `lost()`
+        // resolves with the drop.
         held.mark_lost(LossReason::Released);
-        held.confirmations.clear();
-        let redlock = self.redlock.clone();
         let in_flight = self.in_flight.take();
-        let background = redlock.config().background.clone();
         // Best effort: without a runtime the keys expire after their ttl.
-        let spawned = background.spawn(async move {
-            let in_flight = in_flight.as_deref();
-            release_everywhere(&redlock, &held.keys, &held.token, None, in_flight).await;
+        let spawned = self.core.background.spawn(async move {
+            give_up(&core, &held, in_flight.as_deref()).await;
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");
@@ -387,144 +389,43 @@ impl Drop for LockGuard {
     }
 }
 
-/// What a lock asks of a node when it is extended or renewed.
-pub(crate) fn extension(held: &Held, ttl_ms: u64) -> Extension<'_> {
-    Extension {
-        keys: &held.keys,
-        token: held.token.as_str(),
-        ttl_ms,
-        fence: held.fence_key.as_deref().zip(held.fence),
-    }
-}
-
 /// Records, per node, what the answers that decided `round` (number `id`)
 /// say of the token; nodes that failed hold it no longer, as far as the
 /// holder knows. Returns the nodes whose requests are still in flight.
-pub(crate) fn confirm<T: Answer, F: Future<Output = Result<T, NodeError>>>(
+fn confirm<T: Answer, F>(
     held: &Held,
     id: RoundId,
     round: &Round<T>,
     stragglers: &Stragglers<F>,
 ) -> Vec<usize> {
-    let pending: Vec<usize> = stragglers.nodes().collect();
-    for (node, answer) in round.answers.iter().enumerate() {
-        if !pending.contains(&node) {
-            let yes = answer.is_some_and(|answer| answer.vote() == Vote::Yes);
-            held.confirmations.record(id, node, yes);
+    let mut pending = Vec::new();
+    for (node, vote) in round.votes(stragglers).into_iter().enumerate() {
+        match vote {
+            Some(yes) => held.confirmations.record(id, node, yes),
+            None => pending.push(node),
         }
     }
     pending
 }
 
-/// Follows a round's requests still in flight after its decision to their
-/// answers in a background task, recording each in the lock's
-/// confirmations (and in `in_flight`, for a release waiting on them).
-/// Without a runtime nothing can follow them; `in_flight` is then marked
-/// answered at once, so that a release does not wait for them.
-pub(crate) fn follow<T, F>(
-    redlock: &Redlock,
-    held: Arc<Held>,
+/// Follows a round's stragglers, recording their answers in the lock's
+/// confirmations.
+fn follow_into<T, F>(
+    core: &Arc<Core>,
+    held: &Arc<Held>,
     id: RoundId,
     op: &'static str,
-    mut stragglers: Stragglers<F>,
+    stragglers: Stragglers<F>,
     in_flight: Option<Arc<InFlight>>,
 ) where
     T: Answer + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
 {
-    let record = move |held: &Held, labels: &Redlock, node: usize, answer: Result<T, NodeError>| {
-        let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
+    let held = held.clone();
+    follow(core, op, stragglers, in_flight, move |node, vote| {
         held.confirmations.record(id, node, vote == Vote::Yes);
-        let label = labels.config().nodes[node].label();
-        let confirmed = held.confirmations.count();
-        tracing::debug!(op, node = %label, late = true, ?vote, confirmed);
-    };
-    // Answers that arrived with the deciding ones need no task.
-    while let Some(Some((node, answer))) = stragglers.next().now_or_never() {
-        record(&held, redlock, node, answer);
-        if let Some(in_flight) = &in_flight {
-            in_flight.answer(node);
-        }
-    }
-    if stragglers.is_empty() {
-        return;
-    }
-    // Marks every node answered when the task ends, however it ends (also
-    // when it is dropped unfinished, or never spawned).
-    let settled = in_flight.map(AllAnswered);
-    let labels = redlock.clone();
-    redlock.config().background.spawn(async move {
-        while let Some((node, answer)) = stragglers.next().await {
-            record(&held, &labels, node, answer);
-            if let Some(settled) = &settled {
-                settled.0.answer(node);
-            }
-        }
-        drop(settled);
+        tracing::debug!(op, confirmed = held.confirmations.count());
     });
-}
-
-/// Which acquire requests of a held lock were still in flight when the
-/// quorum decided, per node, until each has answered or timed out.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    pending: Box<[AtomicBool]>,
-    answered: Notify,
-}
-
-impl InFlight {
-    fn new(nodes: usize, in_flight: impl IntoIterator<Item = usize>) -> Self {
-        let pending: Box<[AtomicBool]> = (0..nodes).map(|_| AtomicBool::new(false)).collect();
-        for node in in_flight {
-            if let Some(flag) = pending.get(node) {
-                flag.store(true, Ordering::Relaxed);
-            }
-        }
-        Self {
-            pending,
-            answered: Notify::new(),
-        }
-    }
-
-    fn answer(&self, node: usize) {
-        if let Some(flag) = self.pending.get(node) {
-            flag.store(false, Ordering::Release);
-        }
-        self.answered.notify_waiters();
-    }
-
-    fn pending(&self, node: usize) -> bool {
-        self.pending
-            .get(node)
-            .is_some_and(|flag| flag.load(Ordering::Acquire))
-    }
-
-    /// Resolves once `node`'s request has answered or timed out.
-    pub(crate) async fn answered(&self, node: usize) {
-        while self.pending(node) {
-            let answered = self.answered.notified();
-            tokio::pin!(answered);
-            // Register before checking again, so an answer in between is
-            // not missed.
-            answered.as_mut().enable();
-            if !self.pending(node) {
-                break;
-            }
-            answered.await;
-        }
-    }
-}
-
-/// Marks every node of an [`InFlight`] answered when dropped.
-struct AllAnswered(Arc<InFlight>);
-
-impl Drop for AllAnswered {
-    fn drop(&mut self) {
-        for flag in &self.0.pending {
-            flag.store(false, Ordering::Release);
-        }
-        self.0.answered.notify_waiters();
-    }
 }
 
 /// The outcome of [`LockGuard::release`], per node.
@@ -532,7 +433,7 @@ impl Drop for AllAnswered {
 #[non_exhaustive]
 pub struct ReleaseSummary {
     released_on: Vec<Arc<str>>,
-    nodes: usize,
+    asked: usize,
     failures: Vec<NodeFailure>,
 }
 
@@ -547,12 +448,21 @@ impl ReleaseSummary {
         self.released_on.iter().map(|n| &**n)
     }
 
-    /// How many nodes were asked. Those neither in
-    /// [`released_on`](Self::released_on) nor in
+    /// How many nodes were asked: every node of the manager. Those neither
+    /// in [`released_on`](Self::released_on) nor in
     /// [`failures`](Self::failures) answered that they did not hold the
     /// token.
+    pub fn asked(&self) -> usize {
+        self.asked
+    }
+
+    /// How many nodes were asked.
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed to `asked`: `Redlock::nodes` lists the nodes, this counts them"
+    )]
     pub fn nodes(&self) -> usize {
-        self.nodes
+        self.asked
     }
 
     /// The nodes that did not answer, with their errors. Their keys, if

@@ -1,59 +1,44 @@
-//! The state a holder shares with its observers: deadline and loss, as a
-//! watch channel, and `Lease`, the owned, cloneable view of a held lock.
+//! The state a holder shares with its observers — deadline and loss as a
+//! watch channel, where the token is confirmed, and the one rule that turns
+//! an extension's decision into a new deadline or a loss — and `Lease`, the
+//! owned, cloneable view of a held lock.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::NodeFailure;
-use crate::redlock::Keys;
-use crate::{Error, Token};
-
-/// Why a lock can no longer be trusted; what [`Lease::lost`] resolves to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// The deadline passed without a successful extension.
-    Expired,
-    /// An extension found the token gone on so many nodes that no quorum
-    /// holds it (it expired there, or nodes restarted empty).
-    TokenGone,
-    /// Automatic renewal kept failing because too few nodes answered, and
-    /// too little validity was left to try again. Declared ahead of the
-    /// deadline.
-    Unreachable,
-    /// The holder released the lock or dropped its guard.
-    Released,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Expired => "its deadline passed without an extension",
-            LossReason::TokenGone => "its token was gone on too many nodes",
-            LossReason::Unreachable => "renewal could not reach a quorum in time",
-            LossReason::Released => "it was released",
-        })
-    }
-}
+use crate::error::{Error, LossReason, NodeFailure};
+use crate::quorum::{Decision, Tally, Window};
+use crate::round::Holding;
+use crate::token::Token;
 
 /// Shared by a guard, its leases, and the renewer.
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) resource: Arc<str>,
-    pub(crate) keys: Keys,
-    pub(crate) token: Token,
-    pub(crate) fence: Option<u64>,
-    /// The fence counter's key, for fenced locks: an extension that
-    /// restores the lock on a node raises the counter there too.
-    pub(crate) fence_key: Option<Arc<str>>,
+    /// The lock on the nodes: keys, token, fence.
+    pub(crate) holding: Holding,
     status: watch::Sender<Status>,
     /// Where the token is known to be, per node.
     pub(crate) confirmations: Confirmations,
+    /// Set once the lock was handed to the renewer.
+    auto_extended: AtomicBool,
+}
+
+/// What an extension's (or renewal's) decided round means for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extended {
+    /// The deadline moved.
+    Yes,
+    /// The lock is lost, for this reason (recorded).
+    Lost(LossReason),
+    /// Too few nodes extended, but nothing says the lock is gone: the
+    /// previous deadline still holds.
+    Failed,
 }
 
 /// Per node, whether the newest answer about this lock's token said the
@@ -139,12 +124,11 @@ impl Status {
 }
 
 impl Held {
-    #[allow(clippy::too_many_arguments)]
+    /// A lock granted by a request begun at `started`, trusted until
+    /// `deadline`, on a manager of `nodes` nodes.
     pub(crate) fn new(
         resource: Arc<str>,
-        keys: Keys,
-        token: Token,
-        fence: Option<(u64, Arc<str>)>,
+        holding: Holding,
         started: Instant,
         deadline: Instant,
         nodes: usize,
@@ -154,15 +138,54 @@ impl Held {
             deadline,
             lost: None,
         });
-        let (fence, fence_key) = fence.unzip();
         Self {
             resource,
-            keys,
-            token,
-            fence,
-            fence_key,
+            holding,
             status,
             confirmations: Confirmations::new(nodes),
+            auto_extended: AtomicBool::new(false),
+        }
+    }
+
+    /// The token.
+    pub(crate) fn token(&self) -> &Token {
+        &self.holding.token
+    }
+
+    /// Marks the lock handed to the renewer; false if it already was.
+    pub(crate) fn start_auto_extension(&self) -> bool {
+        !self.auto_extended.swap(true, Ordering::AcqRel)
+    }
+
+    /// Applies an extension's decided round, begun in `window`: with a
+    /// quorum and validity left the deadline moves; refusals alone ruling
+    /// out a quorum (nodes holding another value: absent keys were set
+    /// again) mean the token is gone for good; otherwise the extension
+    /// failed and the previous deadline stands.
+    pub(crate) fn settle_extension(
+        &self,
+        decision: Decision,
+        tally: &Tally,
+        window: &Window,
+    ) -> Extended {
+        match decision {
+            Decision::Reached => {
+                let now = Instant::now();
+                if window.validity_at(now).is_some()
+                    && self.extend_to(now, window.start(), window.deadline())
+                {
+                    return Extended::Yes;
+                }
+                // Too late, or lost (or released) meanwhile.
+                let reason = self.status().lost.unwrap_or(LossReason::Expired);
+                self.mark_lost(reason);
+                Extended::Lost(self.status().lost.unwrap_or(reason))
+            }
+            _ if tally.refused_by_quorum_complement() => {
+                self.mark_lost(LossReason::TokenGone);
+                Extended::Lost(self.status().lost.unwrap_or(LossReason::TokenGone))
+            }
+            _ => Extended::Failed,
         }
     }
 
@@ -187,7 +210,7 @@ impl Held {
     /// Moves the deadline if the lock is still trusted at `now`; returns
     /// whether it did. Lost is final: a late success cannot revive a lock
     /// whose deadline has passed (`lost()` may already have fired).
-    pub(crate) fn extend_to(&self, now: Instant, started: Instant, deadline: Instant) -> bool {
+    fn extend_to(&self, now: Instant, started: Instant, deadline: Instant) -> bool {
         self.status.send_if_modified(|s| {
             let ok = s.trusted_at(now) && now < deadline;
             if ok {
@@ -232,8 +255,8 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("resource", &self.held.resource)
-            .field("token", &self.held.token)
-            .field("fence", &self.held.fence)
+            .field("token", self.held.token())
+            .field("fence", &self.fence())
             .field("validity", &self.validity())
             .field("confirmed", &self.confirmed())
             .finish()
@@ -248,12 +271,12 @@ impl Lease {
 
     /// This grant's token (see [`Token`]).
     pub fn token(&self) -> &Token {
-        &self.held.token
+        self.held.token()
     }
 
     /// The fencing token of this grant, for fenced locks; `None` otherwise.
     pub fn fence(&self) -> Option<u64> {
-        self.held.fence
+        self.held.holding.fence()
     }
 
     /// On how many nodes the token is confirmed: nodes whose newest answer
@@ -310,12 +333,23 @@ impl Lease {
         }
     }
 
-    /// Why the lock is lost, if it is (including a passed deadline).
-    pub fn loss(&self) -> Option<LossReason> {
+    /// Why the lock is lost, if it is (including a passed deadline);
+    /// `None` while it can be trusted. The synchronous counterpart of
+    /// [`lost`](Self::lost).
+    pub fn loss_reason(&self) -> Option<LossReason> {
         let status = self.held.status();
         status
             .lost
             .or_else(|| (Instant::now() >= status.deadline).then_some(LossReason::Expired))
+    }
+
+    /// Why the lock is lost, if it is.
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed to `loss_reason`: `loss` and `lost` differed by one letter"
+    )]
+    pub fn loss(&self) -> Option<LossReason> {
+        self.loss_reason()
     }
 
     /// Resolves once the holder must assume the lock is gone, with the
@@ -375,20 +409,16 @@ pub(crate) async fn wait_lost(mut status: watch::Receiver<Status>) -> LossReason
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn held(deadline: Instant) -> Arc<Held> {
-        let token = Token::generate().expect("random source");
-        Arc::new(Held::new(
-            "r".into(),
-            Arc::new(["r".into()]),
-            token,
-            None,
-            Instant::now(),
-            deadline,
-            3,
-        ))
+    pub(crate) fn held(deadline: Instant) -> Arc<Held> {
+        let holding = Holding {
+            keys: Arc::new(["r".into()]),
+            token: Token::generate().expect("random source"),
+            fence: None,
+        };
+        Arc::new(Held::new("r".into(), holding, Instant::now(), deadline, 3))
     }
 
     #[tokio::test(start_paused = true)]
@@ -397,10 +427,10 @@ mod tests {
         let lease = Lease {
             held: held(deadline),
         };
-        assert_eq!(lease.loss(), None);
+        assert_eq!(lease.loss_reason(), None);
         assert_eq!(lease.lost().await, LossReason::Expired);
         assert!(Instant::now() >= deadline);
-        assert_eq!(lease.loss(), Some(LossReason::Expired));
+        assert_eq!(lease.loss_reason(), Some(LossReason::Expired));
         assert_eq!(lease.validity(), Duration::ZERO);
     }
 
@@ -434,7 +464,7 @@ mod tests {
             !lease.held.extend_to(Instant::now(), Instant::now(), far),
             "cannot revive"
         );
-        assert_eq!(lease.loss(), Some(LossReason::TokenGone));
+        assert_eq!(lease.loss_reason(), Some(LossReason::TokenGone));
     }
 
     #[tokio::test(start_paused = true)]

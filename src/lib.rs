@@ -102,6 +102,42 @@
 //!   `#insecure` URLs are refused. If the process has not installed a
 //!   default rustls `CryptoProvider` by the first TLS connection, ring's is
 //!   installed.
+//!
+//! # How the code is organised
+//!
+//! Five layers; a module imports only from its own layer or the ones above
+//! it in this list, and no modules import one another in a circle (a unit
+//! test reads the sources and checks both). Data flows one way: request →
+//! fan-out → votes → decision → guard.
+//!
+//! 1. **Pure** (no I/O)
+//!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
+//!    - `token` — [`Token`]: 128 random bits, hex.
+//!    - `quorum` — votes in, decision out; validity and drift math.
+//!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
+//!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
+//!    - `scripts` — the Lua scripts and the Functions library.
+//! 2. **Wire**
+//!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
+//! 3. **Round**
+//!    - `calls` — the poller of one fan-out's requests, under one timer.
+//!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
+//!    - `round` — the engine: one request to every node, votes, decision, the
+//!      requests still in flight, releases, cleanup; the `Core` that holders share.
+//!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
+//!      descriptions the engine runs: what a node is asked, how it votes.
+//! 4. **Holding**
+//!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
+//!    - `renew` — auto-extension: one task per manager, batched per node.
+//!    - `wakeup` — waiting for a release by pub/sub instead of polling.
+//!    - `guard` — [`LockGuard`]: extend, release, drop.
+//! 5. **Entry points**
+//!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
+//!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
+//!
+//! A new primitive is a description in `primitive` (its scripts in
+//! `scripts`, its node commands in `node`); guards, renewal and wake-ups
+//! serve it without knowing which primitive it is.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.
@@ -117,33 +153,48 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod builder;
-mod calls;
+// The layers, each importing only from the ones above it in this list
+// (checked by the `layers` unit test): see "How the code is organised".
+//
+// 1. pure: no I/O
 mod error;
-mod guard;
-mod lease;
-mod node;
 mod quorum;
-mod redlock;
-mod renew;
+mod request;
 mod retry;
 mod scripts;
-mod tasks;
 mod token;
+// 2. wire: one node
+mod node;
+// 3. round: one request to every node, and the primitives on it
+mod calls;
+mod primitive;
+mod round;
+mod tasks;
+// 4. holding
+mod guard;
+mod lease;
+mod renew;
 mod wakeup;
+// 5. entry points
+mod builder;
+mod redlock;
+
+#[cfg(test)]
+mod layers;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, MAX_TTL, RedlockBuilder};
-pub use error::{ArgumentError, ConfigError, Error, NodeError, NodeFailure};
+pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
+pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
-pub use lease::{Lease, LossReason};
-pub use redlock::{FENCE_SUFFIX, Redlock};
+pub use lease::Lease;
+pub use redlock::Redlock;
+pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 pub use token::Token;
-pub use wakeup::{RELEASED_SUFFIX, WakeOnRelease};
+pub use wakeup::WakeOnRelease;
 
 // Compiles the README's examples as doctests, so they cannot rot.
 #[cfg(doctest)]

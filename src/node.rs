@@ -19,6 +19,8 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
+use crate::quorum::{Answer, Vote};
+use crate::request::channel;
 use crate::scripts::{self, Lua, ScriptMode};
 
 /// How long one connection attempt may take before it is abandoned (and
@@ -105,6 +107,16 @@ pub(crate) enum ExtendReply {
     /// Some key holds another value (another owner's token, or not a
     /// string); nothing was touched.
     Refused,
+}
+
+/// Extended or restored (yes), or another value holds a key (no).
+impl Answer for ExtendReply {
+    fn vote(&self) -> Vote {
+        match self {
+            Self::Extended | Self::Restored => Vote::Yes,
+            Self::Refused => Vote::No,
+        }
+    }
 }
 
 impl fmt::Debug for Node {
@@ -217,7 +229,8 @@ impl Node {
     }
 
     /// Whether this node is a Redis Cluster, where every key of one script
-    /// call must hash to the same slot (see [`same_slot`]).
+    /// call must hash to the same slot (see
+    /// [`same_slot`](crate::request::same_slot)).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.backend, Backend::Cluster(_))
     }
@@ -356,7 +369,7 @@ impl Node {
     /// Token-checked delete of a lock's keys: true if this node held the
     /// token on every key and deleted them. With `announce` (an id of this
     /// release), each deleted key's release is announced on its channel
-    /// ([`wakeup::channel`](crate::wakeup::channel)).
+    /// ([`channel`](crate::request::channel)).
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
@@ -379,8 +392,7 @@ impl Node {
         };
         let reply = match announce {
             Some(release) => {
-                let channels: Vec<String> =
-                    keys.iter().map(|k| crate::wakeup::channel(k)).collect();
+                let channels: Vec<String> = keys.iter().map(|k| channel(k)).collect();
                 let mut args = Vec::with_capacity(2 + channels.len());
                 args.extend([token, release]);
                 args.extend(channels.iter().map(String::as_str));
@@ -617,20 +629,6 @@ async fn cluster_script(
             call("EVAL", lua.source).query_async(conn).await
         }
         reply => reply,
-    }
-}
-
-/// Whether every key hashes to the same Redis Cluster slot, so that one
-/// script call may touch them all on a cluster node: the `{hash tag}` rule,
-/// then CRC16 (XMODEM) modulo 16384. True for no keys or one key.
-///
-/// Only keys sharing a hash tag are guaranteed to share a slot, e.g.
-/// `{lock_goods}:300` and `{lock_goods}:300:fence`.
-pub(crate) fn same_slot(keys: &[&str]) -> bool {
-    let mut slots = keys.iter().map(Slot::for_key);
-    match slots.next() {
-        Some(first) => slots.all(|slot| slot == first),
-        None => true,
     }
 }
 
@@ -880,46 +878,6 @@ mod tests {
             }
             other => panic!("expected InvalidCluster, got {other:?}"),
         }
-    }
-
-    /// Slots as `redis-cli CLUSTER KEYSLOT` reports them (Redis 7.0).
-    const KNOWN_SLOTS: [(&str, u16); 9] = [
-        ("foo", 12182),
-        ("bar", 5061),
-        ("123456789", 12739),
-        ("{user1000}.following", 3443),
-        ("{lock_goods}:300", 2307),
-        ("{lock_goods}", 2307),
-        ("", 0),
-        // An empty tag is no tag: the whole key is hashed.
-        ("{}{x}", 3257),
-        ("a{}b", 13694),
-    ];
-
-    #[test]
-    fn slots_match_the_ones_redis_computes() {
-        for (key, slot) in KNOWN_SLOTS {
-            assert_eq!(Slot::new(slot), Some(Slot::for_key(key)), "{key:?}");
-        }
-    }
-
-    #[test]
-    fn keys_share_a_slot_only_by_hash_tag_or_chance() {
-        assert!(same_slot(&[]));
-        assert!(same_slot(&["foo"]));
-        assert!(same_slot(&["{lock_goods}:300", "{lock_goods}:300:fence"]));
-        assert!(same_slot(&[
-            "{lock_goods}:300",
-            "{lock_goods}",
-            "x{lock_goods}"
-        ]));
-        // Only the first `{…}` counts.
-        assert!(same_slot(&["{a}{b}", "{a}{c}"]));
-        assert!(!same_slot(&["foo", "bar"]));
-        assert!(!same_slot(&["lock_goods:300", "lock_goods:300:fence"]));
-        assert!(!same_slot(&["{lock_goods}:300", "{lock_goods}:300", "bar"]));
-        // An empty tag hashes the whole key.
-        assert!(!same_slot(&["{}a", "{}b"]));
     }
 
     #[test]

@@ -23,6 +23,18 @@ pub(crate) enum Vote {
     Failed,
 }
 
+/// A node's successful answer, which counts as a vote.
+pub(crate) trait Answer: Copy {
+    fn vote(&self) -> Vote;
+}
+
+/// Done (yes) or refused (no).
+impl Answer for bool {
+    fn vote(&self) -> Vote {
+        if *self { Vote::Yes } else { Vote::No }
+    }
+}
+
 /// Where a tally stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {

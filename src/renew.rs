@@ -2,22 +2,22 @@
 //! lock alive: it wakes when the first lock is due, takes every lock whose
 //! renewal window is open, and renews them all with one script call per
 //! node (in chunks of `MAX_BATCH`). No timer or task per lock or per node.
+//! It holds the [`Core`] weakly, and knows locks only as [`Held`] state.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::guard::extension;
-use crate::lease::{Held, LossReason, RoundId};
-use crate::node::{ExtendReply, Extension};
-use crate::quorum::{Decision, Tally, Vote, Window};
-use crate::redlock::{Answer, Config, Redlock};
+use crate::calls::Stragglers;
+use crate::error::LossReason;
+use crate::lease::{Extended, Held, RoundId};
+use crate::node::{Deadline, ExtendReply, Extension};
+use crate::quorum::{Answer, Decision, Tally, Vote, Window, drift};
+use crate::round::Core;
 
 /// The most locks renewed by one script call.
 const MAX_BATCH: usize = 1000;
@@ -37,6 +37,8 @@ struct Entry {
     held: Arc<Held>,
     ttl: Duration,
     ttl_ms: u64,
+    /// The validity window of a renewal: `ttl - drift`.
+    w: Duration,
     plan: Plan,
     in_flight: bool,
 }
@@ -90,8 +92,7 @@ enum Outcome {
     Renewed,
     /// Too few nodes answered yes, but not because the token was gone.
     Failed,
-    TokenGone,
-    /// Lost or released meanwhile: nothing to do any more.
+    /// Lost (the loss is recorded) or released: nothing to do any more.
     Finished,
 }
 
@@ -105,7 +106,7 @@ impl Renewer {
     /// runtime nothing can be renewed and the lock expires at its deadline.
     pub(crate) fn register(
         self: &Arc<Self>,
-        redlock: &Redlock,
+        core: &Arc<Core>,
         held: Arc<Held>,
         ttl: Duration,
         ttl_ms: u64,
@@ -116,9 +117,9 @@ impl Renewer {
                 tracing::debug!("auto_extend outside a tokio runtime: the lock will expire");
                 return;
             };
-            runtime.spawn(run(Arc::downgrade(&redlock.shared()), self.clone()));
+            runtime.spawn(run(Arc::downgrade(core), self.clone()));
         }
-        let w = window_len(redlock, ttl);
+        let w = ttl.saturating_sub(drift(ttl, core.drift_factor));
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.registry().insert(
@@ -127,6 +128,7 @@ impl Renewer {
                 held,
                 ttl,
                 ttl_ms,
+                w,
                 plan,
                 in_flight: false,
             },
@@ -166,7 +168,7 @@ impl Renewer {
     }
 
     /// Applies a round's outcomes and wakes the loop to reschedule.
-    fn finish(&self, redlock: &Redlock, outcomes: Vec<(u64, Outcome)>) {
+    fn finish(&self, outcomes: Vec<(u64, Outcome)>) {
         let now = Instant::now();
         let mut registry = self.registry();
         for (id, outcome) in outcomes {
@@ -174,7 +176,7 @@ impl Renewer {
                 continue;
             };
             let deadline = entry.held.status().deadline;
-            let w = window_len(redlock, entry.ttl);
+            let w = entry.w;
             let next = match outcome {
                 Outcome::Renewed => Some(Plan::for_deadline(deadline, w)),
                 Outcome::Failed => {
@@ -183,10 +185,6 @@ impl Renewer {
                         entry.held.mark_lost(LossReason::Unreachable);
                     }
                     next
-                }
-                Outcome::TokenGone => {
-                    entry.held.mark_lost(LossReason::TokenGone);
-                    None
                 }
                 Outcome::Finished => None,
             };
@@ -210,26 +208,21 @@ impl Renewer {
     }
 }
 
-fn window_len(redlock: &Redlock, ttl: Duration) -> Duration {
-    ttl.saturating_sub(crate::quorum::drift(ttl, redlock.config().drift_factor))
-}
-
-/// The renewer loop. Holds its manager only weakly between rounds, so it
-/// ends once every handle and guard of the manager is gone.
-async fn run(config: Weak<Config>, renewer: Arc<Renewer>) {
+/// The renewer loop. Holds the core only weakly between rounds, so it ends
+/// once every handle and guard of the manager is gone.
+async fn run(core: Weak<Core>, renewer: Arc<Renewer>) {
     loop {
         let woken = renewer.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let Some(config) = config.upgrade() else {
+        let Some(core) = core.upgrade() else {
             return;
         };
-        let redlock = Redlock::from_shared(config);
         let (batch, next) = renewer.take_due(Instant::now());
         if !batch.is_empty() {
-            tokio::spawn(renew_chunks(redlock.clone(), renewer.clone(), batch));
+            tokio::spawn(renew_chunks(core.clone(), renewer.clone(), batch));
         }
-        drop(redlock);
+        drop(core);
         match next {
             Some(at) => {
                 tokio::select! {
@@ -252,20 +245,20 @@ async fn run(config: Weak<Config>, renewer: Arc<Renewer>) {
 /// a slow minority does not hold up the next chunk. When fewer than a
 /// quorum of nodes answered a chunk, the rest of the round fails at once
 /// (waiting a node timeout per chunk would only delay the retry).
-async fn renew_chunks(redlock: Redlock, renewer: Arc<Renewer>, mut batch: Vec<Due>) {
+async fn renew_chunks(core: Arc<Core>, renewer: Arc<Renewer>, mut batch: Vec<Due>) {
     batch.sort_by_cached_key(|due| due.held.status().deadline);
     let mut unreachable = false;
     for chunk in batch.chunks(MAX_BATCH) {
         if unreachable {
             let failed = chunk.iter().map(|due| (due.id, Outcome::Failed)).collect();
-            renewer.finish(&redlock, failed);
+            renewer.finish(failed);
             continue;
         }
         let (decided, on_decided) = tokio::sync::oneshot::channel();
-        let (redlock, renewer, chunk) = (redlock.clone(), renewer.clone(), chunk.to_vec());
+        let (core, renewer, chunk) = (core.clone(), renewer.clone(), chunk.to_vec());
         tokio::spawn(async move {
-            renew_round(&redlock, &chunk, |outcomes, reachable| {
-                renewer.finish(&redlock, outcomes);
+            renew_round(&core, &chunk, |outcomes, reachable| {
+                renewer.finish(outcomes);
                 let _ = decided.send(reachable);
             })
             .await;
@@ -280,47 +273,46 @@ async fn renew_chunks(redlock: Redlock, renewer: Arc<Renewer>, mut batch: Vec<Du
 /// answered, once every lock is decided; then waits for the remaining nodes
 /// (dropping their requests could keep them from being sent, and the lock
 /// should stay on every node it can).
-async fn renew_round(
-    redlock: &Redlock,
-    batch: &[Due],
-    report: impl FnOnce(Vec<(u64, Outcome)>, bool),
-) {
-    let config = redlock.config();
+async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, Outcome)>, bool)) {
     let start = Instant::now();
-    let deadline = start + config.node_timeout;
+    let deadline = start + core.node_timeout;
     // Every lock, in batch order: the same list for each node.
     let locks: Vec<Extension<'_>> = batch
         .iter()
-        .map(|due| extension(&due.held, due.ttl_ms))
+        .map(|due| due.held.holding.extension(due.ttl_ms))
         .collect();
     let rounds: Vec<RoundId> = batch
         .iter()
         .map(|due| due.held.confirmations.next_round())
         .collect();
     let locks = &locks;
-    let mut calls: FuturesUnordered<_> = config
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| async move { (i, node, node.extend_many(locks, deadline).await) })
-        .collect();
-    let mut tallies = vec![Tally::new(config.nodes.len()); batch.len()];
+    // The requests of one fan-out, under its one timer.
+    let shared = Deadline::timed_by_caller(deadline);
+    let mut calls = Stragglers::new(
+        core.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (i, node.extend_many(locks, shared))),
+        Some(deadline),
+    );
+    let mut tallies = vec![Tally::new(core.nodes.len()); batch.len()];
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
     let (mut undecided, mut report) = (batch.len(), Some(report));
     let mut answered = 0;
-    let reachable = |answered| answered >= crate::quorum::quorum(config.nodes.len());
-    while let Some((i, node, answer)) = calls.next().await {
+    let reachable = |answered| answered >= core.quorum();
+    while let Some((i, answer)) = calls.next().await {
         answered += usize::from(answer.is_ok());
+        let node = core.label(i);
         match &answer {
             Ok(answers) => {
                 let restored = answers
                     .iter()
                     .filter(|&&a| a == ExtendReply::Restored)
                     .count();
-                tracing::debug!(op = "renew", node = %node.label(), locks = batch.len(), restored);
+                tracing::debug!(op = "renew", node, locks = batch.len(), restored);
             }
             Err(error) => {
-                tracing::debug!(op = "renew", node = %node.label(), error = %error, "node failed");
+                tracing::debug!(op = "renew", node, error = %error, "node failed");
             }
         }
         for (j, (Due { held, ttl, .. }, &round)) in batch.iter().zip(&rounds).enumerate() {
@@ -333,33 +325,24 @@ async fn renew_round(
             if outcomes[j].is_some() {
                 continue;
             }
-            outcomes[j] = match tallies[j].record(vote) {
-                Decision::Pending => None,
-                Decision::Reached => {
-                    let window = Window::new(start, *ttl, config.drift_factor);
-                    let now = Instant::now();
-                    let renewed = window.validity_at(now).is_some()
-                        && held.extend_to(now, window.start(), window.deadline());
-                    tracing::debug!(
-                        op = "renew",
-                        resource = %held.resource,
-                        renewed,
-                        confirmed = held.confirmations.count(),
-                    );
-                    Some(if renewed {
-                        Outcome::Renewed
-                    } else {
-                        Outcome::Finished
-                    })
-                }
-                Decision::Impossible if tallies[j].refused_by_quorum_complement() => {
-                    Some(Outcome::TokenGone)
-                }
-                Decision::Impossible => Some(Outcome::Failed),
-            };
-            if outcomes[j].is_some() {
-                undecided -= 1;
+            let decision = tallies[j].record(vote);
+            if decision == Decision::Pending {
+                continue;
             }
+            let window = Window::new(start, *ttl, core.drift_factor);
+            let outcome = match held.settle_extension(decision, &tallies[j], &window) {
+                Extended::Yes => Outcome::Renewed,
+                Extended::Lost(_) => Outcome::Finished,
+                Extended::Failed => Outcome::Failed,
+            };
+            tracing::debug!(
+                op = "renew",
+                resource = %held.resource,
+                ?outcome,
+                confirmed = held.confirmations.count(),
+            );
+            outcomes[j] = Some(outcome);
+            undecided -= 1;
         }
         if undecided == 0
             && let Some(report) = report.take()
@@ -421,18 +404,7 @@ mod tests {
     async fn take_due_batches_open_windows_and_forgets_finished_locks() {
         let renewer = Renewer::default();
         let now = Instant::now();
-        let token = || crate::Token::generate().expect("random source");
-        let mk = |deadline| {
-            Arc::new(Held::new(
-                "r".into(),
-                Arc::new(["r".into()]),
-                token(),
-                None,
-                Instant::now(),
-                deadline,
-                3,
-            ))
-        };
+        let mk = crate::lease::tests::held;
         let insert = |id, held: Arc<Held>, plan| {
             renewer.registry().insert(
                 id,
@@ -440,6 +412,7 @@ mod tests {
                     held,
                     ttl: W,
                     ttl_ms: 900,
+                    w: W,
                     plan,
                     in_flight: false,
                 },

@@ -12,10 +12,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::redlock::Config;
-
-/// Appended to a lock's key to form the channel its releases announce on.
-pub const RELEASED_SUFFIX: &str = ":released";
+use crate::request::channel;
+use crate::round::Core;
 
 /// The most a woken waiter that lost the previous release to another
 /// waiter (of another manager) waits before trying, uniformly at random:
@@ -140,9 +138,9 @@ impl Wakeups {
 
     /// Registers a waiter on `keys`' channels, subscribing to them on every
     /// node (lazily starting one pub/sub task per node).
-    pub(crate) fn waiter(self: &Arc<Self>, config: &Arc<Config>, keys: &[Arc<str>]) -> Waiter {
-        self.start(config);
-        self.register(keys, config.nodes.len())
+    pub(crate) fn waiter(self: &Arc<Self>, core: &Arc<Core>, keys: &[Arc<str>]) -> Waiter {
+        self.start(core);
+        self.register(keys, core.nodes.len())
     }
 
     fn register(self: &Arc<Self>, keys: &[Arc<str>], nodes: usize) -> Waiter {
@@ -176,7 +174,7 @@ impl Wakeups {
     }
 
     /// Starts the per-node pub/sub tasks, once.
-    fn start(self: &Arc<Self>, config: &Arc<Config>) {
+    fn start(self: &Arc<Self>, core: &Arc<Core>) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -184,8 +182,8 @@ impl Wakeups {
             self.started.store(false, Ordering::Release);
             return;
         };
-        for node in 0..config.nodes.len() {
-            runtime.spawn(follow_node(Arc::downgrade(config), self.clone(), node));
+        for node in 0..core.nodes.len() {
+            runtime.spawn(follow_node(Arc::downgrade(core), self.clone(), node));
         }
     }
 
@@ -254,21 +252,6 @@ impl Wakeups {
     }
 }
 
-/// What a release announces: a random id, so that the waiters can tell one
-/// release announced by several nodes from several releases.
-pub(crate) fn release_id() -> String {
-    // Never 0, which stands for "no id".
-    format!("{:016x}", rand::random::<u64>().max(1))
-}
-
-/// The channel a lock key's releases are announced on.
-pub(crate) fn channel(key: &str) -> String {
-    let mut name = String::with_capacity(key.len() + RELEASED_SUFFIX.len());
-    name.push_str(key);
-    name.push_str(RELEASED_SUFFIX);
-    name
-}
-
 /// One task's interest in releases of its keys, for as long as it waits.
 #[derive(Debug)]
 pub(crate) struct Waiter {
@@ -320,7 +303,7 @@ impl Drop for Waiter {
 /// Keeps one node's pub/sub connection subscribed to the channels with
 /// waiters, for as long as the manager lives. Connects only while there
 /// are waiters; a failed connection is retried after [`RECONNECT_DELAY`].
-async fn follow_node(config: Weak<Config>, wakeups: Arc<Wakeups>, node: usize) {
+async fn follow_node(core: Weak<Core>, wakeups: Arc<Wakeups>, node: usize) {
     let mut changes = wakeups.changes.subscribe();
     loop {
         if wakeups.stopped() {
@@ -334,11 +317,11 @@ async fn follow_node(config: Weak<Config>, wakeups: Arc<Wakeups>, node: usize) {
             continue;
         }
         let (connection, timeout) = {
-            let Some(config) = config.upgrade() else {
+            let Some(core) = core.upgrade() else {
                 return;
             };
-            let node = &config.nodes[node];
-            (node.pubsub(config.node_timeout).await, config.node_timeout)
+            let node = &core.nodes[node];
+            (node.pubsub(core.node_timeout).await, core.node_timeout)
         };
         match connection {
             Ok(pubsub) => {

@@ -122,7 +122,7 @@ async fn extend_succeeds_after_any_two_of_five_nodes_die() {
             // decision.
             until_confirmed(&guard, 3).await;
             assert!(guard.lost().now_or_never().is_none(), "pair {a}{b}");
-            assert!(guard.loss().is_none(), "pair {a}{b}");
+            assert!(guard.loss_reason().is_none(), "pair {a}{b}");
             let summary = guard.release().await.expect("release");
             assert_eq!(summary.released(), 3, "pair {a}{b}: {summary:?}");
             assert_eq!(free_nodes(&nodes, &resource).await, 5);
@@ -230,7 +230,7 @@ async fn extend_never_touches_another_owners_key() {
         }
         other => panic!("expected a lost lock, got {other:?}"),
     }
-    assert_eq!(guard.loss(), Some(LossReason::TokenGone));
+    assert_eq!(guard.loss_reason(), Some(LossReason::TokenGone));
     for server in &nodes.iter().collect::<Vec<_>>()[..2] {
         let mut c = conn(&server.url()).await;
         assert_eq!(
@@ -265,7 +265,10 @@ async fn a_failed_extend_says_what_it_saw() {
         .expect("SET");
     let error = guard.extend(ttl).await.expect_err("1 of 3");
     assert!(matches!(error, Error::Contended { .. }), "{error}");
-    assert!(guard.loss().is_none(), "the previous deadline still holds");
+    assert!(
+        guard.loss_reason().is_none(),
+        "the previous deadline still holds"
+    );
 
     // Two dead nodes: unreachable, whatever the keys.
     nodes[1].kill();
@@ -273,7 +276,10 @@ async fn a_failed_extend_says_what_it_saw() {
         Err(Error::Unavailable { failures, .. }) => assert_eq!(failures.len(), 2),
         other => panic!("expected unavailable, got {other:?}"),
     }
-    assert!(guard.loss().is_none(), "the previous deadline still holds");
+    assert!(
+        guard.loss_reason().is_none(),
+        "the previous deadline still holds"
+    );
     drop(guard);
     locks.settle().await;
 }
@@ -431,7 +437,7 @@ async fn rolling_restart(style: Rolling) {
     let stolen = contender.await.expect("contender");
     assert_eq!(stolen, None, "{style:?}: the contender got the lock");
     assert!(attempts.load(Ordering::SeqCst) > 20, "the contender tried");
-    assert!(guard.loss().is_none());
+    assert!(guard.loss_reason().is_none());
     let summary = guard.release().await.expect("release");
     assert_eq!(summary.released(), 5, "{summary:?}");
 }

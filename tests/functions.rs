@@ -117,7 +117,7 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
         }
     })
     .await;
-    assert_eq!(guard.loss(), None);
+    assert_eq!(guard.loss_reason(), None);
     guard.release().await.expect("release");
 }
 

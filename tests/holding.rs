@@ -85,7 +85,7 @@ async fn losing_the_majority_reports_loss_before_the_deadline() {
     let reason = no_hang("lost()", guard.lost()).await;
     // Declared by the renewer ahead of the deadline, not by the deadline.
     assert_eq!(reason, LossReason::Unreachable);
-    assert_eq!(guard.loss(), Some(LossReason::Unreachable));
+    assert_eq!(guard.loss_reason(), Some(LossReason::Unreachable));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,22 +247,9 @@ async fn renewals_are_batched_per_node_not_per_lock() {
         .expect("RESETSTAT");
     // Two seconds on a one-second ttl: every lock is renewed at least twice.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c0)
-        .await
-        .expect("INFO");
-    let calls = |name: &str| -> u64 {
-        stats
-            .lines()
-            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
-            .and_then(|l| l.split("calls=").nth(1))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    let script_calls = calls("evalsha") + calls("eval");
-    let pexpires = calls("pexpire");
+    let stats = command_stats(&mut c0).await;
+    let script_calls = stats.calls("evalsha") + stats.calls("eval");
+    let pexpires = stats.calls("pexpire");
     assert!(
         pexpires >= 2 * LOCKS as u64,
         "every lock renewed: {pexpires} PEXPIREs"
@@ -272,7 +259,7 @@ async fn renewals_are_batched_per_node_not_per_lock() {
         "renewals batched: {script_calls} script calls for {pexpires} renewals"
     );
     for guard in &guards {
-        assert!(guard.loss().is_none(), "no lock lost");
+        assert!(guard.loss_reason().is_none(), "no lock lost");
     }
     for guard in guards {
         guard.release().await.expect("release");
@@ -299,9 +286,82 @@ async fn many_locks_keep_renewing_while_a_node_hangs() {
     nodes[2].pause().expect("pause");
     tokio::time::sleep(Duration::from_secs(3)).await;
     nodes[2].resume().expect("resume");
-    let lost = guards.iter().filter(|g| g.loss().is_some()).count();
+    let lost = guards.iter().filter(|g| g.loss_reason().is_some()).count();
     assert_eq!(lost, 0, "locks lost while one node of three hung");
     for guard in guards {
         guard.release().await.expect("release");
     }
+}
+
+/// A node's `INFO commandstats`.
+struct CommandStats(String);
+
+impl CommandStats {
+    /// How many times `name` ran without failing (a NOSCRIPT `EVALSHA`,
+    /// for one, fails).
+    fn calls(&self, name: &str) -> u64 {
+        let Some(line) = self
+            .0
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+        else {
+            return 0;
+        };
+        let field = |field: &str| -> u64 {
+            line.split([':', ','])
+                .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        field("calls").saturating_sub(field("failed_calls"))
+    }
+}
+
+async fn command_stats(c: &mut redis::aio::MultiplexedConnection) -> CommandStats {
+    CommandStats(
+        redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(c)
+            .await
+            .expect("INFO"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extend_twice_renews_the_lock_once_per_round() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    let guard = locks
+        .lock("twice", Duration::from_millis(600))
+        .await
+        .expect("lock");
+    let mut c0 = conn(&nodes[0].url()).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut c0)
+        .await
+        .expect("RESETSTAT");
+    for _ in 0..3 {
+        guard.auto_extend();
+    }
+    // Three renewals (each moves the deadline).
+    no_hang("renewals", async {
+        for _ in 0..3 {
+            let before = guard.deadline();
+            while guard.deadline() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await;
+    let stats = command_stats(&mut c0).await;
+    let script_calls = stats.calls("evalsha") + stats.calls("eval");
+    let pexpires = stats.calls("pexpire");
+    assert!(script_calls >= 1, "renewed on node 0");
+    // Registered once, the lock is in each renewal call once.
+    assert_eq!(
+        pexpires, script_calls,
+        "{pexpires} PEXPIREs in {script_calls} calls"
+    );
+    guard.release().await.expect("release");
 }

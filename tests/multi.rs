@@ -133,7 +133,7 @@ async fn a_multi_lock_is_renewed_and_released_as_one() {
         .expect("lock");
     guard.auto_extend();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(guard.loss().is_none(), "kept alive past three ttls");
+    assert!(guard.loss_reason().is_none(), "kept alive past three ttls");
     for key in ["m1", "m2", "m3"] {
         // Renewed on a quorum (a straggler may have missed the first grant).
         assert!(

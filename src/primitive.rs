@@ -1,0 +1,160 @@
+//! The lock primitives, each a description on the round engine
+//! ([`Acquire`]): what a node is asked, how its answer votes, and what a
+//! grant still needs. A plain lock is `SET key token NX PX ttl`; a
+//! multi-resource lock sets all of its keys or none (`acquire_many.lua`); a
+//! fenced lock also increments a counter beside its key
+//! (`acquire_fenced.lua`) and, once a quorum granted, raises the counter on
+//! the granting nodes to the fence (`fence_writeback.lua`). Holding,
+//! extending and releasing them is the same for all three (see
+//! [`Holding`](crate::round::Holding)).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, NodeError};
+use crate::node::Deadline;
+use crate::quorum::{Answer, Decision, Vote, Window};
+use crate::request::{Keys, Kind, Request};
+use crate::round::{Acquire, Core, Round, Until, fan_out};
+use crate::token::Token;
+
+/// A node's answer to a lock's acquire request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The key exists (whatever its type): NX never touches it.
+    Refused,
+    /// Set, with the counter's new value for a fenced lock.
+    Granted { counter: Option<u64> },
+}
+
+impl Answer for Acquired {
+    fn vote(&self) -> Vote {
+        match self {
+            Acquired::Granted { .. } => Vote::Yes,
+            Acquired::Refused => Vote::No,
+        }
+    }
+}
+
+impl From<bool> for Acquired {
+    fn from(granted: bool) -> Self {
+        if granted {
+            Acquired::Granted { counter: None }
+        } else {
+            Acquired::Refused
+        }
+    }
+}
+
+impl Acquire for Request {
+    type Answer = Acquired;
+
+    fn resource(&self) -> &Arc<str> {
+        &self.resource
+    }
+
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    fn ttl(&self) -> (Duration, u64) {
+        (self.ttl, self.ttl_ms)
+    }
+
+    fn call(
+        &self,
+        core: &Arc<Core>,
+        node: usize,
+        token: &Token,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Acquired, NodeError>> + Send + 'static + use<> {
+        let (core, token) = (core.clone(), token.clone());
+        let (keys, fence_key) = (self.keys.clone(), self.fence_key.clone());
+        let (kind, ttl_ms) = (self.kind, self.ttl_ms);
+        async move {
+            let Some(node) = core.nodes.get(node) else {
+                return Err(NodeError::UnexpectedReply("no such node".to_owned()));
+            };
+            let token = token.as_str();
+            match (kind, &*keys, fence_key.as_deref()) {
+                (Kind::Fenced, [key], Some(fence_key)) => {
+                    let counter = node
+                        .acquire_fenced(key, fence_key, token, ttl_ms, deadline)
+                        .await?;
+                    Ok(
+                        counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
+                            counter: Some(counter),
+                        }),
+                    )
+                }
+                (Kind::Plain, [key], _) => {
+                    Ok(node.acquire(key, token, ttl_ms, deadline).await?.into())
+                }
+                (_, keys, _) => Ok(node
+                    .acquire_many(keys, token, ttl_ms, deadline)
+                    .await?
+                    .into()),
+            }
+        }
+    }
+
+    /// A fenced lock's second phase: the fence is the largest counter value
+    /// among the granting quorum, and the granting nodes are asked to raise
+    /// their counter to it while they hold our key; a quorum of them must
+    /// confirm. Only those count: a node without our key may already have
+    /// handed a later acquirer a smaller counter (see
+    /// [`Redlock::lock_fenced`](crate::Redlock::lock_fenced), and control j
+    /// of the model in tests/model).
+    async fn complete(
+        &self,
+        core: &Arc<Core>,
+        round: &Round<Acquired>,
+        window: &Window,
+    ) -> Result<Option<(Arc<str>, u64)>, Error> {
+        let Some(fence_key) = &self.fence_key else {
+            return Ok(None);
+        };
+        let counter = |answer: &Option<Acquired>| match answer {
+            Some(Acquired::Granted { counter }) => *counter,
+            _ => None,
+        };
+        // A reached quorum holds at least one granted counter value.
+        let fence = round
+            .answers
+            .iter()
+            .filter_map(counter)
+            .max()
+            .unwrap_or_default();
+        let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
+        let (writeback, _) = fan_out(
+            &core.nodes,
+            Until::Decided,
+            "fence",
+            deadline,
+            |i, node, deadline| {
+                let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
+                async move {
+                    if !granted {
+                        return Ok(false);
+                    }
+                    node.fence_writeback(fence_key, fence, deadline).await
+                }
+            },
+        )
+        .await;
+        // Granting nodes never refuse a write-back: short of a quorum,
+        // granting nodes failed.
+        match writeback.decision {
+            Decision::Reached => Ok(Some((fence_key.clone(), fence))),
+            _ => Err(Error::FenceUnconfirmed {
+                resource: self.resource.to_string(),
+                confirmed: writeback.tally.yes(),
+                quorum: writeback.tally.quorum(),
+                failures: writeback.failures,
+            }),
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! What a caller asks for, checked before any I/O: resource names become
+//! keys (with the prefix), a ttl is rounded to Redis' milliseconds and
+//! checked against the drift allowance, and keys that one script must touch
+//! together are checked to share a Redis Cluster slot. Also the names of
+//! the keys and channels that live beside a lock's key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+
+use crate::error::{ArgumentError, Error};
+use crate::quorum::drift;
+
+/// The largest accepted lock time-to-live. Hold longer with
+/// [`LockGuard::extend`](crate::LockGuard::extend).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Appended to a lock's key to form its fence counter's key.
+pub const FENCE_SUFFIX: &str = ":fence";
+
+/// Appended to a lock's key to form the channel its releases announce on.
+pub const RELEASED_SUFFIX: &str = ":released";
+
+/// A lock's Redis keys, shared cheaply by its guard and background tasks.
+pub(crate) type Keys = Arc<[Arc<str>]>;
+
+/// Which lock primitive a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One key: `SET key token NX PX ttl`.
+    Plain,
+    /// One key and its fence counter.
+    Fenced,
+    /// Several keys, all or none.
+    Many,
+}
+
+/// Whether a request wants a fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fencing {
+    Off,
+    On,
+}
+
+/// What the manager's configuration says about requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits<'a> {
+    /// Prepended to every resource name to form its key.
+    pub(crate) prefix: &'a str,
+    pub(crate) drift_factor: f64,
+    /// Whether some node is a Redis Cluster, where one script's keys must
+    /// share a hash slot.
+    pub(crate) cluster: bool,
+}
+
+/// One validated lock request.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The resource name, or the names joined by `+` for a multi-lock.
+    pub(crate) resource: Arc<str>,
+    /// One key per resource: the prefix and the resource name.
+    pub(crate) keys: Keys,
+    /// The fence counter's key, for fenced locks.
+    pub(crate) fence_key: Option<Arc<str>>,
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    pub(crate) kind: Kind,
+}
+
+impl Request {
+    /// Validates a (multi-)resource request. No I/O.
+    pub(crate) fn new(
+        resources: &[&str],
+        ttl: Duration,
+        fencing: Fencing,
+        limits: Limits<'_>,
+    ) -> Result<Self, Error> {
+        if resources.is_empty() {
+            return Err(ArgumentError::NoResources.into());
+        }
+        if resources.iter().any(|r| r.is_empty()) {
+            return Err(ArgumentError::EmptyResource.into());
+        }
+        for (i, resource) in resources.iter().enumerate() {
+            if resources[..i].contains(resource) {
+                return Err(ArgumentError::DuplicateResource {
+                    resource: (*resource).to_owned(),
+                }
+                .into());
+            }
+        }
+        let (ttl, ttl_ms) = checked_ttl(ttl, limits.drift_factor)?;
+        let prefix = limits.prefix;
+        let keys: Keys = resources
+            .iter()
+            .map(|resource| {
+                if prefix.is_empty() {
+                    Arc::from(*resource)
+                } else {
+                    Arc::from(format!("{prefix}{resource}"))
+                }
+            })
+            .collect();
+        let (fence_key, kind) = match (&*keys, fencing) {
+            ([_], Fencing::Off) => (None, Kind::Plain),
+            (_, Fencing::Off) => (None, Kind::Many),
+            ([key], Fencing::On) => (
+                Some(Arc::from(format!("{key}{FENCE_SUFFIX}"))),
+                Kind::Fenced,
+            ),
+            // Not offered by the public API; refuse rather than guess.
+            (_, Fencing::On) => return Err(ArgumentError::NoResources.into()),
+        };
+        // One script may only touch one slot of a cluster: refuse now, with
+        // an explanation, rather than fail on every cluster node later.
+        let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        all_keys.extend(fence_key.as_deref());
+        if all_keys.len() > 1 && limits.cluster && !same_slot(&all_keys) {
+            return Err(ArgumentError::CrossSlot {
+                keys: all_keys.iter().map(|k| (*k).to_owned()).collect(),
+            }
+            .into());
+        }
+        let resource = match (resources, &*keys) {
+            // Without a prefix the key is the resource name: share it.
+            ([one], [key]) if **key == **one => key.clone(),
+            ([one], _) => Arc::from(*one),
+            (many, _) => Arc::from(many.join("+")),
+        };
+        Ok(Request {
+            resource,
+            keys,
+            fence_key,
+            ttl,
+            ttl_ms,
+            kind,
+        })
+    }
+}
+
+/// Rounds a ttl down to Redis' millisecond resolution and checks it;
+/// validity is computed from the rounded value, so it is never overstated.
+pub(crate) fn checked_ttl(ttl: Duration, drift_factor: f64) -> Result<(Duration, u64), Error> {
+    if ttl > MAX_TTL {
+        return Err(ArgumentError::TtlTooLong { ttl, max: MAX_TTL }.into());
+    }
+    // Cannot truncate: MAX_TTL in ms fits u64 by far.
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    if ttl_ms == 0 {
+        return Err(ArgumentError::ZeroTtl.into());
+    }
+    let ttl = Duration::from_millis(ttl_ms);
+    let drift = drift(ttl, drift_factor);
+    if ttl <= drift {
+        return Err(ArgumentError::TtlNotAboveDrift { ttl, drift }.into());
+    }
+    Ok((ttl, ttl_ms))
+}
+
+/// The channel a lock key's releases are announced on.
+pub(crate) fn channel(key: &str) -> String {
+    let mut name = String::with_capacity(key.len() + RELEASED_SUFFIX.len());
+    name.push_str(key);
+    name.push_str(RELEASED_SUFFIX);
+    name
+}
+
+/// Whether every key hashes to the same Redis Cluster slot, so that one
+/// script call may touch them all on a cluster node: the `{hash tag}` rule,
+/// then CRC16 (XMODEM) modulo 16384. True for no keys or one key.
+///
+/// Only keys sharing a hash tag are guaranteed to share a slot, e.g.
+/// `{lock_goods}:300` and `{lock_goods}:300:fence`.
+pub(crate) fn same_slot(keys: &[&str]) -> bool {
+    let mut slots = keys.iter().map(Slot::for_key);
+    match slots.next() {
+        Some(first) => slots.all(|slot| slot == first),
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits<'static> = Limits {
+        prefix: "",
+        drift_factor: 0.01,
+        cluster: false,
+    };
+
+    #[test]
+    fn the_kind_follows_the_keys_and_the_fencing() {
+        let ttl = Duration::from_secs(1);
+        let kind = |resources: &[&str], fencing| {
+            Request::new(resources, ttl, fencing, LIMITS).map(|r| r.kind)
+        };
+        assert_eq!(kind(&["a"], Fencing::Off).ok(), Some(Kind::Plain));
+        assert_eq!(kind(&["a", "b"], Fencing::Off).ok(), Some(Kind::Many));
+        assert_eq!(kind(&["a"], Fencing::On).ok(), Some(Kind::Fenced));
+        assert!(kind(&["a", "b"], Fencing::On).is_err());
+        let fenced = Request::new(&["a"], ttl, Fencing::On, LIMITS).expect("valid");
+        assert_eq!(fenced.fence_key.as_deref(), Some("a:fence"));
+    }
+
+    #[test]
+    fn keys_carry_the_prefix_and_the_resource_keeps_its_name() {
+        let limits = Limits {
+            prefix: "app:",
+            ..LIMITS
+        };
+        let one =
+            Request::new(&["r"], Duration::from_secs(1), Fencing::Off, limits).expect("valid");
+        assert_eq!(&*one.resource, "r");
+        assert_eq!(&*one.keys[0], "app:r");
+        let many =
+            Request::new(&["r", "s"], Duration::from_secs(1), Fencing::Off, limits).expect("valid");
+        assert_eq!(&*many.resource, "r+s");
+    }
+
+    #[test]
+    fn ttls_are_rounded_down_and_checked_against_the_drift() {
+        assert_eq!(
+            checked_ttl(Duration::from_micros(3_500), 0.0).ok(),
+            Some((Duration::from_millis(3), 3))
+        );
+        assert!(checked_ttl(Duration::from_micros(999), 0.0).is_err());
+        assert!(
+            checked_ttl(Duration::from_millis(2), 0.0).is_err(),
+            "2 ms drift floor"
+        );
+        assert!(checked_ttl(MAX_TTL + Duration::from_millis(1), 0.0).is_err());
+    }
+
+    /// Slots as `redis-cli CLUSTER KEYSLOT` reports them (Redis 7.0).
+    const KNOWN_SLOTS: [(&str, u16); 9] = [
+        ("foo", 12182),
+        ("bar", 5061),
+        ("123456789", 12739),
+        ("{user1000}.following", 3443),
+        ("{lock_goods}:300", 2307),
+        ("{lock_goods}", 2307),
+        ("", 0),
+        // An empty tag is no tag: the whole key is hashed.
+        ("{}{x}", 3257),
+        ("a{}b", 13694),
+    ];
+
+    #[test]
+    fn slots_match_the_ones_redis_computes() {
+        for (key, slot) in KNOWN_SLOTS {
+            assert_eq!(Slot::new(slot), Some(Slot::for_key(key)), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn keys_share_a_slot_only_by_hash_tag_or_chance() {
+        assert!(same_slot(&[]));
+        assert!(same_slot(&["foo"]));
+        assert!(same_slot(&["{lock_goods}:300", "{lock_goods}:300:fence"]));
+        assert!(same_slot(&[
+            "{lock_goods}:300",
+            "{lock_goods}",
+            "x{lock_goods}"
+        ]));
+        // Only the first `{…}` counts.
+        assert!(same_slot(&["{a}{b}", "{a}{c}"]));
+        assert!(!same_slot(&["foo", "bar"]));
+        assert!(!same_slot(&["lock_goods:300", "lock_goods:300:fence"]));
+        assert!(!same_slot(&["{lock_goods}:300", "{lock_goods}:300", "bar"]));
+        // An empty tag hashes the whole key.
+        assert!(!same_slot(&["{}a", "{}b"]));
+    }
+}
