@@ -305,7 +305,10 @@ impl Node {
         let deadline: Deadline = deadline.into();
         let mut cmd = redis::cmd("SET");
         cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-        match self.command(&cmd, deadline).await? {
+        // Never sent twice: a SET that landed before the connection dropped
+        // would answer "no" the second time, and a node that said "no" is
+        // skipped by the cleanup of a failed attempt.
+        match self.command(&cmd, Resend::Never, deadline).await? {
             Value::Okay => Ok(true),
             Value::SimpleString(s) if s == "OK" => Ok(true),
             Value::Nil => Ok(false),
@@ -519,14 +522,44 @@ impl Node {
         Err(last)
     }
 
-    async fn command(&self, cmd: &Cmd, deadline: Deadline) -> Result<Value, NodeError> {
+    async fn command(
+        &self,
+        cmd: &Cmd,
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
         within(deadline, async {
-            Ok(match self.connection().await? {
-                Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await?,
-                Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await?,
-            })
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await,
+                    Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+                };
+                match reply {
+                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                    reply => return Ok(reply?),
+                }
+            }
         })
         .await
+    }
+
+    /// Whether a call that failed with `error` goes out once more: an
+    /// idempotent call whose standalone connection dropped (the node
+    /// restarted, or a proxy cut it). The connection is being made anew
+    /// (redis-rs reconnects on the error), so a node that came back keeps
+    /// its vote instead of losing it to a stale connection — which, after a
+    /// rolling restart, could cost a renewal two nodes at once. A cluster
+    /// client retries by itself.
+    fn resends(&self, resend: Resend, error: &redis::RedisError) -> bool {
+        let resends = resend == Resend::IfDropped
+            && error.is_connection_dropped()
+            && matches!(self.backend, Backend::Standalone { .. });
+        if resends {
+            tracing::debug!(node = %self.label, error = %error, "connection dropped, sending again");
+        }
+        resends
     }
 
     /// Runs `lua` on `keys` with `args` within `deadline`. This is the one
@@ -545,7 +578,7 @@ impl Node {
         if self.script_mode == ScriptMode::Functions {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
-            return match self.command(&cmd, deadline).await {
+            return match self.command(&cmd, Resend::IfDropped, deadline).await {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
@@ -555,19 +588,30 @@ impl Node {
             };
         }
         within(deadline, async {
-            Ok(match self.connection().await? {
-                Connection::Standalone(mut conn) => {
-                    let mut invocation = lua.script.prepare_invoke();
-                    for key in keys {
-                        invocation.key(*key);
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => {
+                        let mut invocation = lua.script.prepare_invoke();
+                        for key in keys {
+                            invocation.key(*key);
+                        }
+                        for arg in args {
+                            invocation.arg(*arg);
+                        }
+                        invocation.invoke_async::<Value>(&mut conn).await
                     }
-                    for arg in args {
-                        invocation.arg(*arg);
+                    Connection::Cluster(mut conn) => {
+                        cluster_script(&mut conn, lua, keys, args).await
                     }
-                    invocation.invoke_async::<Value>(&mut conn).await?
+                };
+                match reply {
+                    // Every script is idempotent for its own token.
+                    Err(e) if sent == 1 && self.resends(Resend::IfDropped, &e) => continue,
+                    reply => return Ok(reply?),
                 }
-                Connection::Cluster(mut conn) => cluster_script(&mut conn, lua, keys, args).await?,
-            })
+            }
         })
         .await
     }
@@ -702,6 +746,16 @@ fn label(info: &ConnectionInfo) -> String {
     } else {
         format!("{}/{db}", info.addr())
     }
+}
+
+/// Whether a call may go out again when its connection dropped before the
+/// answer came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    Never,
+    /// The call is idempotent: sending it twice does what sending it once
+    /// does.
+    IfDropped,
 }
 
 /// When a node call must have answered, and whose timer says so.

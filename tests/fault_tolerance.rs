@@ -367,6 +367,30 @@ async fn restoring_a_fenced_lock_restores_its_fence_floor() {
     next.release().await.expect("release");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_restarted_keep_their_vote_in_the_next_extension() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = fresh(&nodes);
+    let ttl = Duration::from_secs(30);
+    let guard = locks.lock("restarted", ttl).await.expect("lock");
+    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    // The manager's connections to nodes 0 and 1 are now stale: the first
+    // request on each finds them dropped. Sent again on a new connection,
+    // the extension restores the lock there instead of losing both votes.
+    nodes[0].restart().expect("restart");
+    nodes[1].restart().expect("restart");
+    guard
+        .extend(ttl)
+        .await
+        .expect("extend on the restarted nodes");
+    until_confirmed(&guard, 3).await;
+    assert_eq!(
+        holding(&nodes, "restarted", guard.token().as_str()).await,
+        3
+    );
+    guard.release().await.expect("release");
+}
+
 /// How a rolling restart brings each node back.
 #[derive(Debug, Clone, Copy)]
 enum Rolling {

@@ -271,3 +271,58 @@ async fn a_user_without_channel_permission_still_releases() {
     let again = locks.try_lock("job", TTL).await.expect("free again");
     again.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_scripts_sent_twice_grant_once() {
+    // A script sent again after its connection dropped (its first run may
+    // have landed) must answer as the first run did, and change nothing.
+    let server = quorumlock::testkit::RedisServer::start().expect("server");
+    load_library(&server.url()).await;
+    let mut c = support::conn(&server.url()).await;
+    let fcall = |function: &str, keys: &[&str], args: &[&str]| {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    };
+    let fenced = fcall(
+        "quorumlock_acquire_fenced",
+        &["f", "f:fence"],
+        &["token-1", "30000"],
+    );
+    let first: i64 = fenced.query_async(&mut c).await.expect("FCALL");
+    let again: i64 = fenced.query_async(&mut c).await.expect("FCALL");
+    assert_eq!((first, again), (1, 1), "the counter was granted once");
+    let other: i64 = fcall(
+        "quorumlock_acquire_fenced",
+        &["f", "f:fence"],
+        &["token-2", "30000"],
+    )
+    .query_async(&mut c)
+    .await
+    .expect("FCALL");
+    assert_eq!(other, 0, "another token is refused");
+
+    let many = fcall(
+        "quorumlock_acquire_many",
+        &["m:a", "m:b"],
+        &["token-1", "30000"],
+    );
+    let first: i64 = many.query_async(&mut c).await.expect("FCALL");
+    let again: i64 = many.query_async(&mut c).await.expect("FCALL");
+    assert_eq!((first, again), (1, 1));
+    let other: i64 = fcall(
+        "quorumlock_acquire_many",
+        &["m:b", "m:c"],
+        &["token-2", "30000"],
+    )
+    .query_async(&mut c)
+    .await
+    .expect("FCALL");
+    assert_eq!(other, 0, "m:b is taken: nothing is set");
+    let c_key: Option<String> = redis::cmd("GET")
+        .arg("m:c")
+        .query_async(&mut c)
+        .await
+        .expect("GET");
+    assert_eq!(c_key, None);
+}

@@ -117,10 +117,13 @@ end)
 redis.register_function('quorumlock_acquire_many', function(KEYS, ARGV)
   -- Multi-resource acquire: every key or none, atomically on this node.
   -- KEYS = the lock keys; ARGV[1] = token, ARGV[2] = ttl in ms.
-  -- Returns 1 when all keys were set, 0 when any of them exists (whatever its
-  -- type), in which case nothing was written.
+  -- Returns 1 when all keys were set, 0 when any of them holds another value
+  -- (whatever its type), in which case nothing was written. Keys that
+  -- already hold the token count as free: sent again after the connection
+  -- dropped, a grant that had landed is granted again.
   for _, key in ipairs(KEYS) do
-    if redis.call('EXISTS', key) == 1 then
+    local value = redis.pcall('GET', key)
+    if value and value ~= ARGV[1] then
       return 0
     end
   end
@@ -137,8 +140,13 @@ redis.register_function('quorumlock_acquire_fenced', function(KEYS, ARGV)
   -- ARGV[1] = token, ARGV[2] = ttl in ms.
   -- Returns the counter's new value (>= 1) when granted, 0 when the lock key
   -- already exists (whatever its type: NX never touches an existing key).
+  -- Idempotent: sent again after the connection dropped, a grant that had
+  -- landed finds its own token and returns the counter it was granted.
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return redis.call('INCR', KEYS[2])
+  end
+  if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+    return tonumber(redis.call('GET', KEYS[2]))
   end
   return 0
 end)
