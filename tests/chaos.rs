@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions};
-use quorumlock::{Error, LossReason, Redlock, Retry};
+use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -711,23 +711,34 @@ async fn client(id: usize, locks: Redlock, shared: Arc<Shared>) {
             wrote,
             ttl: TTL,
         };
-        let outcome = match guard.release().await {
-            Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
-            Ok(_) => Outcome::Ambiguous("partial release"),
-            // Known not to be held any more: nothing left behind.
-            Err(Error::Lost { .. }) => Outcome::Failed("lost before release"),
-            Err(other) => Outcome::Undocumented(other.to_string()),
-        };
-        shared.recorder.op(Op {
-            client: id,
-            what: "release",
-            resource,
-            t_inv: release_called,
-            t_end: Instant::now(),
-            outcome,
-        });
+        release(guard, id, resource, release_called, &shared.recorder).await;
         shared.recorder.grant(grant);
     }
+}
+
+/// Releases `guard` and records how that went.
+async fn release(
+    guard: LockGuard,
+    client: usize,
+    resource: usize,
+    release_called: Instant,
+    recorder: &Recorder,
+) {
+    let outcome = match guard.release().await {
+        Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
+        Ok(_) => Outcome::Ambiguous("partial release"),
+        // Known not to be held any more: nothing left behind.
+        Err(Error::Lost { .. }) => Outcome::Failed("lost before release"),
+        Err(other) => Outcome::Undocumented(other.to_string()),
+    };
+    recorder.op(Op {
+        client,
+        what: "release",
+        resource,
+        t_inv: release_called,
+        t_end: Instant::now(),
+        outcome,
+    });
 }
 
 /// Holds the shared resource for `HOLD` at a time with auto-extension,
@@ -737,7 +748,12 @@ async fn holder(id: usize, locks: Redlock, shared: Arc<Shared>) {
     let name = RESOURCES[HELD];
     while !shared.stop.load(Ordering::Relaxed) {
         let t_inv = Instant::now();
-        let result = locks.try_lock(name, HOLD_TTL).await;
+        // Contending as users do, with `lock`'s randomized retry delays (a
+        // contender that tries again every few ms keeps the nodes the
+        // holder lost a key on occupied, so that no extension can put it
+        // back there). Its deadline is measured from the attempt that
+        // succeeded, within this call.
+        let result = locks.lock(name, HOLD_TTL).await;
         let t_end = Instant::now();
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
@@ -745,15 +761,15 @@ async fn holder(id: usize, locks: Redlock, shared: Arc<Shared>) {
         };
         shared.recorder.op(Op {
             client: id,
-            what: "lock",
+            // Not an attempt: `lock` retries up to HOLD, unlike the
+            // single attempts whose failures must come quickly.
+            what: "hold",
             resource: HELD,
             t_inv,
             t_end,
             outcome,
         });
         let Ok(guard) = result else {
-            let pause = Duration::from_micros(2000 + rand::random::<u64>() % 8000);
-            tokio::time::sleep(pause).await;
             continue;
         };
         let (started, deadline) = (guard.started(), guard.deadline());
@@ -792,20 +808,7 @@ async fn holder(id: usize, locks: Redlock, shared: Arc<Shared>) {
             wrote,
             ttl: HOLD_TTL,
         });
-        let outcome = match guard.release().await {
-            Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
-            Ok(_) => Outcome::Ambiguous("partial release"),
-            Err(Error::Lost { .. }) => Outcome::Failed("lost before release"),
-            Err(other) => Outcome::Undocumented(other.to_string()),
-        };
-        shared.recorder.op(Op {
-            client: id,
-            what: "release",
-            resource: HELD,
-            t_inv: release_called,
-            t_end: Instant::now(),
-            outcome,
-        });
+        release(guard, id, HELD, release_called, &shared.recorder).await;
     }
 }
 
@@ -903,6 +906,7 @@ async fn chaos_run(seed: u64, min_grants: usize, max_time: Duration, totals: &mu
             Redlock::builder()
                 .nodes(cluster.urls())
                 .node_timeout(NODE_TIMEOUT)
+                .retry(Retry::forever().wait(HOLD))
                 .build()
                 .expect("config")
         })
