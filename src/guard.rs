@@ -14,6 +14,7 @@ use tracing::Instrument;
 use crate::calls::Stragglers;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Held, Lease, RoundId};
+use crate::metrics;
 use crate::quorum::{Answer, Vote, Window};
 use crate::renew::Renewer;
 use crate::request::checked_ttl;
@@ -92,6 +93,7 @@ impl LockGuard {
             window.deadline(),
             nodes,
         ));
+        metrics::granted();
         let pending = confirm(&held, RoundId::ACQUIRE, &round, &stragglers);
         tracing::debug!(
             confirmed = held.confirmations.count(),
@@ -256,14 +258,19 @@ impl LockGuard {
             follow_into(core, held, id, "extend", stragglers, None);
             match held.settle_extension(round.decision, &round.tally, &window) {
                 Extended::Yes => {
+                    metrics::extension("extended");
                     let confirmed = held.confirmations.count();
                     tracing::debug!(extended = round.tally.yes(), confirmed, "lock extended");
                     Ok(())
                 }
                 Extended::Lost(reason) => {
+                    metrics::extension("lost");
                     Err(held.lost_error(reason, round.tally.yes(), core.quorum(), round.failures))
                 }
-                Extended::Failed => Err(round.failure(&held.resource)),
+                Extended::Failed => {
+                    metrics::extension("failed");
+                    Err(round.failure(&held.resource))
+                }
             }
         }
         .instrument(span)
@@ -320,6 +327,7 @@ impl LockGuard {
         self.released = true;
         let quorum = round.tally.quorum();
         if round.tally.yes() < quorum && round.tally.refused_by_quorum_complement() {
+            metrics::release("lost");
             return Err(held.lost_error(
                 LossReason::TokenGone,
                 round.tally.yes(),
@@ -327,6 +335,11 @@ impl LockGuard {
                 round.failures,
             ));
         }
+        metrics::release(if round.failures.is_empty() {
+            "released"
+        } else {
+            "partial"
+        });
         let released_on = self
             .core
             .nodes
@@ -379,6 +392,7 @@ impl Drop for LockGuard {
         // resolves with the drop.
         held.mark_lost(LossReason::Released);
         let in_flight = self.in_flight.take();
+        metrics::release("dropped");
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = self.core.background.spawn(async move {
             give_up(&core, &held, in_flight.as_deref()).await;

@@ -11,7 +11,9 @@ use std::path::Path;
 const LAYERS: [(&str, &[&str]); 5] = [
     (
         "pure",
-        &["error", "quorum", "request", "retry", "scripts", "token"],
+        &[
+            "error", "metrics", "quorum", "request", "retry", "scripts", "token",
+        ],
     ),
     ("wire", &["node"]),
     ("round", &["calls", "primitive", "round", "tasks"]),

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, NodeFailure};
+use crate::metrics;
 use crate::quorum::{Decision, Tally, Window};
 use crate::round::Holding;
 use crate::token::Token;
@@ -199,6 +200,10 @@ impl Held {
             let first = s.lost.is_none();
             if first {
                 s.lost = Some(reason);
+                // A lock given up after its deadline had passed was lost to
+                // expiry first.
+                let expired = reason == LossReason::Released && Instant::now() >= s.deadline;
+                metrics::ended(if expired { LossReason::Expired } else { reason });
             }
             // The value changes either way; waking nobody is skipped (the
             // notification costs eight mutexes on every release). A waiter

@@ -102,6 +102,30 @@
 //!   `#insecure` URLs are refused. If the process has not installed a
 //!   default rustls `CryptoProvider` by the first TLS connection, ring's is
 //!   installed.
+//! - `metrics`: counters, gauges and histograms through the
+//!   [`metrics`](https://docs.rs/metrics) facade; see [Metrics](#metrics).
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, quorumlock records through the `metrics`
+//! facade: install any recorder or exporter (Prometheus, StatsD, …) and
+//! these appear. Labels carry outcomes, reasons, operations and node
+//! addresses (`host:port`) only, never a token, a password or a resource
+//! name. Without the feature the calls compile to nothing.
+//!
+//! | name | kind | labels | what |
+//! | --- | --- | --- | --- |
+//! | `quorumlock_acquisitions_total` | counter | `outcome` | a `lock`/`try_lock` call (any form) ended: `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
+//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input) |
+//! | `quorumlock_acquire_seconds` | histogram | `outcome` | how long the call took, waiting included |
+//! | `quorumlock_extensions_total` | counter | `outcome` | an explicit `extend`: `extended`, `lost`, `failed` (too few nodes answered; still held) |
+//! | `quorumlock_renewals_total` | counter | `outcome` | one auto-extended lock's renewal: `renewed`, `failed` (retried), `lost` |
+//! | `quorumlock_renewal_calls_total` | counter | `node` | calls the renewer made to a node (one call carries every lock due) |
+//! | `quorumlock_releases_total` | counter | `outcome` | `release()`: `released` (every node answered), `partial` (some did not; their keys expire), `lost` (the token was gone); `dropped`: a guard dropped unreleased (released in the background) |
+//! | `quorumlock_locks_held` | gauge | — | guards granted and not yet released or lost |
+//! | `quorumlock_locks_lost_total` | counter | `reason` | held locks lost: `expired`, `token_gone`, `unreachable` |
+//! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release` or `renew`; `kind` is `timeout` or `error` |
+//! | `quorumlock_wakeups_total` | counter | — | waiters woken by an announced release (with `WakeOnRelease::Subscribe`) |
 //!
 //! # How the code is organised
 //!
@@ -158,6 +182,7 @@
 //
 // 1. pure: no I/O
 mod error;
+mod metrics;
 mod quorum;
 mod request;
 mod retry;

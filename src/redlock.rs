@@ -14,6 +14,7 @@ use tracing::Instrument;
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
+use crate::metrics;
 use crate::renew::Renewer;
 use crate::request::{Fencing, Limits, Request};
 use crate::retry::{Next, Retry, jitter_unit};
@@ -511,7 +512,16 @@ impl Redlock {
         request: Result<Request, Error>,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
-        async move { this.lock_with_retry(request?).await }
+        async move {
+            let started = Instant::now();
+            let mut attempts = 0;
+            let result = match request {
+                Ok(request) => this.lock_with_retry(request, &mut attempts).await,
+                Err(error) => Err(error),
+            };
+            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
+            result
+        }
     }
 
     /// The future of a single-attempt entry point.
@@ -522,9 +532,17 @@ impl Redlock {
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
         async move {
-            let request = request?;
-            let span = lock_span(&request, op);
-            this.attempt(&request).instrument(span).await
+            let started = Instant::now();
+            let result = match request {
+                Ok(request) => {
+                    let span = lock_span(&request, op);
+                    this.attempt(&request).instrument(span).await
+                }
+                Err(error) => Err(error),
+            };
+            let attempts = u32::from(!matches!(result, Err(Error::InvalidArgument(_))));
+            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
+            result
         }
     }
 
@@ -557,7 +575,13 @@ impl Redlock {
         ))
     }
 
-    async fn lock_with_retry(&self, request: Request) -> Result<LockGuard, Error> {
+    /// Attempts until granted or the retry policy gives up, counting the
+    /// attempts in `attempts`.
+    async fn lock_with_retry(
+        &self,
+        request: Request,
+        attempts: &mut u32,
+    ) -> Result<LockGuard, Error> {
         let span = lock_span(&request, "lock");
         async {
             let started = Instant::now();
@@ -567,6 +591,7 @@ impl Redlock {
             // Whether the last attempt was made on a wake-up.
             let mut woken = false;
             loop {
+                *attempts += 1;
                 let error = match self.attempt(&request).await {
                     Ok(guard) => return Ok(guard),
                     Err(e) if e.is_retryable() => e,

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 
 use crate::calls::Stragglers;
 use crate::error::LossReason;
+use crate::error::NodeError;
 use crate::lease::{Extended, Held, RoundId};
+use crate::metrics;
 use crate::node::{Deadline, ExtendReply, Extension};
 use crate::quorum::{Answer, Decision, Tally, Vote, Window, drift};
 use crate::round::Core;
@@ -303,6 +305,7 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
     while let Some((i, answer)) = calls.next().await {
         answered += usize::from(answer.is_ok());
         let node = core.label(i);
+        metrics::renewal_call(node);
         match &answer {
             Ok(answers) => {
                 let restored = answers
@@ -312,6 +315,7 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
                 tracing::debug!(op = "renew", node, locks = batch.len(), restored);
             }
             Err(error) => {
+                metrics::node_error(node, "renew", matches!(error, NodeError::Timeout(_)));
                 tracing::debug!(op = "renew", node, error = %error, "node failed");
             }
         }
@@ -335,6 +339,11 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
                 Extended::Lost(_) => Outcome::Finished,
                 Extended::Failed => Outcome::Failed,
             };
+            metrics::renewal(match outcome {
+                Outcome::Renewed => "renewed",
+                Outcome::Failed => "failed",
+                Outcome::Finished => "lost",
+            });
             tracing::debug!(
                 op = "renew",
                 resource = %held.resource,

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::calls::Stragglers;
 use crate::error::{Error, NodeError, NodeFailure};
+use crate::metrics;
 use crate::node::{Deadline, Extension, Node};
 use crate::quorum::{Answer, Decision, Shortfall, Tally, Vote, Window};
 use crate::request::Keys;
@@ -159,6 +160,7 @@ impl<T: Answer> Round<T> {
                 answer.vote()
             }
             Err(error) => {
+                metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
                 tracing::debug!(op, node = %node, error = %error, "node failed");
                 self.failures.push(NodeFailure {
                     node: node.clone(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
+use crate::metrics;
 use crate::request::channel;
 use crate::round::Core;
 
@@ -110,6 +111,7 @@ struct Signal {
 
 impl Signal {
     fn announce(&self) {
+        metrics::wakeup();
         self.notify.notify_one();
     }
 }

@@ -1,0 +1,118 @@
+//! What quorumlock reports through the [`metrics`](https://docs.rs/metrics)
+//! facade (feature `metrics`): the calls every layer makes, and nothing
+//! else. Without the feature they compile to nothing. Labels never carry a
+//! token, a password or a resource name (unbounded, and possibly
+//! sensitive): only outcomes, reasons, operations and node labels
+//! (`host:port`).
+
+use std::time::Duration;
+
+use crate::error::{Error, LossReason};
+
+/// An acquisition (a `lock`/`try_lock` call and their forms) ended.
+pub(crate) fn acquisition(result: Result<(), &Error>, attempts: u32, elapsed: Duration) {
+    let outcome = match result {
+        Ok(()) => "granted",
+        Err(Error::Contended { .. }) => "contended",
+        Err(Error::Unavailable { .. }) => "unavailable",
+        Err(Error::ValidityExpired { .. }) => "validity_expired",
+        Err(Error::FenceUnconfirmed { .. }) => "fence_unconfirmed",
+        Err(Error::WaitTimeout { .. }) => "wait_timeout",
+        Err(Error::InvalidArgument(_)) => "invalid_argument",
+        Err(_) => "error",
+    };
+    imp::acquisition(outcome, attempts, elapsed);
+}
+
+/// A held lock was released (explicitly, or its guard dropped).
+pub(crate) fn release(outcome: &'static str) {
+    imp::counter("quorumlock_releases_total", "outcome", outcome);
+}
+
+/// An explicit `extend` ended.
+pub(crate) fn extension(outcome: &'static str) {
+    imp::counter("quorumlock_extensions_total", "outcome", outcome);
+}
+
+/// A renewal of one auto-extended lock was decided.
+pub(crate) fn renewal(outcome: &'static str) {
+    imp::counter("quorumlock_renewals_total", "outcome", outcome);
+}
+
+/// A renewal round sent one call to a node (however many locks it carried).
+pub(crate) fn renewal_call(node: &str) {
+    imp::counter("quorumlock_renewal_calls_total", "node", node);
+}
+
+/// A lock was granted: one more held.
+pub(crate) fn granted() {
+    imp::held(1.0);
+}
+
+/// A held lock stopped being held: released, or lost for `reason`.
+pub(crate) fn ended(reason: LossReason) {
+    imp::held(-1.0);
+    let reason = match reason {
+        LossReason::Released => return,
+        LossReason::Expired => "expired",
+        LossReason::TokenGone => "token_gone",
+        LossReason::Unreachable => "unreachable",
+    };
+    imp::counter("quorumlock_locks_lost_total", "reason", reason);
+}
+
+/// A node failed a request of `op`: timed out, or any other error.
+pub(crate) fn node_error(node: &str, op: &'static str, timeout: bool) {
+    imp::node_error(node, op, if timeout { "timeout" } else { "error" });
+}
+
+/// A waiter was woken by an announced release.
+pub(crate) fn wakeup() {
+    imp::counter0("quorumlock_wakeups_total");
+}
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use std::time::Duration;
+
+    pub(super) fn acquisition(outcome: &'static str, attempts: u32, elapsed: Duration) {
+        metrics::counter!("quorumlock_acquisitions_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("quorumlock_acquire_attempts", "outcome" => outcome)
+            .record(f64::from(attempts));
+        metrics::histogram!("quorumlock_acquire_seconds", "outcome" => outcome)
+            .record(elapsed.as_secs_f64());
+    }
+
+    pub(super) fn counter(name: &'static str, label: &'static str, value: &str) {
+        metrics::counter!(name, label => value.to_owned()).increment(1);
+    }
+
+    pub(super) fn counter0(name: &'static str) {
+        metrics::counter!(name).increment(1);
+    }
+
+    pub(super) fn held(delta: f64) {
+        metrics::gauge!("quorumlock_locks_held").increment(delta);
+    }
+
+    pub(super) fn node_error(node: &str, op: &'static str, kind: &'static str) {
+        metrics::counter!(
+            "quorumlock_node_errors_total",
+            "node" => node.to_owned(),
+            "op" => op,
+            "kind" => kind
+        )
+        .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod imp {
+    use std::time::Duration;
+
+    pub(super) fn acquisition(_: &'static str, _: u32, _: Duration) {}
+    pub(super) fn counter(_: &'static str, _: &'static str, _: &str) {}
+    pub(super) fn counter0(_: &'static str) {}
+    pub(super) fn held(_: f64) {}
+    pub(super) fn node_error(_: &str, _: &'static str, _: &'static str) {}
+}

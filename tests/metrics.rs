@@ -1,0 +1,128 @@
+//! Metrics (feature `metrics`): a lock, an extension, a release, a
+//! contended attempt and a lost lock record what the crate docs' table
+//! says, and no label carries a token or a resource name.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use quorumlock::testkit::RedisNodes;
+use quorumlock::{LossReason, Retry};
+use support::{builder, no_hang};
+
+/// Every metric as `name{label=value,…}` (labels sorted) with its value.
+fn snapshot(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+        })
+        .collect()
+}
+
+fn counter(metrics: &HashMap<String, DebugValue>, key: &str) -> u64 {
+    match metrics.get(key) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{key}: {other:?} in {:#?}", metrics.keys()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_extend_release_and_loss_record_what_the_table_says() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this test binary");
+
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    let ttl = Duration::from_secs(1);
+
+    let guard = locks.lock("metered", ttl).await.expect("lock");
+    let token = guard.token().as_str().to_owned();
+    guard.extend(ttl).await.expect("extend");
+    let rival = builder(&nodes)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    rival.try_lock("metered", ttl).await.expect_err("contended");
+    guard.release().await.expect("release");
+
+    // A lock lost to a majority of dead nodes.
+    let lost = locks.lock("metered", ttl).await.expect("lock");
+    lost.auto_extend();
+    nodes[0].kill();
+    nodes[1].kill();
+    assert_eq!(
+        no_hang("lost()", lost.lost()).await,
+        LossReason::Unreachable
+    );
+    drop(lost);
+
+    let metrics = snapshot(&snapshotter);
+    assert_eq!(
+        counter(&metrics, "quorumlock_acquisitions_total{outcome=granted}"),
+        2
+    );
+    assert_eq!(
+        counter(&metrics, "quorumlock_acquisitions_total{outcome=contended}"),
+        1
+    );
+    assert!(matches!(
+        metrics.get("quorumlock_acquire_seconds{outcome=granted}"),
+        Some(DebugValue::Histogram(samples)) if samples.len() == 2
+    ));
+    assert!(matches!(
+        metrics.get("quorumlock_acquire_attempts{outcome=contended}"),
+        Some(DebugValue::Histogram(samples)) if samples.iter().all(|a| a.into_inner() == 1.0)
+    ));
+    assert_eq!(
+        counter(&metrics, "quorumlock_extensions_total{outcome=extended}"),
+        1
+    );
+    assert_eq!(
+        counter(&metrics, "quorumlock_releases_total{outcome=released}"),
+        1
+    );
+    assert_eq!(
+        counter(&metrics, "quorumlock_releases_total{outcome=dropped}"),
+        1
+    );
+    assert_eq!(
+        counter(&metrics, "quorumlock_locks_lost_total{reason=unreachable}"),
+        1
+    );
+    assert!(counter(&metrics, "quorumlock_renewals_total{outcome=failed}") >= 1);
+    let renewal_calls: u64 = metrics
+        .keys()
+        .filter(|k| k.starts_with("quorumlock_renewal_calls_total{node="))
+        .map(|k| counter(&metrics, k))
+        .sum();
+    assert!(renewal_calls >= 1);
+    let node_errors: u64 = metrics
+        .keys()
+        .filter(|k| k.starts_with("quorumlock_node_errors_total{"))
+        .map(|k| counter(&metrics, k))
+        .sum();
+    assert!(node_errors >= 1, "the dead nodes failed requests");
+    // Both locks ended: none held.
+    assert!(matches!(
+        metrics.get("quorumlock_locks_held{}"),
+        Some(DebugValue::Gauge(held)) if held.into_inner() == 0.0
+    ));
+    for key in metrics.keys() {
+        assert!(!key.contains(&token), "a token in {key}");
+        assert!(!key.contains("metered"), "a resource name in {key}");
+    }
+}
