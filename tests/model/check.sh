@@ -56,6 +56,7 @@ runs=(
 "5|P1 mutex + P4 token|2 attempts, 1 extension, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=1 -DMAXF=1"
 "6|P3 cleanup + P4 token|fenced, untimed, lossy (unbounded): 2 attempts|pass|-O2|-DPROP_CLEANUP -DPROP_TOKEN -DFENCED -DNOCLOCK -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "7|P3 cleanup + P1 + P4|2 attempts, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
+"8|P2 fence + P1 + P4|fenced, timed: 2 attempts, 1 extension (restores raise the counter)|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DPROP_TOKEN -DFENCED -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "j|P2 fence|write-back to all, any Q acks (old src/redlock.rs)|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ALL -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "f|P2 fence|fence counter lost in a restart after the TTL|fail|-O1|-DPROP_FENCE -DFENCED -DCRASH_DELAYED -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "i|P2 fence|write-back acknowledged by one node, not a quorum|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ONE_ACK -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
@@ -66,6 +67,7 @@ runs=(
 "d|P4 token|release by plain DEL (no token check)|fail|-O0|-DPROP_TOKEN -DPLAIN_DEL -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "e|P3 cleanup|cleanup only on the nodes that said yes|fail|-O0|-DPROP_CLEANUP -DCLEANUP_GRANTED_ONLY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "h|P3 cleanup|a release overtakes a late SET (other connection)|fail|-O0|-DPROP_CLEANUP -DREORDER -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"k|P1 mutex|an extension counts a node holding another token|fail|-O0|-DPROP_MUTEX -DEXT_FOREIGN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 )
 
 memlim=2048      # MB per verification (the default runs need < 1 GB each)
@@ -85,6 +87,7 @@ if [ "${FULL:-0}" != 0 ]; then
 "F7|P1 mutex|requests may overtake (REORDER): 2 attempts, 1 extension|pass|-O2|-DPROP_MUTEX -DREORDER -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "F8|P2 fence + P1 mutex|fenced, timed: 2 attempts, 1 crash (persisted)|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DFENCED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "F9|P1 mutex + P3 cleanup + P4|lossy (unbounded): 2 attempts|pass|-O2|-DPROP_MUTEX -DPROP_CLEANUP -DPROP_TOKEN -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
+"F10|P1 mutex + P4 token|2 attempts, 2 extensions (restore after the restart), 1 crash (restart after TTL)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DMAXATT=2 -DMAXEXT=2 -DMAXF=1"
 "${runs[@]}"
     )
 fi

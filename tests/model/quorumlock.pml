@@ -33,6 +33,10 @@
  *                CLEANUP_GRANTED_ONLY  cleanup only on the nodes that said yes
  *                REORDER               a later request to a node may overtake
  *                                      an earlier one (different connections)
+ *                EXT_FOREIGN           an extension counts a node that holds
+ *                                      another token as a yes
+ *                EXT_NO_RESTORE        (not a control: the extension before
+ *                                      issue 12, PEXPIRE only, no restore)
  *
  * TIME. One discrete clock; a TICK step is one tick, and it is also the
  * clients' monotonic clock. The state keeps relative timers (remaining key
@@ -89,7 +93,9 @@
 #define SET  1   /* SET key token NX PX ttl                 src/node.rs acquire           */
 #define FSET 2   /* SET NX PX; if set, INCR counter, return src/scripts/acquire_fenced.lua */
 #define WB   3   /* counter = max(counter, t)               src/scripts/fence_writeback.lua */
-#define EXT  4   /* if GET key == token then PEXPIRE        src/scripts/extend.lua         */
+#define EXT  4   /* if GET key == token then PEXPIRE; if no key then SET
+                    key token PX ttl (restore; fenced: counter raised to the
+                    lock's fence); else no          src/scripts/extend.lua         */
 #define REL  5   /* if GET key == token then DEL            src/scripts/release.lua        */
 
 /* A request on a link is one byte: the kind, and its argument (the token;
@@ -164,6 +170,14 @@ byte exts;          /* extensions so far                                   */
 byte last_fence;    /* fence of the latest grant (property 2)              */
 #ifdef PROP_TOKEN
 byte tokc[MAXATT + 1];  /* ghost: the client that generated each token     */
+#endif
+#if defined(FENCED) && MAXEXT > 0
+byte tokf[MAXATT + 1];  /* the fence granted with each token: what an
+                           extension of that lock sends along (the lease's
+                           fence), a function of the token                 */
+#define SETTOKF(c) tokf[tok[c]] = fence[c]
+#else
+#define SETTOKF(c) skip
 #endif
 
 /* scratch, only used inside one atomic step: kept out of the state vector */
@@ -336,6 +350,7 @@ inline grant(c, k)
 	assert(fence[c] > last_fence);
 #endif
 	last_fence = fence[c];
+	SETTOKF(c);
 	held[c] = 1; SETWIN(c, WINDOW(c));       /* window [now, start+ttl-drift) */
 	el[c] = 0; fence[c] = 0; refm[c] = 0;
 	close_op(c, k); ph[c] = P_IDLE
@@ -448,12 +463,37 @@ inline apply(i, c, n, m, cur)
 		fi;
 		h_r = YES
 	:: OPOF(m) == EXT ->
+		/* an extension is a Redlock round with the holder's own token:
+		   where the key holds it, a new ttl; where there is no key (it
+		   expired early, the node restarted empty), the key is set again,
+		   as the acquire would set it; where another token is, no, and
+		   that key is not touched */
 		if
 		:: key[n] == ARGOF(m) ->
 #ifdef PROP_TOKEN
 			assert(tokc[key[n]] == c);   /* property 4 */
 #endif
 			life[n] = TTL; h_r = YES
+#ifndef EXT_NO_RESTORE
+		:: key[n] == 0 ->
+#ifdef PROP_TOKEN
+			assert(tokc[ARGOF(m)] == c); /* property 4 */
+#endif
+			key[n] = ARGOF(m); life[n] = TTL; h_r = YES;
+#if defined(FENCED) && MAXEXT > 0
+			/* the counter is raised to at least the lock's fence, as the
+			   acquire's write-back did */
+			if
+			:: cnt[n] < tokf[ARGOF(m)] -> cnt[n] = tokf[ARGOF(m)]
+			:: else
+			fi;
+#endif
+			printf(" (restored)")
+#endif
+#ifdef EXT_FOREIGN
+		:: key[n] != 0 && key[n] != ARGOF(m) ->
+			h_r = YES                    /* negative control (k) */
+#endif
 		:: else
 		fi
 	:: OPOF(m) == REL ->
