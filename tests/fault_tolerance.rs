@@ -226,7 +226,9 @@ async fn extend_never_touches_another_owners_key() {
     match guard.extend(ttl).await {
         Err(Error::Lost { reason, held, .. }) => {
             assert_eq!(reason, LossReason::TokenGone);
-            assert_eq!(held, 1);
+            // The loss is decided as soon as two refusals make a quorum
+            // impossible: node 2's yes is counted only if it came first.
+            assert!(held <= 1, "only node 2 holds our token, {held} counted");
         }
         other => panic!("expected a lost lock, got {other:?}"),
     }

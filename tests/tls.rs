@@ -6,13 +6,21 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions, TestCa, TestkitError, test_ca};
-use quorumlock::{ConfigError, Error, NodeError, Redlock, Retry};
+use quorumlock::{ConfigError, Error, NodeError, Redlock, RedlockBuilder, Retry};
 use support::no_hang;
 
 const TTL: Duration = Duration::from_secs(10);
 
 /// TLS servers, or `None` (with the reason printed) when `redis-server`
 /// was built without TLS: the tests cannot run there, and say so.
+/// A builder whose node timeout leaves room for TLS handshakes: these
+/// tests make single attempts on fresh connections and assert what each
+/// node said (a certificate error, a grant), so a loaded machine must not
+/// turn a handshake into a timeout.
+fn tls_builder() -> RedlockBuilder {
+    Redlock::builder().node_timeout(Duration::from_secs(2))
+}
+
 fn tls_nodes(n: usize) -> Option<RedisNodes> {
     tls_nodes_with(n, ServerOptions::new())
 }
@@ -36,7 +44,7 @@ fn ca_pem() -> &'static str {
 async fn lock_extend_release_over_tls_with_the_ca_trusted() {
     let Some(nodes) = tls_nodes(3) else { return };
     assert!(nodes.urls().iter().all(|url| url.starts_with("rediss://")));
-    let locks = Redlock::builder()
+    let locks = tls_builder()
         .nodes(nodes.urls())
         .tls_root_certificate(ca_pem())
         .retry(Retry::none())
@@ -82,7 +90,7 @@ fn assert_certificate_refused(err: &Error) {
 async fn certificates_are_verified_by_default() {
     let Some(nodes) = tls_nodes(3) else { return };
     // The system's trust store does not know the test CA.
-    let untrusting = Redlock::builder()
+    let untrusting = tls_builder()
         .nodes(nodes.urls())
         .retry(Retry::none())
         .build()
@@ -94,7 +102,7 @@ async fn certificates_are_verified_by_default() {
 
     // Trusting another CA does not help either.
     let other = TestCa::generate().expect("CA");
-    let wrong_ca = Redlock::builder()
+    let wrong_ca = tls_builder()
         .nodes(nodes.urls())
         .tls_root_certificate(other.cert_pem())
         .retry(Retry::none())
@@ -117,7 +125,7 @@ async fn the_host_name_is_verified() {
         return;
     };
     let url = nodes[0].url().replace("127.0.0.1", "127.0.0.2");
-    let locks = Redlock::builder()
+    let locks = tls_builder()
         .node(&url)
         .tls_root_certificate(ca_pem())
         .retry(Retry::none())
@@ -131,7 +139,7 @@ async fn the_host_name_is_verified() {
     assert!(text.contains("certificate"), "{text}");
 
     // localhost is named: the same server is accepted under that name.
-    let by_name = Redlock::builder()
+    let by_name = tls_builder()
         .node(nodes[0].url().replace("127.0.0.1", "localhost"))
         .tls_root_certificate(ca_pem())
         .build()
@@ -156,7 +164,7 @@ fn verification_cannot_be_turned_off_by_the_url() {
         }
     }
     // Also for cluster seeds.
-    let err = Redlock::builder()
+    let err = tls_builder()
         .cluster(["rediss://127.0.0.1:7000/#insecure"])
         .build()
         .expect_err("insecure seed");
@@ -168,12 +176,7 @@ fn verification_cannot_be_turned_off_by_the_url() {
 
 #[test]
 fn unusable_root_certificates_are_config_errors() {
-    let build = |pem: &str, url: &str| {
-        Redlock::builder()
-            .node(url)
-            .tls_root_certificate(pem)
-            .build()
-    };
+    let build = |pem: &str, url: &str| tls_builder().node(url).tls_root_certificate(pem).build();
     for pem in [
         "",
         "not a certificate",
@@ -202,7 +205,7 @@ async fn a_tls_cluster_is_one_node() {
         }
         Err(e) => panic!("TLS cluster: {e}"),
     };
-    let locks = Redlock::builder()
+    let locks = tls_builder()
         .cluster(cluster.seed_urls())
         .tls_root_certificate(ca_pem())
         .retry(Retry::none())
@@ -217,7 +220,7 @@ async fn a_tls_cluster_is_one_node() {
         assert_eq!(guard.release().await.expect("release").released(), 1);
     }
 
-    let untrusting = Redlock::builder()
+    let untrusting = tls_builder()
         .cluster(cluster.seed_urls())
         .retry(Retry::none())
         .build()

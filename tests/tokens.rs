@@ -199,7 +199,12 @@ async fn a_node_holding_a_hash_votes_no_and_keeps_it() {
     let mut c0 = conn(&nodes[0].url()).await;
     let _: () = c0.hset("h", "field", "value").await.expect("HSET");
 
-    let locks = builder(&nodes).build().expect("config");
+    // Single attempts that assert which nodes said what: a loaded machine
+    // must not turn a healthy node into a timed-out one.
+    let locks = builder(&nodes)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .expect("config");
     let guard = locks.try_lock("h", TTL).await.expect("2 of 3 grant");
     guard.extend(TTL).await.expect("extend skips the hash");
     assert_eq!(guard.release().await.expect("release").released(), 2);
@@ -209,6 +214,7 @@ async fn a_node_holding_a_hash_votes_no_and_keeps_it() {
     let only_first = quorumlock::Redlock::builder()
         .node(nodes[0].url())
         .retry(Retry::none())
+        .node_timeout(Duration::from_secs(1))
         .build()
         .expect("config");
     let err = only_first
