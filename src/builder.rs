@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
+use crate::health::{FirstUse, StartupCheck};
 use crate::node::{Node, NodeOptions, redact_url};
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
@@ -64,6 +65,7 @@ pub struct RedlockBuilder {
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
     wake_on_release: WakeOnRelease,
+    startup_check: StartupCheck,
 }
 
 impl Default for RedlockBuilder {
@@ -78,6 +80,7 @@ impl Default for RedlockBuilder {
             #[cfg(feature = "tls")]
             tls_roots: None,
             wake_on_release: WakeOnRelease::default(),
+            startup_check: StartupCheck::default(),
         }
     }
 }
@@ -91,7 +94,8 @@ impl fmt::Debug for RedlockBuilder {
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
             .field("script_mode", &self.script_mode)
-            .field("wake_on_release", &self.wake_on_release);
+            .field("wake_on_release", &self.wake_on_release)
+            .field("startup_check", &self.startup_check);
         #[cfg(feature = "tls")]
         f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
@@ -354,6 +358,38 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether the manager checks its nodes once, in the background, on its
+    /// first lock call, and logs what it finds through `tracing` (unsafe
+    /// findings as warnings): [`StartupCheck::Log`] runs
+    /// [`Redlock::check`] (a second connection per server, about a second
+    /// of clock sampling, a short-lived probe lock under the key prefix).
+    ///
+    /// Defaults to [`StartupCheck::Skip`]: a library should not open
+    /// connections, write a probe key or log warnings its user did not ask
+    /// for, and a check that only logs is easy to miss. Run the check where
+    /// its answer is acted on: `quorumlock doctor` in a deployment
+    /// pipeline, or [`Redlock::check`] at start-up with a decision on
+    /// [`Report::is_unsafe`](crate::Report::is_unsafe). Turn this on where
+    /// the logs are watched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use quorumlock::{Redlock, StartupCheck};
+    ///
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let locks = Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .startup_check(StartupCheck::Log)
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn startup_check(mut self, check: StartupCheck) -> Self {
+        self.startup_check = check;
+        self
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -436,6 +472,10 @@ impl RedlockBuilder {
             script_mode: self.script_mode,
             renewer: Default::default(),
             wakeups: announce.then(Default::default),
+            first_use: FirstUse {
+                check: self.startup_check,
+                started: Default::default(),
+            },
         }))
     }
 }

@@ -117,8 +117,12 @@
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
+//!    - `health` — the node check's [`Report`] and its judgement of what
+//!      the nodes showed.
 //! 2. **Wire**
 //!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
+//!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
+//!      trips, slot maps, an access probe.
 //! 3. **Round**
 //!    - `calls` — the poller of one fan-out's requests, under one timer.
 //!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
@@ -134,6 +138,7 @@
 //! 5. **Entry points**
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
+//!    - `doctor` — [`Redlock::check`], and the check on first use.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -158,6 +163,7 @@
 //
 // 1. pure: no I/O
 mod error;
+mod health;
 mod quorum;
 mod request;
 mod retry;
@@ -165,6 +171,7 @@ mod scripts;
 mod token;
 // 2. wire: one node
 mod node;
+mod probe;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
 mod primitive;
@@ -177,6 +184,7 @@ mod renew;
 mod wakeup;
 // 5. entry points
 mod builder;
+mod doctor;
 mod redlock;
 
 #[cfg(test)]
@@ -188,6 +196,10 @@ pub mod testkit;
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
+pub use health::{
+    Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
+    Finding, Latency, NodeReport, Report, Severity, StartupCheck,
+};
 pub use lease::Lease;
 pub use redlock::Redlock;
 pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};

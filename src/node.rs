@@ -222,6 +222,39 @@ impl Node {
         &self.addresses
     }
 
+    /// Standalone clients of the servers this node names: its own, or a
+    /// cluster's seeds (for the node check, which probes servers one by one).
+    pub(crate) fn servers(&self) -> &[redis::Client] {
+        match &self.backend {
+            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Cluster(cluster) => &cluster.seeds,
+        }
+    }
+
+    /// A standalone client for `host:port`, a member of this cluster node
+    /// that the seeds led to, with the seeds' credentials and TLS settings
+    /// (its CA included). `None` for a standalone node.
+    pub(crate) fn member(&self, host: &str, port: u16) -> Option<redis::Client> {
+        let Backend::Cluster(cluster) = &self.backend else {
+            return None;
+        };
+        let info = cluster.seeds.first()?.get_connection_info().clone();
+        let addr = match info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        redis::Client::open(info.set_addr(addr)).ok()
+    }
+
     /// Whether it is reached over TLS (`rediss://`).
     #[cfg(feature = "tls")]
     pub(crate) fn is_tls(&self) -> bool {

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::guard::LockGuard;
+use crate::health::FirstUse;
 use crate::lease::Lease;
 use crate::renew::Renewer;
 use crate::request::{Fencing, Limits, Request};
@@ -61,6 +62,8 @@ pub(crate) struct Manager {
     pub(crate) renewer: Arc<Renewer>,
     /// Waiters and pub/sub connections, with [`WakeOnRelease::Subscribe`].
     pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// The node check on first use (see `doctor`).
+    pub(crate) first_use: FirstUse,
 }
 
 impl Drop for Manager {
@@ -85,6 +88,7 @@ impl fmt::Debug for Redlock {
             .field("retry", &m.retry)
             .field("key_prefix", &m.key_prefix)
             .field("script_mode", &m.script_mode)
+            .field("startup_check", &m.first_use.check)
             .field(
                 "wake_on_release",
                 &match m.wakeups {
@@ -101,6 +105,10 @@ impl Redlock {
         Self {
             inner: Arc::new(manager),
         }
+    }
+
+    pub(crate) fn manager(&self) -> &Manager {
+        &self.inner
     }
 
     /// Waits until the manager's background work has finished: cleanup of
@@ -546,6 +554,7 @@ impl Redlock {
 
     /// One attempt on the round engine; a grant becomes a guard.
     async fn attempt(&self, request: &Request) -> Result<LockGuard, Error> {
+        self.startup_check();
         let core = &self.inner.core;
         let grant = attempt(core, request).await?;
         Ok(LockGuard::new(
