@@ -101,7 +101,8 @@ impl Redlock {
         )
     }
 
-    /// Runs the [`StartupCheck`] in the background on the first use, once.
+    /// Runs the [`StartupCheck`] in the background on the first use, once;
+    /// [`settle`](Self::settle) waits for it.
     pub(crate) fn startup_check(&self) {
         let first_use = &self.manager().first_use;
         if first_use.check == StartupCheck::Skip || first_use.started.swap(true, Ordering::Relaxed)
@@ -110,7 +111,8 @@ impl Redlock {
         }
         let this = self.clone();
         let span = tracing::info_span!("quorumlock_check");
-        tokio::spawn(
+        // Background work of the manager: `settle` waits for it.
+        self.manager().core.background.spawn(
             async move {
                 let report = this.check().await;
                 log(&report);

@@ -112,10 +112,11 @@ impl Redlock {
     }
 
     /// Waits until the manager's background work has finished: cleanup of
-    /// cancelled or failed attempts, releases of dropped guards, and
-    /// requests still answering after a quorum decided (an acquire's or an
-    /// extension's). Renewal of auto-extended locks is not waited for;
-    /// release those guards first.
+    /// cancelled or failed attempts, releases of dropped guards, requests
+    /// still answering after a quorum decided (an acquire's or an
+    /// extension's), and a [startup check](crate::StartupCheck). Renewal
+    /// of auto-extended locks is not waited for; release those guards
+    /// first.
     ///
     /// Call it before shutting down the runtime, so that no key is left to
     /// expire by its ttl instead of being released.

@@ -402,3 +402,84 @@ async fn a_cluster_node_is_checked_master_by_master() {
     );
     assert!(!report.is_unsafe(), "{report}");
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("logs")).into_owned()
+    }
+}
+
+// Current-thread runtime: the background check runs on this thread, under
+// the subscriber set here.
+#[tokio::test]
+async fn the_startup_check_logs_unsafe_findings_as_warnings_once() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let evicting = RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--maxmemory")
+            .arg("64mb")
+            .arg("--maxmemory-policy")
+            .arg("allkeys-lru"),
+    )
+    .expect("server");
+    let quiet = Redlock::new([url(&evicting)]).expect("config");
+    let checked = Redlock::builder()
+        .node(url(&evicting))
+        .startup_check(quorumlock::StartupCheck::Log)
+        .build()
+        .expect("config");
+
+    // Off by default: locking logs nothing about the nodes.
+    quiet
+        .lock("a", Duration::from_secs(10))
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    for resource in ["a", "b"] {
+        checked
+            .lock(resource, Duration::from_secs(10))
+            .await
+            .expect("lock")
+            .release()
+            .await
+            .expect("release");
+    }
+    // The check is background work of its manager.
+    no_hang("settle", async {
+        checked.settle().await;
+        quiet.settle().await;
+    })
+    .await;
+    let text = logs.text();
+    assert!(text.contains("WARN"), "{text}");
+    assert!(text.contains("allkeys-lru"), "{text}");
+    // Once per manager, not once per lock, and only for the manager that
+    // asked for it.
+    assert_eq!(text.matches("unsafe for Redlock").count(), 1, "{text}");
+}
