@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
 use crate::health::{FirstUse, StartupCheck};
-use crate::node::{Node, NodeOptions, redact_url};
+use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
 use crate::round::Core;
@@ -66,6 +66,7 @@ pub struct RedlockBuilder {
     tls_roots: Option<Vec<u8>>,
     wake_on_release: WakeOnRelease,
     startup_check: StartupCheck,
+    replica_sync: Option<ReplicaSync>,
 }
 
 impl Default for RedlockBuilder {
@@ -81,6 +82,7 @@ impl Default for RedlockBuilder {
             tls_roots: None,
             wake_on_release: WakeOnRelease::default(),
             startup_check: StartupCheck::default(),
+            replica_sync: None,
         }
     }
 }
@@ -95,7 +97,8 @@ impl fmt::Debug for RedlockBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("script_mode", &self.script_mode)
             .field("wake_on_release", &self.wake_on_release)
-            .field("startup_check", &self.startup_check);
+            .field("startup_check", &self.startup_check)
+            .field("replica_sync", &self.replica_sync);
         #[cfg(feature = "tls")]
         f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
@@ -343,8 +346,26 @@ impl RedlockBuilder {
         } else {
             None
         };
+        if let Some(sync) = self.replica_sync {
+            if sync.replicas == 0 {
+                return Err(ConfigError::ReplicaSync(
+                    "at least one replica must be asked for",
+                ));
+            }
+            if sync.timeout.as_millis() == 0 {
+                return Err(ConfigError::ReplicaSync(
+                    "the timeout must be at least 1ms (WAIT takes 0 as forever)",
+                ));
+            }
+            if self.nodes.iter().any(|n| matches!(n, NodeSpec::Cluster(_))) {
+                return Err(ConfigError::ReplicaSync(
+                    "not available on Redis Cluster nodes yet",
+                ));
+            }
+        }
         Ok(NodeOptions {
             script_mode: self.script_mode,
+            replica_sync: self.replica_sync,
             #[cfg(feature = "tls")]
             tls_roots,
         })
@@ -355,6 +376,47 @@ impl RedlockBuilder {
     /// [`WakeOnRelease`]). Defaults to [`WakeOnRelease::Never`].
     pub fn wake_on_release(mut self, wake: WakeOnRelease) -> Self {
         self.wake_on_release = wake;
+        self
+    }
+
+    /// Replica sync: after each lock write on a node (acquire, extend,
+    /// fenced and multi-resource acquire; not release), `WAIT replicas
+    /// timeout` on the same connection, and the node's answer counts as a
+    /// yes only if at least `replicas` of its replicas acknowledged the
+    /// write in time; otherwise the node counts as failed for that request
+    /// ([`NodeError::ReplicasBehind`](crate::NodeError::ReplicasBehind)).
+    ///
+    /// For nodes that are masters with replicas and automatic failover
+    /// (Sentinel): without it, a failover can promote a replica that never
+    /// received a lock key, and the node forgets the lock (the node check
+    /// reports such nodes, [`Redlock::check`]). `WAIT` narrows that window
+    /// to writes that reached `replicas` replicas' memory, not their disks,
+    /// and a failover may still pick a replica that did not acknowledge;
+    /// it does not make replicas into independent votes.
+    ///
+    /// The cost: one more round trip to the replicas per write, and while a
+    /// `WAIT` blocks, the node's shared connection holds back the requests
+    /// queued behind it. Keep `timeout` well below the node timeout.
+    ///
+    /// Not available for Redis Cluster nodes yet: [`build`](Self::build)
+    /// refuses it with [`ConfigError::ReplicaSync`], as it does zero
+    /// replicas or a timeout under 1 ms. Defaults to off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder()
+    ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+    ///     .replica_sync(1, Duration::from_millis(50))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_sync = Some(ReplicaSync { replicas, timeout });
         self
     }
 

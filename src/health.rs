@@ -669,7 +669,7 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
             Severity::Degraded,
             Aspect::Replicas,
             format!("{replicas} replica(s) attached"),
-            "a failover can promote a replica that never received a lock key, and the node forgets the lock: run without automatic failover, or keep the node down for the longest ttl after one",
+            "a failover can promote a replica that never received a lock key, and the node forgets the lock: run without automatic failover, or turn on replica sync (RedlockBuilder::replica_sync, standalone nodes)",
         ));
     }
 
