@@ -60,7 +60,9 @@ async fn an_acknowledged_lock_is_on_the_replica_when_it_is_granted() {
     let locks = synced(&master, Duration::from_secs(10));
     let ttl = Duration::from_secs(30);
 
-    let guard = no_hang("lock", locks.lock("jobs:a", ttl)).await.expect("lock");
+    let guard = no_hang("lock", locks.lock("jobs:a", ttl))
+        .await
+        .expect("lock");
     // WAIT returned 1: the replica holds the write already.
     assert_eq!(
         get(&replica.url(), "jobs:a").await.as_deref(),
