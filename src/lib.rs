@@ -93,8 +93,9 @@
 //! - `testkit`: [`testkit`] spawns real `redis-server` processes on free
 //!   loopback ports — independent masters or a real Redis Cluster — and
 //!   kills, pauses, resumes and restarts them; [`testkit::FaultProxy`] adds
-//!   latency, dropped connections, blackholes and held-back replies.
-//! - `cli`: the `quorumlock` binary (`exec`, `status`, `demo`).
+//!   latency, dropped connections, blackholes, held-back replies and a node
+//!   clock that runs fast.
+//! - `cli`: the `quorumlock` binary (`exec`, `status`, `doctor`, `demo`).
 //! - `tls`: `rediss://` node URLs, over rustls (no OpenSSL). Server
 //!   certificates and host names are always verified, against Mozilla's
 //!   root CAs or the CA given to

@@ -18,6 +18,10 @@
 //!   (`allkeys-lru`) must be flagged by the checker, and by the node check
 //!   before the first lock; with `noeviction` there is nothing to flag, and
 //!   writes to full nodes fail with typed errors.
+//! - Clocks: two of three nodes whose clocks run 50 % fast (a fault in the
+//!   proxy: `FaultProxy::set_clock_rate`) expire a lock early; the checker
+//!   flags the overlap and the node check flagged both nodes beforehand.
+//!   Running 0.5 % fast, within the 1 % allowance: nothing to flag.
 
 mod support;
 
@@ -1356,6 +1360,144 @@ async fn noeviction_keeps_the_lock_and_refuses_writes_with_typed_errors() {
         "{error:?}"
     );
     assert!(error.is_retryable(), "{error:?}");
+}
+
+// ------------------------------------------------------------------ clock
+
+/// Two of three nodes run their clocks `rate` times as fast as the
+/// client's (a fault in the proxy in front of them: plain locks' expiries
+/// shrink, `TIME` runs fast). A holds the lock; B tries until it gets it.
+/// Returns the node check's report from before the first lock, and the
+/// checker's verdict on the two grants.
+async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    for proxy in &proxies[..2] {
+        proxy.set_clock_rate(rate);
+    }
+    let ttl = Duration::from_secs(2);
+    let client = || {
+        Redlock::builder()
+            .nodes(proxies.iter().map(FaultProxy::url))
+            .retry(Retry::none())
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .expect("config")
+    };
+    let (a_locks, b_locks) = (client(), client());
+    let doctor = a_locks
+        .check_with(
+            &quorumlock::CheckOptions::new()
+                .clock_interval(Duration::from_millis(500))
+                .latency_samples(3)
+                .skip_access_probe(),
+        )
+        .await;
+    support::warm(&a_locks, ttl).await;
+    support::warm(&b_locks, ttl).await;
+    let start = Instant::now();
+    let t_inv = Instant::now();
+    let a = a_locks.lock("control", ttl).await.expect("A locks");
+    let a_ok = Instant::now();
+    let (b, b_inv, b_ok) = support::no_hang("B locks, sooner or later", async {
+        loop {
+            let b_inv = Instant::now();
+            if let Ok(b) = b_locks.try_lock("control", ttl).await {
+                break (b, b_inv, Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let a_release = Instant::now();
+    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
+        client,
+        resource: 0,
+        token: token.to_owned(),
+        fence: None,
+        t_inv,
+        t_ok,
+        started,
+        deadline,
+        believed_until: deadline,
+        release_called,
+        wrote: false,
+        ttl,
+    };
+    let history = History {
+        grants: vec![
+            grant(
+                0,
+                a.token().as_str(),
+                t_inv,
+                a_ok,
+                a.started(),
+                a.deadline(),
+                a_release,
+            ),
+            grant(
+                1,
+                b.token().as_str(),
+                b_inv,
+                b_ok,
+                b.started(),
+                b.deadline(),
+                Instant::now(),
+            ),
+        ],
+        ..History::default()
+    };
+    let _ = a.release().await;
+    let _ = b.release().await;
+    (doctor, check(start, &history, &[0], Duration::MAX))
+}
+
+fn clock_findings(doctor: &quorumlock::Report, i: usize) -> Vec<quorumlock::Severity> {
+    doctor.nodes[i]
+        .findings
+        .iter()
+        .filter(|f| f.aspect == quorumlock::Aspect::Clock)
+        .map(|f| f.severity)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_fast_beyond_the_drift_allowance_break_the_lock_and_the_doctor_said_so() {
+    let (doctor, report) = clock_scenario(1.5).await;
+    for i in 0..2 {
+        assert_eq!(
+            clock_findings(&doctor, i),
+            [quorumlock::Severity::Unsafe],
+            "{doctor}"
+        );
+    }
+    assert!(
+        !clock_findings(&doctor, 2).contains(&quorumlock::Severity::Unsafe),
+        "{doctor}"
+    );
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("overlapping windows")),
+        "the checker missed the fast clocks: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_fast_within_the_drift_allowance_are_safe() {
+    // 0.5 % fast, against the default 1 % allowance.
+    let (doctor, report) = clock_scenario(1.005).await;
+    for i in 0..3 {
+        assert!(
+            !clock_findings(&doctor, i).contains(&quorumlock::Severity::Unsafe),
+            "{doctor}"
+        );
+    }
+    assert!(report.violations.is_empty(), "{report:?}");
 }
 
 // ----------------------------------------------------- single scenarios
