@@ -398,12 +398,14 @@ pub(crate) enum Library {
 pub(crate) struct ServerFacts {
     /// `host:port` as probed.
     pub(crate) address: String,
-    /// `INFO` fields (server, replication, memory, persistence sections).
-    pub(crate) info: HashMap<String, String>,
+    /// `INFO` fields (server, replication, memory, persistence sections),
+    /// or why `INFO` was refused (an ACL user without it).
+    pub(crate) info: Result<HashMap<String, String>, String>,
     /// `CONFIG GET` results that `INFO` lacks (`appendfsync`), or why they
     /// could not be read.
     pub(crate) config: Result<HashMap<String, String>, String>,
-    pub(crate) clock: Option<ClockSample>,
+    /// Two readings of `TIME`, or why they could not be taken.
+    pub(crate) clock: Result<ClockSample, String>,
     pub(crate) rtts: Vec<Duration>,
     /// `None` in [`ScriptMode::Eval`](crate::ScriptMode::Eval).
     pub(crate) library: Option<Library>,
@@ -485,10 +487,11 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
     for (i, node) in facts.iter().enumerate() {
         for (address, server) in &node.servers {
             let Ok(server) = server else { continue };
-            if let Some(id) = server.info.get("run_id") {
+            let Ok(info) = &server.info else { continue };
+            if let Some(id) = info.get("run_id") {
                 by_run_id.entry(id).or_default().push((i, address));
             }
-            if let Some(id) = server.info.get("master_replid") {
+            if let Some(id) = info.get("master_replid") {
                 by_replid.entry(id).or_default().push((i, address));
             }
         }
@@ -634,18 +637,32 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
 
 /// `redis 7.0.15` (or `valkey 8.0.1`, from `server_name`).
 fn server_name(s: &ServerFacts) -> String {
-    let name = s.info.get("server_name").map_or("redis", String::as_str);
-    let version = s
-        .info
+    let Ok(info) = &s.info else {
+        return "server ? (INFO refused)".to_owned();
+    };
+    let name = info.get("server_name").map_or("redis", String::as_str);
+    let version = info
         .get(&format!("{name}_version"))
-        .or_else(|| s.info.get("redis_version"))
+        .or_else(|| info.get("redis_version"))
         .map_or("?", String::as_str);
     format!("{name} {version}")
 }
 
 fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let info = |k: &str| s.info.get(k).map(String::as_str);
+    let fields = match &s.info {
+        Ok(fields) => fields,
+        Err(e) => {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Capability,
+                format!("INFO refused: {e}"),
+                "independence, eviction, persistence and replicas are unchecked: run the check as a user allowed INFO, CONFIG GET, TIME and PING",
+            ));
+            return out.into_iter().chain(judge_rest(s, settings)).collect();
+        }
+    };
+    let info = |k: &str| fields.get(k).map(String::as_str);
     let number = |k: &str| info(k).and_then(|v| v.parse::<u64>().ok());
 
     // Independence: a replica.
@@ -760,9 +777,22 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
         }
     }
 
+    out.extend(judge_rest(s, settings));
+    out
+}
+
+/// What needs no `INFO`: clock, Functions library, `CONFIG GET`, latency.
+fn judge_rest(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
     // Clock.
-    if let Some(clock) = s.clock {
-        out.extend(judge_clock(clock, settings.drift_factor));
+    match s.clock {
+        Ok(clock) => out.extend(judge_clock(clock, settings.drift_factor)),
+        Err(ref e) => out.push(Finding::new(
+            Severity::Note,
+            Aspect::Clock,
+            format!("could not read TIME: {e}"),
+            "the clock rate is unchecked; run the check as a user allowed TIME",
+        )),
     }
 
     // Capability: Functions library.
@@ -947,12 +977,12 @@ mod tests {
         ];
         ServerFacts {
             address: "h:1".into(),
-            info: info
+            info: Ok(info
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+                .collect()),
             config: Ok([("appendfsync".to_owned(), "always".to_owned())].into()),
-            clock: Some(ClockSample {
+            clock: Ok(ClockSample {
                 node_elapsed: Duration::from_millis(1000),
                 client_min: Duration::from_millis(999),
                 client_max: Duration::from_millis(1001),
@@ -981,7 +1011,9 @@ mod tests {
     }
 
     fn with(mut s: ServerFacts, k: &str, v: &str) -> ServerFacts {
-        s.info.insert(k.into(), v.into());
+        if let Ok(info) = &mut s.info {
+            info.insert(k.into(), v.into());
+        }
         s
     }
 
@@ -1102,6 +1134,31 @@ mod tests {
         let found = findings(s, &options());
         assert!(found.contains(&(Severity::Note, Aspect::Persistence)));
         assert!(found.contains(&(Severity::Note, Aspect::Capability)));
+    }
+
+    #[test]
+    fn a_user_without_info_or_time_gets_notes_not_silence() {
+        let mut s = healthy("1");
+        s.info = Err("NOPERM info".into());
+        s.clock = Err("NOPERM time".into());
+        let report = judge(&[node("n", s)], settings(&options()));
+        let found: Vec<_> = report.nodes[0]
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.aspect))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Severity::Note, Aspect::Clock),
+                (Severity::Note, Aspect::Capability)
+            ],
+            "{report}"
+        );
+        assert_eq!(
+            report.nodes[0].server.as_deref(),
+            Some("server ? (INFO refused)")
+        );
     }
 
     fn clock(node_ms: u64, min_ms: u64, max_ms: u64) -> ClockSample {

@@ -117,8 +117,13 @@ async fn server_facts(
         return Err("no address".to_owned());
     }
     let mut conn = connect(client, options).await?;
-    let info: String = query(&mut conn, &redis::cmd("INFO")).await?;
-    let info = parse_info(&info);
+    // A lock user may lack INFO (or TIME, CONFIG): that is a finding, not
+    // an unreachable node. Other errors mean the server cannot be probed.
+    let info = match query::<String>(&mut conn, &redis::cmd("INFO")).await {
+        Ok(text) => Ok(parse_info(&text)),
+        Err(e) if is_refusal(&e) => Err(e),
+        Err(e) => return Err(e),
+    };
 
     let config = query::<HashMap<String, String>>(
         &mut conn,
@@ -129,11 +134,14 @@ async fn server_facts(
     let mut rtts = Vec::with_capacity(options.latency_samples);
     for _ in 0..options.latency_samples {
         let sent = Instant::now();
-        query::<Value>(&mut conn, &redis::cmd("PING")).await?;
-        rtts.push(sent.elapsed());
+        match query::<Value>(&mut conn, &redis::cmd("PING")).await {
+            Ok(_) => rtts.push(sent.elapsed()),
+            Err(e) if is_refusal(&e) => break,
+            Err(e) => return Err(e),
+        }
     }
 
-    let clock = clock(&mut conn, options.clock_interval).await.ok();
+    let clock = clock(&mut conn, options.clock_interval).await;
 
     let library = if functions {
         Some(library(&mut conn).await)
@@ -148,6 +156,12 @@ async fn server_facts(
         rtts,
         library,
     })
+}
+
+/// Whether a command failed for lack of permission.
+fn is_refusal(error: &str) -> bool {
+    let error = error.to_lowercase();
+    error.contains("noperm") || error.contains("no permissions")
 }
 
 /// `field:value` lines of an `INFO` reply; section headers and blank lines

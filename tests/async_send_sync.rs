@@ -41,7 +41,10 @@ async fn futures_can_be_spawned() {
     let _ = tokio::spawn(locks.try_lock("r", Duration::ZERO)).await;
     // The node check runs in the background too.
     let checker = locks.clone();
-    let _ = tokio::spawn(async move { checker.check().await });
+    let report = tokio::spawn(async move { checker.check().await })
+        .await
+        .expect("check");
+    assert_eq!(report.nodes.len(), 1);
 
     fn guard_futures(guard: &LockGuard) {
         send(&guard.extend(Duration::from_secs(1)));

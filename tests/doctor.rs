@@ -322,6 +322,65 @@ async fn an_acl_user_without_get_is_reported_without_its_password() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_with_only_the_lock_commands_gets_notes_not_an_unreachable_node() {
+    const PASSWORD: &str = "doctor-minimal-secret-5a0b";
+    let mut options = ServerOptions::new()
+        .arg("--user")
+        .arg("locker")
+        .arg("on")
+        .arg(format!(">{PASSWORD}"))
+        .arg("~app:*");
+    // What the README's Security section grants a lock user: no INFO,
+    // CONFIG, TIME or PING.
+    for command in [
+        "+set",
+        "+get",
+        "+del",
+        "+pexpire",
+        "+exists",
+        "+incr",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+    ] {
+        options = options.arg(command);
+    }
+    let server = RedisServer::start_with(options).expect("server");
+    let locks = Redlock::builder()
+        .node(format!(
+            "redis://locker:{PASSWORD}@127.0.0.1:{}",
+            server.port()
+        ))
+        .key_prefix("app:")
+        .build()
+        .expect("config");
+    let report = check(&locks, &quick()).await;
+    println!("{report}");
+    assert_eq!(found(&report, 0, Aspect::Reachability), [], "{report}");
+    let capability = found(&report, 0, Aspect::Capability);
+    assert!(
+        capability
+            .iter()
+            .any(|(s, seen)| *s == Severity::Note && seen.starts_with("INFO refused")),
+        "{report}"
+    );
+    // Every lock operation went through.
+    assert!(
+        !capability
+            .iter()
+            .any(|(_, seen)| seen.contains("probe key")),
+        "{report}"
+    );
+    assert!(
+        found(&report, 0, Aspect::Clock)
+            .iter()
+            .any(|(_, seen)| seen.starts_with("could not read TIME")),
+        "{report}"
+    );
+    assert!(!report.to_string().contains(PASSWORD));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_not_loaded_or_of_another_version_are_reported() {
     let missing = RedisServer::start().expect("server");
     let old = RedisServer::start().expect("server");
