@@ -333,8 +333,11 @@ async fn access(
     prefix: &str,
     options: &CheckOptions,
 ) -> Result<Vec<(String, String)>, String> {
+    // The key's name is random too, but not the token: a key name may
+    // appear in logs, a token never.
+    let name = Token::generate().map_err(|e| e.to_string())?;
     let token = Token::generate().map_err(|e| e.to_string())?;
-    let key: Arc<str> = format!("{prefix}quorumlock:doctor:{}", token.as_str()).into();
+    let key: Arc<str> = format!("{prefix}quorumlock:doctor:{}", name.as_str()).into();
     let keys = std::slice::from_ref(&key);
     let token = token.as_str();
     let deadline = || Instant::now() + options.probe_timeout;
