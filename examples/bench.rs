@@ -1,7 +1,9 @@
 //! The benchmark: quorumlock against the floor — the same round trips done
 //! raw with the `redis` crate — on 1, 3 and 5 nodes; lock handoffs under
 //! contention (polling against wake-up on release); and the cost of holding
-//! 10,000 auto-extended locks.
+//! 10,000 auto-extended locks. `--only replica` measures what replica sync
+//! (`RedlockBuilder::replica_sync`) costs, on 3 masters with a replica each
+//! (not part of a default run).
 //!
 //!     cargo run --release --example bench --features testkit -- [--json] [--quick]
 //!
@@ -17,7 +19,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use quorumlock::testkit::RedisNodes;
+use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
 use quorumlock::{LockGuard, Redlock, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
@@ -110,7 +112,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention, or --profile floor|library|library-wake"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention|replica, or --profile floor|library|library-wake"
                 )
                 .into());
             }
@@ -156,6 +158,11 @@ async fn run() -> Result<(), BoxError> {
             let row = contention(&urls[..n], waiting, plan).await?;
             report.contention.push(row);
         }
+    }
+
+    // Opt-in: it starts servers of its own, with replicas.
+    if only.as_deref() == Some("replica") {
+        replica_sync_cost(plan, &mut report).await?;
     }
 
     // Other work on the machine skews the ratios: say how much there was.
@@ -448,6 +455,101 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
     if let Side::Library(locks) = &sides[1] {
         locks.settle().await;
     }
+    Ok(())
+}
+
+/// What replica sync costs: lock+release on 3 masters with one replica
+/// each, without and with `replica_sync(1, 100ms)`, interleaved as the
+/// speed rows are. Reported as notes.
+async fn replica_sync_cost(plan: Plan, report: &mut Report) -> Result<(), BoxError> {
+    progress("replica sync: 3 masters with a replica each");
+    let masters = (0..3)
+        .map(|_| RedisServer::start())
+        .collect::<Result<Vec<_>, _>>()?;
+    let replicas = masters
+        .iter()
+        .map(|m| {
+            RedisServer::start_with(
+                ServerOptions::new()
+                    .arg("--replicaof")
+                    .arg("127.0.0.1")
+                    .arg(m.port().to_string()),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for master in &masters {
+        let mut conn = redis::Client::open(master.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await?;
+            if info.contains("state=online") {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("replicas did not come online".into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let sides = [
+        Side::Library(Redlock::new(&urls)?),
+        Side::Library(
+            Redlock::builder()
+                .nodes(&urls)
+                .replica_sync(1, Duration::from_millis(100))
+                .build()?,
+        ),
+    ];
+    let mut scratch = Vec::new();
+    for side in &sides {
+        latency_block(side, 100, 1_000_000, &mut scratch).await;
+    }
+    let mut samples = [Vec::new(), Vec::new()];
+    let mut failures = [0, 0];
+    let mut offset = 0;
+    while samples[1].len() < plan.latency_cycles {
+        let order = if (offset / plan.latency_block).is_multiple_of(2) {
+            [0, 1]
+        } else {
+            [1, 0]
+        };
+        for s in order {
+            failures[s] +=
+                latency_block(&sides[s], plan.latency_block, offset, &mut samples[s]).await;
+        }
+        offset += plan.latency_block;
+    }
+    let [plain, synced] = samples.map(|mut s| {
+        s.sort_unstable();
+        (percentile(&s, 50.0), percentile(&s, 99.0))
+    });
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..plan.rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for s in order {
+            let (rate, failed) = throughput(&sides[s], 16, plan.round, round).await;
+            rates[s].push(rate);
+            failures[s] += failed;
+        }
+    }
+    report.notes.push(format!(
+        "replica sync, N=3 masters with a replica each: lock+release p50 {:.0} → {:.0} µs, p99 {:.0} → {:.0} µs (1 task); {:.0} → {:.0} cycles/s (16 tasks); failed cycles {} → {}",
+        micros(plain.0),
+        micros(synced.0),
+        micros(plain.1),
+        micros(synced.1),
+        median(&mut rates[0]),
+        median(&mut rates[1]),
+        failures[0],
+        failures[1],
+    ));
+    drop(replicas);
     Ok(())
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{ConfigError, Error};
-use crate::node::{Node, NodeOptions, redact_url};
+use crate::health::{FirstUse, StartupCheck};
+use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
 use crate::round::Core;
@@ -64,6 +65,8 @@ pub struct RedlockBuilder {
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
     wake_on_release: WakeOnRelease,
+    startup_check: StartupCheck,
+    replica_sync: Option<ReplicaSync>,
 }
 
 impl Default for RedlockBuilder {
@@ -78,6 +81,8 @@ impl Default for RedlockBuilder {
             #[cfg(feature = "tls")]
             tls_roots: None,
             wake_on_release: WakeOnRelease::default(),
+            startup_check: StartupCheck::default(),
+            replica_sync: None,
         }
     }
 }
@@ -91,7 +96,9 @@ impl fmt::Debug for RedlockBuilder {
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
             .field("script_mode", &self.script_mode)
-            .field("wake_on_release", &self.wake_on_release);
+            .field("wake_on_release", &self.wake_on_release)
+            .field("startup_check", &self.startup_check)
+            .field("replica_sync", &self.replica_sync);
         #[cfg(feature = "tls")]
         f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
@@ -339,8 +346,26 @@ impl RedlockBuilder {
         } else {
             None
         };
+        if let Some(sync) = self.replica_sync {
+            if sync.replicas == 0 {
+                return Err(ConfigError::ReplicaSync(
+                    "at least one replica must be asked for",
+                ));
+            }
+            if sync.timeout.as_millis() == 0 {
+                return Err(ConfigError::ReplicaSync(
+                    "the timeout must be at least 1ms (WAIT takes 0 as forever)",
+                ));
+            }
+            if self.nodes.iter().any(|n| matches!(n, NodeSpec::Cluster(_))) {
+                return Err(ConfigError::ReplicaSync(
+                    "not available on Redis Cluster nodes yet",
+                ));
+            }
+        }
         Ok(NodeOptions {
             script_mode: self.script_mode,
+            replica_sync: self.replica_sync,
             #[cfg(feature = "tls")]
             tls_roots,
         })
@@ -351,6 +376,79 @@ impl RedlockBuilder {
     /// [`WakeOnRelease`]). Defaults to [`WakeOnRelease::Never`].
     pub fn wake_on_release(mut self, wake: WakeOnRelease) -> Self {
         self.wake_on_release = wake;
+        self
+    }
+
+    /// Replica sync: after each lock write on a node (acquire, extend,
+    /// fenced and multi-resource acquire; not release), `WAIT replicas
+    /// timeout` on the same connection, and the node's answer counts as a
+    /// yes only if at least `replicas` of its replicas acknowledged the
+    /// write in time; otherwise the node counts as failed for that request
+    /// ([`NodeError::ReplicasBehind`](crate::NodeError::ReplicasBehind)).
+    ///
+    /// For nodes that are masters with replicas and automatic failover
+    /// (Sentinel): without it, a failover can promote a replica that never
+    /// received a lock key, and the node forgets the lock (the node check
+    /// reports such nodes, [`Redlock::check`]). `WAIT` narrows that window
+    /// to writes that reached `replicas` replicas' memory, not their disks,
+    /// and a failover may still pick a replica that did not acknowledge;
+    /// it does not make replicas into independent votes.
+    ///
+    /// The cost: one more round trip to the replicas per write, and while a
+    /// `WAIT` blocks, the node's shared connection holds back the requests
+    /// queued behind it. Keep `timeout` well below the node timeout.
+    ///
+    /// Not available for Redis Cluster nodes yet: [`build`](Self::build)
+    /// refuses it with [`ConfigError::ReplicaSync`], as it does zero
+    /// replicas or a timeout under 1 ms. Defaults to off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let locks = quorumlock::Redlock::builder()
+    ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+    ///     .replica_sync(1, Duration::from_millis(50))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replica_sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_sync = Some(ReplicaSync { replicas, timeout });
+        self
+    }
+
+    /// Whether the manager checks its nodes once, in the background, on its
+    /// first lock call, and logs what it finds through `tracing` (unsafe
+    /// findings as warnings): [`StartupCheck::Log`] runs
+    /// [`Redlock::check`] (a second connection per server, about a second
+    /// of clock sampling, a short-lived probe lock under the key prefix).
+    ///
+    /// Defaults to [`StartupCheck::Skip`]: a library should not open
+    /// connections, write a probe key or log warnings its user did not ask
+    /// for, and a check that only logs is easy to miss. Run the check where
+    /// its answer is acted on: `quorumlock doctor` in a deployment
+    /// pipeline, or [`Redlock::check`] at start-up with a decision on
+    /// [`Report::is_unsafe`](crate::Report::is_unsafe). Turn this on where
+    /// the logs are watched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use quorumlock::{Redlock, StartupCheck};
+    ///
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let locks = Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .startup_check(StartupCheck::Log)
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn startup_check(mut self, check: StartupCheck) -> Self {
+        self.startup_check = check;
         self
     }
 
@@ -436,6 +534,10 @@ impl RedlockBuilder {
             script_mode: self.script_mode,
             renewer: Default::default(),
             wakeups: announce.then(Default::default),
+            first_use: FirstUse {
+                check: self.startup_check,
+                started: Default::default(),
+            },
         }))
     }
 }

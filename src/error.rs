@@ -249,6 +249,18 @@ pub enum NodeError {
         /// The function that was called.
         function: String,
     },
+    /// With replica sync
+    /// ([`RedlockBuilder::replica_sync`](crate::RedlockBuilder::replica_sync)),
+    /// fewer replicas than asked acknowledged the node's write in time: a
+    /// failover could lose it, so the node's answer does not count.
+    #[error("only {acknowledged} of {wanted} replicas acknowledged the write in time")]
+    #[non_exhaustive]
+    ReplicasBehind {
+        /// How many replicas acknowledged.
+        acknowledged: u32,
+        /// How many were asked for.
+        wanted: u32,
+    },
 }
 
 /// A call argument that was rejected before any I/O.
@@ -372,6 +384,11 @@ pub enum ConfigError {
     /// The per-node timeout is zero.
     #[error("the node timeout must be greater than zero")]
     ZeroNodeTimeout,
+    /// Replica sync asks for no replica, or waits for 0 ms (which `WAIT`
+    /// takes as "forever"), or a node is a Redis Cluster (where `WAIT`
+    /// cannot follow a key to its master).
+    #[error("replica sync: {0}")]
+    ReplicaSync(&'static str),
     /// The drift factor is negative, NaN, infinite, or not below 1.
     #[error("the drift factor must be a finite number in [0, 1), got {0}")]
     DriftFactor(f64),

@@ -12,13 +12,13 @@ const LAYERS: [(&str, &[&str]); 5] = [
     (
         "pure",
         &[
-            "error", "metrics", "quorum", "request", "retry", "scripts", "token",
+            "error", "health", "metrics", "quorum", "request", "retry", "scripts", "token",
         ],
     ),
-    ("wire", &["node"]),
+    ("wire", &["node", "probe"]),
     ("round", &["calls", "primitive", "round", "tasks"]),
     ("holding", &["guard", "lease", "renew", "wakeup"]),
-    ("entry", &["builder", "redlock"]),
+    ("entry", &["builder", "doctor", "redlock"]),
 ];
 
 /// Modules outside the layers: the test kit (a feature for tests, on top

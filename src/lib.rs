@@ -93,8 +93,9 @@
 //! - `testkit`: [`testkit`] spawns real `redis-server` processes on free
 //!   loopback ports — independent masters or a real Redis Cluster — and
 //!   kills, pauses, resumes and restarts them; [`testkit::FaultProxy`] adds
-//!   latency, dropped connections, blackholes and held-back replies.
-//! - `cli`: the `quorumlock` binary (`exec`, `status`, `demo`).
+//!   latency, dropped connections, blackholes, held-back replies and a node
+//!   clock that runs fast.
+//! - `cli`: the `quorumlock` binary (`exec`, `status`, `doctor`, `demo`).
 //! - `tls`: `rediss://` node URLs, over rustls (no OpenSSL). Server
 //!   certificates and host names are always verified, against Mozilla's
 //!   root CAs or the CA given to
@@ -141,8 +142,12 @@
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
+//!    - `health` — the node check's [`Report`] and its judgement of what
+//!      the nodes showed.
 //! 2. **Wire**
 //!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
+//!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
+//!      trips, slot maps, an access probe.
 //! 3. **Round**
 //!    - `calls` — the poller of one fan-out's requests, under one timer.
 //!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
@@ -158,6 +163,7 @@
 //! 5. **Entry points**
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
+//!    - `doctor` — [`Redlock::check`], and the check on first use.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -182,6 +188,7 @@
 //
 // 1. pure: no I/O
 mod error;
+mod health;
 mod metrics;
 mod quorum;
 mod request;
@@ -190,6 +197,7 @@ mod scripts;
 mod token;
 // 2. wire: one node
 mod node;
+mod probe;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
 mod primitive;
@@ -202,6 +210,7 @@ mod renew;
 mod wakeup;
 // 5. entry points
 mod builder;
+mod doctor;
 mod redlock;
 
 #[cfg(test)]
@@ -213,6 +222,10 @@ pub mod testkit;
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
+pub use health::{
+    Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
+    Finding, Latency, NodeReport, Report, Severity, StartupCheck,
+};
 pub use lease::Lease;
 pub use redlock::Redlock;
 pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};

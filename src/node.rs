@@ -32,10 +32,43 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeOptions {
     pub(crate) script_mode: ScriptMode,
+    /// `WAIT` for replicas after each lock write.
+    pub(crate) replica_sync: Option<ReplicaSync>,
     /// PEM CA certificates that `rediss://` nodes must chain to, instead of
     /// Mozilla's root CAs.
     #[cfg(feature = "tls")]
     pub(crate) tls_roots: Option<Vec<u8>>,
+}
+
+/// Replica sync: `WAIT replicas timeout` sent right behind each lock write
+/// (acquire, extend, fenced acquire and write-back, multi-resource acquire;
+/// not release) on the same connection, in one pipeline; the node's answer
+/// counts only when at least `replicas` replicas acknowledged the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl ReplicaSync {
+    fn wait(&self) -> Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas)
+            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
+        cmd
+    }
+
+    /// The reply to a write, if `acknowledged` replicas are enough.
+    fn check(&self, reply: Value, acknowledged: i64) -> Result<Value, NodeError> {
+        if acknowledged >= i64::from(self.replicas) {
+            Ok(reply)
+        } else {
+            Err(NodeError::ReplicasBehind {
+                acknowledged: u32::try_from(acknowledged).unwrap_or(0),
+                wanted: self.replicas,
+            })
+        }
+    }
 }
 
 /// One Redis deployment that votes as one member of the quorum.
@@ -47,6 +80,7 @@ pub(crate) struct Node {
     /// (the seeds, for a cluster), to catch one server voting twice.
     addresses: Vec<String>,
     script_mode: ScriptMode,
+    replica_sync: Option<ReplicaSync>,
     /// Whether it is reached over TLS (`rediss://`).
     tls: bool,
     backend: Backend,
@@ -135,6 +169,7 @@ impl Node {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
             script_mode: options.script_mode,
+            replica_sync: options.replica_sync,
             tls: is_tls(info),
             backend: Backend::Standalone {
                 client,
@@ -201,6 +236,7 @@ impl Node {
             label: node_label.into(),
             addresses,
             script_mode: options.script_mode,
+            replica_sync: options.replica_sync,
             tls,
             backend: Backend::Cluster(ClusterBackend {
                 client,
@@ -220,6 +256,39 @@ impl Node {
     /// a cluster's seeds.
     pub(crate) fn addresses(&self) -> &[String] {
         &self.addresses
+    }
+
+    /// Standalone clients of the servers this node names: its own, or a
+    /// cluster's seeds (for the node check, which probes servers one by one).
+    pub(crate) fn servers(&self) -> &[redis::Client] {
+        match &self.backend {
+            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Cluster(cluster) => &cluster.seeds,
+        }
+    }
+
+    /// A standalone client for `host:port`, a member of this cluster node
+    /// that the seeds led to, with the seeds' credentials and TLS settings
+    /// (its CA included). `None` for a standalone node.
+    pub(crate) fn member(&self, host: &str, port: u16) -> Option<redis::Client> {
+        let Backend::Cluster(cluster) = &self.backend else {
+            return None;
+        };
+        let info = cluster.seeds.first()?.get_connection_info().clone();
+        let addr = match info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        redis::Client::open(info.set_addr(addr)).ok()
     }
 
     /// Whether it is reached over TLS (`rediss://`).
@@ -308,7 +377,7 @@ impl Node {
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.
-        match self.command(&cmd, Resend::Never, deadline).await? {
+        match self.write(&cmd, Resend::Never, deadline).await? {
             Value::Okay => Ok(true),
             Value::SimpleString(s) if s == "OK" => Ok(true),
             Value::Nil => Ok(false),
@@ -545,6 +614,84 @@ impl Node {
         .await
     }
 
+    /// Sends a lock write: as [`command`](Self::command), and with replica
+    /// sync, `WAIT` right behind it in one pipeline (so it waits for this
+    /// write, even if the connection is new).
+    async fn write(
+        &self,
+        cmd: &Cmd,
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let Some(sync) = self.replica_sync else {
+            return self.command(cmd, resend, deadline).await;
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).add_command(sync.wait());
+        within(deadline, async {
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => {
+                        pipe.query_async::<(Value, i64)>(&mut conn).await
+                    }
+                    // Refused by the builder: WAIT would go to any member.
+                    Connection::Cluster(_) => {
+                        return Err(NodeError::UnexpectedReply(
+                            "replica sync on a cluster node".to_owned(),
+                        ));
+                    }
+                };
+                match reply {
+                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                    reply => {
+                        let (value, acknowledged) = reply?;
+                        return sync.check(value, acknowledged);
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// A script call with `WAIT` behind it (see [`write`](Self::write)):
+    /// EVALSHA, and on NOSCRIPT the script's text.
+    async fn synced_script(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let call = |verb: &str, body: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        if self.script_mode == ScriptMode::Functions {
+            return self
+                .write(&call("FCALL", lua.function), Resend::IfDropped, deadline)
+                .await;
+        }
+        match self
+            .write(
+                &call("EVALSHA", lua.script.get_hash()),
+                Resend::IfDropped,
+                deadline,
+            )
+            .await
+        {
+            Err(NodeError::Redis(e))
+                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                self.write(&call("EVAL", lua.source), Resend::IfDropped, deadline)
+                    .await
+            }
+            reply => reply,
+        }
+    }
+
     /// Whether a call that failed with `error` goes out once more: an
     /// idempotent call whose standalone connection dropped (the node
     /// restarted, or a proxy cut it). The connection is being made anew
@@ -575,6 +722,17 @@ impl Node {
         args: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
+        // Every script but release writes a lock (or its counter).
+        if self.replica_sync.is_some() && lua.function != scripts::RELEASE.function {
+            return match self.synced_script(lua, keys, args, deadline).await {
+                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
+                    Err(NodeError::FunctionsNotLoaded {
+                        function: lua.function.to_owned(),
+                    })
+                }
+                reply => reply,
+            };
+        }
         if self.script_mode == ScriptMode::Functions {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);

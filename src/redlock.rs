@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::guard::LockGuard;
+use crate::health::FirstUse;
 use crate::lease::Lease;
 use crate::metrics;
 use crate::renew::Renewer;
@@ -62,6 +63,8 @@ pub(crate) struct Manager {
     pub(crate) renewer: Arc<Renewer>,
     /// Waiters and pub/sub connections, with [`WakeOnRelease::Subscribe`].
     pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// The node check on first use (see `doctor`).
+    pub(crate) first_use: FirstUse,
 }
 
 impl Drop for Manager {
@@ -86,6 +89,7 @@ impl fmt::Debug for Redlock {
             .field("retry", &m.retry)
             .field("key_prefix", &m.key_prefix)
             .field("script_mode", &m.script_mode)
+            .field("startup_check", &m.first_use.check)
             .field(
                 "wake_on_release",
                 &match m.wakeups {
@@ -104,11 +108,16 @@ impl Redlock {
         }
     }
 
+    pub(crate) fn manager(&self) -> &Manager {
+        &self.inner
+    }
+
     /// Waits until the manager's background work has finished: cleanup of
-    /// cancelled or failed attempts, releases of dropped guards, and
-    /// requests still answering after a quorum decided (an acquire's or an
-    /// extension's). Renewal of auto-extended locks is not waited for;
-    /// release those guards first.
+    /// cancelled or failed attempts, releases of dropped guards, requests
+    /// still answering after a quorum decided (an acquire's or an
+    /// extension's), and a [startup check](crate::StartupCheck). Renewal
+    /// of auto-extended locks is not waited for; release those guards
+    /// first.
     ///
     /// Call it before shutting down the runtime, so that no key is left to
     /// expire by its ttl instead of being released.
@@ -564,6 +573,7 @@ impl Redlock {
 
     /// One attempt on the round engine; a grant becomes a guard.
     async fn attempt(&self, request: &Request) -> Result<LockGuard, Error> {
+        self.startup_check();
         let core = &self.inner.core;
         let grant = attempt(core, request).await?;
         Ok(LockGuard::new(

@@ -20,6 +20,8 @@ fn types_are_send_and_sync() {
     send_sync::<Error>();
     send_sync::<quorumlock::testkit::RedisCluster>();
     send_sync::<quorumlock::ScriptMode>();
+    send_sync::<quorumlock::Report>();
+    send_sync::<quorumlock::CheckOptions>();
     #[cfg(feature = "tls")]
     send_sync::<quorumlock::testkit::TestCa>();
 }
@@ -37,6 +39,12 @@ async fn futures_can_be_spawned() {
     drop((lock, try_lock));
     // tokio::spawn compiles with them directly.
     let _ = tokio::spawn(locks.try_lock("r", Duration::ZERO)).await;
+    // The node check runs in the background too.
+    let checker = locks.clone();
+    let report = tokio::spawn(async move { checker.check().await })
+        .await
+        .expect("check");
+    assert_eq!(report.nodes.len(), 1);
 
     fn guard_futures(guard: &LockGuard) {
         send(&guard.extend(Duration::from_secs(1)));

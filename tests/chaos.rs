@@ -14,7 +14,14 @@
 //!   loses its lock while a majority of nodes was up is a failure.
 //! - Negative controls: an immediate restart without persistence must be
 //!   flagged by the checker every time; a delayed restart or persistence
-//!   must not be.
+//!   must not be. Nodes that evict lock keys under memory pressure
+//!   (`allkeys-lru`) must be flagged by the checker, and by the node check
+//!   before the first lock; with `noeviction` there is nothing to flag, and
+//!   writes to full nodes fail with typed errors.
+//! - Clocks: two of three nodes whose clocks run 50 % fast (a fault in the
+//!   proxy: `FaultProxy::set_clock_rate`) expire a lock early; the checker
+//!   flags the overlap and the node check flagged both nodes beforehand.
+//!   Running 0.5 % fast, within the 1 % allowance: nothing to flag.
 
 mod support;
 
@@ -1169,6 +1176,328 @@ async fn a_delayed_or_persistent_restart_is_not_flagged() {
         let report = restart_scenario(mode).await;
         assert!(report.violations.is_empty(), "{mode:?}: {report:?}");
     }
+}
+
+// ----------------------------------------------------- eviction
+
+/// A holds the lock on 3 nodes that evict (or refuse writes) when full; 2
+/// of them are filled until A's key is gone (or writes are refused); B then
+/// tries once. Returns the node check's report from before the first lock,
+/// the checker's verdict on the two clients, and B's error if it failed.
+async fn eviction_scenario(policy: &str) -> (quorumlock::Report, Report, Option<Error>) {
+    let nodes = RedisNodes::start_with(
+        3,
+        ServerOptions::new()
+            .arg("--maxmemory")
+            .arg("4mb")
+            .arg("--maxmemory-policy")
+            .arg(policy),
+    )
+    .expect("nodes");
+    let ttl = Duration::from_secs(10);
+    let client = || {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .retry(Retry::none())
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .expect("config")
+    };
+    let (a_locks, b_locks) = (client(), client());
+    // The node check, before any lock.
+    let doctor = a_locks
+        .check_with(
+            &quorumlock::CheckOptions::new()
+                .clock_interval(Duration::from_millis(100))
+                .latency_samples(3)
+                .skip_access_probe(),
+        )
+        .await;
+    support::warm(&a_locks, ttl).await;
+    let start = Instant::now();
+    let t_inv = Instant::now();
+    let a = a_locks.lock("control", ttl).await.expect("A locks");
+    let a_ok = Instant::now();
+    assert_eq!(
+        support::holding(&nodes, "control", a.token().as_str()).await,
+        3
+    );
+
+    // Memory pressure on nodes 0 and 1: values of shrinking size, each
+    // until the node refuses it (a refused large value frees its buffer,
+    // leaving room for smaller ones), or until the lock key is evicted.
+    for server in nodes.iter().take(2) {
+        let mut c = support::conn(&server.url()).await;
+        support::no_hang("memory pressure", async {
+            let mut n = 0;
+            for size in [64 * 1024, 4096, 256, 16, 1] {
+                let filler = "x".repeat(size);
+                loop {
+                    n += 1;
+                    let set: redis::RedisResult<()> = redis::cmd("SET")
+                        .arg(format!("f{n}"))
+                        .arg(&filler)
+                        .query_async(&mut c)
+                        .await;
+                    if let Err(e) = set {
+                        assert!(e.to_string().contains("OOM"), "{e}");
+                        if size == 1 {
+                            // Full. Keep it full while B tries: the server
+                            // shrinks idle client buffers in the background,
+                            // which would make room for a small write again.
+                            let _: () = redis::cmd("CONFIG")
+                                .arg("SET")
+                                .arg("maxmemory")
+                                .arg("1mb")
+                                .query_async(&mut c)
+                                .await
+                                .expect("CONFIG SET");
+                        }
+                        break;
+                    }
+                    let exists: bool = redis::cmd("EXISTS")
+                        .arg("control")
+                        .query_async(&mut c)
+                        .await
+                        .expect("EXISTS");
+                    if !exists {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    let b_inv = Instant::now();
+    let b = b_locks.try_lock("control", ttl).await;
+    let b_ok = Instant::now();
+    let a_release = Instant::now();
+    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
+        client,
+        resource: 0,
+        token: token.to_owned(),
+        fence: None,
+        t_inv,
+        t_ok,
+        started,
+        deadline,
+        believed_until: deadline,
+        release_called,
+        wrote: false,
+        ttl,
+    };
+    let mut grants = vec![grant(
+        0,
+        a.token().as_str(),
+        t_inv,
+        a_ok,
+        a.started(),
+        a.deadline(),
+        a_release,
+    )];
+    let error = match b {
+        Ok(b) => {
+            grants.push(grant(
+                1,
+                b.token().as_str(),
+                b_inv,
+                b_ok,
+                b.started(),
+                b.deadline(),
+                Instant::now(),
+            ));
+            let _ = b.release().await;
+            None
+        }
+        Err(e) => Some(e),
+    };
+    let history = History {
+        grants,
+        ..History::default()
+    };
+    let _ = a.release().await;
+    (doctor, check(start, &history, &[0], Duration::MAX), error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicting_lock_keys_breaks_the_lock_and_the_doctor_said_so() {
+    let (doctor, report, error) = eviction_scenario("allkeys-lru").await;
+    // Flagged before the first lock…
+    assert!(doctor.is_unsafe(), "{doctor}");
+    assert!(
+        doctor.nodes.iter().all(|n| n
+            .findings
+            .iter()
+            .any(|f| f.aspect == quorumlock::Aspect::Eviction
+                && f.severity == quorumlock::Severity::Unsafe)),
+        "{doctor}"
+    );
+    // …and the checker sees what it costs: B got the lock A still holds.
+    assert!(error.is_none(), "B was refused: {error:?}");
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("overlapping windows")),
+        "the checker missed the eviction: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noeviction_keeps_the_lock_and_refuses_writes_with_typed_errors() {
+    let (doctor, report, error) = eviction_scenario("noeviction").await;
+    assert!(!doctor.is_unsafe(), "{doctor}");
+    assert!(report.violations.is_empty(), "{report:?}");
+    let error = error.expect("B cannot lock what A holds");
+    // The full nodes answer B with an error of their own, not a grant (the
+    // attempt may decide before both of them answered).
+    assert!(
+        error
+            .node_failures()
+            .iter()
+            .any(|f| f.error.to_string().contains("OOM")),
+        "{error:?}"
+    );
+    assert!(error.is_retryable(), "{error:?}");
+}
+
+// ------------------------------------------------------------------ clock
+
+/// Two of three nodes run their clocks `rate` times as fast as the
+/// client's (a fault in the proxy in front of them: plain locks' expiries
+/// shrink, `TIME` runs fast). A holds the lock; B tries until it gets it.
+/// Returns the node check's report from before the first lock, and the
+/// checker's verdict on the two grants.
+async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    for proxy in &proxies[..2] {
+        proxy.set_clock_rate(rate);
+    }
+    let ttl = Duration::from_secs(2);
+    let client = || {
+        Redlock::builder()
+            .nodes(proxies.iter().map(FaultProxy::url))
+            .retry(Retry::none())
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .expect("config")
+    };
+    let (a_locks, b_locks) = (client(), client());
+    let doctor = a_locks
+        .check_with(
+            &quorumlock::CheckOptions::new()
+                .clock_interval(Duration::from_millis(500))
+                .latency_samples(3)
+                .skip_access_probe(),
+        )
+        .await;
+    support::warm(&a_locks, ttl).await;
+    support::warm(&b_locks, ttl).await;
+    let start = Instant::now();
+    let t_inv = Instant::now();
+    let a = a_locks.lock("control", ttl).await.expect("A locks");
+    let a_ok = Instant::now();
+    let (b, b_inv, b_ok) = support::no_hang("B locks, sooner or later", async {
+        loop {
+            let b_inv = Instant::now();
+            if let Ok(b) = b_locks.try_lock("control", ttl).await {
+                break (b, b_inv, Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let a_release = Instant::now();
+    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
+        client,
+        resource: 0,
+        token: token.to_owned(),
+        fence: None,
+        t_inv,
+        t_ok,
+        started,
+        deadline,
+        believed_until: deadline,
+        release_called,
+        wrote: false,
+        ttl,
+    };
+    let history = History {
+        grants: vec![
+            grant(
+                0,
+                a.token().as_str(),
+                t_inv,
+                a_ok,
+                a.started(),
+                a.deadline(),
+                a_release,
+            ),
+            grant(
+                1,
+                b.token().as_str(),
+                b_inv,
+                b_ok,
+                b.started(),
+                b.deadline(),
+                Instant::now(),
+            ),
+        ],
+        ..History::default()
+    };
+    let _ = a.release().await;
+    let _ = b.release().await;
+    (doctor, check(start, &history, &[0], Duration::MAX))
+}
+
+fn clock_findings(doctor: &quorumlock::Report, i: usize) -> Vec<quorumlock::Severity> {
+    doctor.nodes[i]
+        .findings
+        .iter()
+        .filter(|f| f.aspect == quorumlock::Aspect::Clock)
+        .map(|f| f.severity)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_fast_beyond_the_drift_allowance_break_the_lock_and_the_doctor_said_so() {
+    let (doctor, report) = clock_scenario(1.5).await;
+    for i in 0..2 {
+        assert_eq!(
+            clock_findings(&doctor, i),
+            [quorumlock::Severity::Unsafe],
+            "{doctor}"
+        );
+    }
+    assert!(
+        !clock_findings(&doctor, 2).contains(&quorumlock::Severity::Unsafe),
+        "{doctor}"
+    );
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("overlapping windows")),
+        "the checker missed the fast clocks: {report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_fast_within_the_drift_allowance_are_safe() {
+    // 0.5 % fast, against the default 1 % allowance.
+    let (doctor, report) = clock_scenario(1.005).await;
+    for i in 0..3 {
+        assert!(
+            !clock_findings(&doctor, i).contains(&quorumlock::Severity::Unsafe),
+            "{doctor}"
+        );
+    }
+    assert!(report.violations.is_empty(), "{report:?}");
 }
 
 // ----------------------------------------------------- single scenarios

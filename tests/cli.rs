@@ -589,3 +589,49 @@ fn bench_points_to_the_example() {
         stdout(&out)
     );
 }
+
+#[test]
+fn doctor_passes_healthy_nodes_and_fails_one_server_listed_twice() {
+    const PASSWORD: &str = "doctor-cli-secret-93f2";
+    let nodes = RedisNodes::start_with(
+        3,
+        quorumlock::testkit::ServerOptions::new()
+            .persistent()
+            .arg("--requirepass")
+            .arg(PASSWORD),
+    )
+    .expect("nodes");
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|s| format!("redis://:{PASSWORD}@127.0.0.1:{}", s.port()))
+        .collect();
+    let doctor = |urls: &[String]| {
+        let mut cmd = quorumlock();
+        cmd.args(["doctor", "--nodes", &urls.join(",")]).args([
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--clock-interval",
+            "200ms",
+        ]);
+        output(cmd)
+    };
+
+    let out = doctor(&urls);
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("NODE"), "{text}");
+    assert!(text.contains("3 nodes: 0 unsafe"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+
+    // The first server again, by another name: two votes from one server.
+    let mut twice = urls.clone();
+    twice.push(format!("redis://:{PASSWORD}@localhost:{}", nodes[0].port()));
+    let out = doctor(&twice);
+    assert_status(&out, 1);
+    let text = stdout(&out);
+    let unsafe_rows: Vec<&str> = text.lines().filter(|l| l.contains("UNSAFE")).collect();
+    assert_eq!(unsafe_rows.len(), 1, "{text}");
+    assert!(unsafe_rows[0].starts_with("localhost:"), "{text}");
+    assert!(unsafe_rows[0].contains("run_id"), "{text}");
+    assert!(!text.contains(PASSWORD) && !stderr(&out).contains(PASSWORD));
+}

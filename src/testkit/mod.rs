@@ -88,6 +88,7 @@ macro_rules! server_set {
     };
 }
 
+mod clock;
 mod cluster;
 mod proxy;
 #[cfg(feature = "tls")]

@@ -1,6 +1,7 @@
 //! A fault-injecting TCP proxy in front of a server: latency with jitter
 //! (each direction on its own, so replies can be held back past a lock's
-//! ttl while requests still land), dropped connections, and a blackhole.
+//! ttl while requests still land), dropped connections, a blackhole, and a
+//! node clock that runs fast ([`FaultProxy::set_clock_rate`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::TestkitError;
+use super::clock::{Anchor, Framer, Pending};
 
 /// The faults a [`FaultProxy`] applies to the traffic passing through it.
 /// The default is none: a transparent proxy.
@@ -84,9 +86,11 @@ pub struct FaultProxy {
     state: Arc<watch::Sender<State>>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct State {
     faults: Faults,
+    /// The clock fault for connections opened from now on; `None`: off.
+    clock: Option<(f64, Arc<Anchor>)>,
     /// Bumped to close every open connection.
     epoch: u64,
     shutdown: bool,
@@ -134,9 +138,32 @@ impl FaultProxy {
         self.state.send_modify(|s| s.epoch += 1);
     }
 
-    /// Removes every fault: a transparent proxy again.
+    /// Removes every fault: a transparent proxy again (the clock fault
+    /// stays with the connections opened under it; see
+    /// [`set_clock_rate`](Self::set_clock_rate)).
     pub fn heal(&self) {
         self.set(Faults::default());
+        self.state.send_modify(|s| s.clock = None);
+    }
+
+    /// Makes the node look as if its clock ran `rate` times as fast as the
+    /// client's (`1.5`: 50 % fast), for connections opened from now on
+    /// (call [`drop_connections`](Self::drop_connections) to make clients
+    /// reconnect): the expiry a `SET … PX ms` asks for becomes
+    /// `ms / rate`, and the time `TIME` reports runs `rate` times as fast
+    /// from its first reading. `1.0` turns it off.
+    ///
+    /// What it models: a node that expires plain locks early and whose
+    /// clock a client can measure running fast, which is what Redlock's
+    /// drift allowance is about. What it does not: expiries set inside
+    /// scripts (extend, fenced and multi-resource locks), `EX`, `PXAT` and
+    /// `PEXPIRE`, the node's other timers, and a clock that *steps*.
+    /// (libfaketime would model more, but fails under Debian's
+    /// redis-server at start-up.)
+    pub fn set_clock_rate(&self, rate: f64) {
+        let clock = (rate.is_finite() && rate > 0.0 && rate != 1.0)
+            .then(|| (rate, Arc::new(Anchor::default())));
+        self.state.send_modify(|s| s.clock = clock);
     }
 }
 
@@ -168,7 +195,21 @@ async fn serve(client: TcpStream, target: SocketAddr, state: watch::Receiver<Sta
     let Ok(server) = TcpStream::connect(target).await else {
         return; // the server is down: the client sees the connection close
     };
-    let epoch = state.borrow().epoch;
+    let (epoch, clock) = {
+        let s = state.borrow();
+        (s.epoch, s.clock.clone())
+    };
+    let framers = clock.map(|(rate, anchor)| {
+        let pending = Arc::new(Pending::default());
+        (
+            Framer::new(true, rate, pending.clone(), anchor.clone()),
+            Framer::new(false, rate, pending, anchor),
+        )
+    });
+    let (request_framer, reply_framer) = match framers {
+        Some((request, reply)) => (Some(request), Some(reply)),
+        None => (None, None),
+    };
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let upstream = pump(
@@ -177,8 +218,16 @@ async fn serve(client: TcpStream, target: SocketAddr, state: watch::Receiver<Sta
         state.clone(),
         epoch,
         Direction::Request,
+        request_framer,
     );
-    let downstream = pump(server_read, client_write, state, epoch, Direction::Reply);
+    let downstream = pump(
+        server_read,
+        client_write,
+        state,
+        epoch,
+        Direction::Reply,
+        reply_framer,
+    );
     // Either direction ending ends the connection: dropping both halves
     // closes both sockets.
     tokio::select! {
@@ -202,6 +251,7 @@ async fn pump(
     state: watch::Receiver<State>,
     epoch: u64,
     direction: Direction,
+    mut framer: Option<Framer>,
 ) {
     let (chunks, mut ready) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let reader = {
@@ -211,11 +261,14 @@ async fn pump(
             loop {
                 // Wait out a blackhole before reading: bytes queue in the kernel.
                 loop {
-                    let s = *state.borrow_and_update();
-                    if s.shutdown || s.epoch != epoch {
+                    let (closing, blackhole) = {
+                        let s = state.borrow_and_update();
+                        (s.shutdown || s.epoch != epoch, s.faults.blackhole)
+                    };
+                    if closing {
                         return;
                     }
-                    if !s.faults.blackhole {
+                    if !blackhole {
                         break;
                     }
                     if state.changed().await.is_err() {
@@ -240,7 +293,11 @@ async fn pump(
                     Direction::Reply => faults.reply_delay,
                 };
                 let leave = Instant::now() + base + faults.jitter.mul_f64(rand::random::<f64>());
-                if chunks.send((leave, buf[..n].to_vec())).is_err() {
+                let chunk = match &mut framer {
+                    Some(framer) => framer.feed(&buf[..n]),
+                    None => buf[..n].to_vec(),
+                };
+                if !chunk.is_empty() && chunks.send((leave, chunk)).is_err() {
                     return;
                 }
             }

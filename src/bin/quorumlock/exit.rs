@@ -15,6 +15,8 @@ use quorumlock::Error;
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the resource is not held by a quorum.
 pub(crate) const FREE: u8 = 1;
+/// `doctor`: a node is unsafe for Redlock.
+pub(crate) const UNSAFE: u8 = 1;
 /// Too few nodes answered to lock (or, for `status`, to tell).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// The resource is held by someone else (and stayed held for `--wait`).
@@ -53,6 +55,24 @@ Exit status:
   1   free: no token can be on a quorum
   2   bad arguments or node URLs
   69  unknown: too many nodes unreachable to tell";
+
+/// The exit-status table shown by `doctor --help`.
+pub(crate) const DOCTOR_HELP: &str = "\
+Exit status:
+  0   nothing unsafe (degraded nodes and notes may still be listed)
+  1   some node is unsafe for Redlock: mutual exclusion can break
+  2   bad arguments or node URLs
+
+Severities:
+  UNSAFE    two clients can hold the same lock
+  degraded  locks stay exclusive, but the node may miss votes, or a failure
+            it survives today would cost safety
+  note      worth knowing
+
+The check reads INFO, CONFIG GET appendfsync, TIME, PING and, with
+--functions, FUNCTION LIST; unless --no-probe, it takes and releases a lock
+on <prefix>quorumlock:doctor:<random> (2s ttl). It changes no configuration
+and prints no token or password.";
 
 pub(crate) fn code(status: u8) -> ExitCode {
     ExitCode::from(status)

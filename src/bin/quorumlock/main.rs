@@ -1,5 +1,5 @@
-//! `quorumlock`: run a command under a Redlock lock, inspect a lock, or
-//! watch a demo on local nodes. Build with `--features cli`.
+//! `quorumlock`: run a command under a Redlock lock, inspect a lock, check
+//! the nodes, or watch a demo on local nodes. Build with `--features cli`.
 // Bad input gets an exit status and a message, never a panic; tests may.
 #![cfg_attr(
     not(test),
@@ -7,6 +7,7 @@
 )]
 
 mod demo;
+mod doctor;
 mod duration;
 mod exec;
 mod exit;
@@ -50,6 +51,16 @@ enum Commands {
     #[command(after_help = exit::STATUS_HELP, after_long_help = exit::STATUS_HELP)]
     Status(status::StatusArgs),
 
+    /// Check the nodes against what Redlock's safety rests on; print one
+    /// table of findings per node.
+    ///
+    /// Independent masters (not one server twice, not replicas), no
+    /// eviction, persistence, clock rate within the drift allowance, the
+    /// user's permissions, latency, cluster slot coverage, attached
+    /// replicas.
+    #[command(after_help = exit::DOCTOR_HELP, after_long_help = exit::DOCTOR_HELP)]
+    Doctor(doctor::DoctorArgs),
+
     /// Start 5 local redis-server nodes and narrate a lock surviving a node
     /// kill, then failing clearly without a majority.
     Demo(demo::DemoArgs),
@@ -80,6 +91,7 @@ fn main() -> ExitCode {
         match cli.command {
             Commands::Exec(args) => exec::run(args).await,
             Commands::Status(args) => status::run(args).await,
+            Commands::Doctor(args) => doctor::run(args).await,
             Commands::Demo(args) => demo::run(args).await,
             Commands::Bench => Ok(0),
         }

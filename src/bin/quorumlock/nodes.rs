@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{Redlock, Retry};
+use quorumlock::{Redlock, RedlockBuilder, Retry};
 
 use crate::duration::parse_duration;
 
@@ -47,6 +47,13 @@ impl NodeArgs {
     /// A manager over these nodes, or a usage error naming what is wrong
     /// (with any password masked by the library).
     pub(crate) fn manager(&self, subcommand: &str, retry: Retry) -> Result<Redlock, clap::Error> {
+        self.builder(retry)
+            .build()
+            .map_err(|e| usage_error(subcommand, format!("--nodes: {e}")))
+    }
+
+    /// A builder over these nodes, for a subcommand with options of its own.
+    pub(crate) fn builder(&self, retry: Retry) -> RedlockBuilder {
         let mut builder = Redlock::builder()
             .nodes(self.urls())
             .key_prefix(self.prefix.clone())
@@ -55,8 +62,6 @@ impl NodeArgs {
             builder = builder.node_timeout(timeout);
         }
         builder
-            .build()
-            .map_err(|e| usage_error(subcommand, format!("--nodes: {e}")))
     }
 }
 

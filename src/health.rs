@@ -1,0 +1,1273 @@
+//! The node check's report — per node, findings with a severity, what was
+//! seen and what to do — and the judgement that turns what each server
+//! showed into findings. No I/O: the probing is in `probe`, the entry point
+//! ([`Redlock::check`](crate::Redlock::check)) in `doctor`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+/// How bad a [`Finding`] is. Ordered: `Note < Degraded < Unsafe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Severity {
+    /// Worth knowing; neither safety nor availability is at stake as things
+    /// stand.
+    Note,
+    /// Locks stay mutually exclusive, but the node may fail to vote (it is
+    /// unreachable, slow, or refuses an operation), or a failure it could
+    /// survive today would cost safety.
+    Degraded,
+    /// Mutual exclusion can break: two clients can hold the same lock.
+    Unsafe,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Note => "note",
+            Self::Degraded => "degraded",
+            Self::Unsafe => "UNSAFE",
+        })
+    }
+}
+
+/// Which assumption of Redlock (or which practical need) a [`Finding`] is
+/// about. See the README's "The assumptions, and the checks that cover
+/// them".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Aspect {
+    /// The node answered at all.
+    Reachability,
+    /// Nodes are distinct, independent masters: not one server twice, not
+    /// a replica, not replicating one another.
+    Independence,
+    /// Lock keys are kept until they expire: no eviction.
+    Eviction,
+    /// Locks and fence counters survive a restart, or the node stays away
+    /// long enough.
+    Persistence,
+    /// The node's clock (which expires keys) runs at the client's rate,
+    /// within the drift allowance.
+    Clock,
+    /// The server, the script mode and the user's permissions support
+    /// every operation.
+    Capability,
+    /// Round trips fit the per-node timeout.
+    Latency,
+    /// A Redis Cluster node covers every slot with reachable masters.
+    Cluster,
+    /// Replicas behind a voter, which a failover may promote without the
+    /// lock keys.
+    Replicas,
+}
+
+impl fmt::Display for Aspect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Reachability => "reachability",
+            Self::Independence => "independence",
+            Self::Eviction => "eviction",
+            Self::Persistence => "persistence",
+            Self::Clock => "clock",
+            Self::Capability => "capability",
+            Self::Latency => "latency",
+            Self::Cluster => "cluster",
+            Self::Replicas => "replicas",
+        })
+    }
+}
+
+/// One thing the check found on one node: how bad, what was seen, and what
+/// to do. Never holds a token or a password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// How bad it is.
+    pub severity: Severity,
+    /// Which assumption it is about.
+    pub aspect: Aspect,
+    /// What was seen, e.g. `maxmemory 1mb with maxmemory-policy allkeys-lru`.
+    pub seen: String,
+    /// What to do about it.
+    pub advice: String,
+}
+
+impl Finding {
+    fn new(severity: Severity, aspect: Aspect, seen: String, advice: &str) -> Self {
+        Self {
+            severity,
+            aspect,
+            seen,
+            advice: advice.to_owned(),
+        }
+    }
+}
+
+/// Round-trip times of one node, from a series of `PING`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Latency {
+    /// The median.
+    pub p50: Duration,
+    /// The 99th percentile (nearest rank: with fewer than 100 samples, the
+    /// slowest).
+    pub p99: Duration,
+}
+
+impl Latency {
+    /// p50 and p99 of `samples` (nearest rank), or `None` without samples.
+    pub(crate) fn of(samples: &[Duration]) -> Option<Self> {
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let rank = |p: usize| {
+            let n = sorted.len();
+            // Nearest rank: the smallest value with at least p % at or below it.
+            let i = (p * n).div_ceil(100).clamp(1, n) - 1;
+            sorted[i]
+        };
+        (!sorted.is_empty()).then(|| Self {
+            p50: rank(50),
+            p99: rank(99),
+        })
+    }
+}
+
+/// What the check found on one configured node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeReport {
+    /// The node as [`Redlock::nodes`](crate::Redlock::nodes) names it.
+    pub node: String,
+    /// The server software and version (`redis 7.0.15`), if it answered;
+    /// for a cluster node, its first master's.
+    pub server: Option<String>,
+    /// Round-trip times; for a cluster node, its slowest master's.
+    pub latency: Option<Latency>,
+    /// The findings, worst first.
+    pub findings: Vec<Finding>,
+}
+
+impl NodeReport {
+    /// The worst severity among the findings, `None` when there are none.
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+}
+
+/// The outcome of [`Redlock::check`](crate::Redlock::check): per node, what
+/// was found. Its `Display` is a table, one row per finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Report {
+    /// One entry per configured node, in configuration order.
+    pub nodes: Vec<NodeReport>,
+}
+
+impl Report {
+    /// The worst severity found on any node, `None` when nothing was found.
+    pub fn worst(&self) -> Option<Severity> {
+        self.nodes.iter().filter_map(NodeReport::worst).max()
+    }
+
+    /// Whether any finding is [`Severity::Unsafe`].
+    pub fn is_unsafe(&self) -> bool {
+        self.worst() == Some(Severity::Unsafe)
+    }
+
+    /// Every finding with its node's name, node by node, worst first
+    /// within a node.
+    pub fn findings(&self) -> impl Iterator<Item = (&str, &Finding)> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.findings.iter().map(move |f| (&*n.node, f)))
+    }
+}
+
+/// One row per finding (`node severity aspect seen → advice`), and a row
+/// saying `ok` for a node without findings.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let node_width = self.nodes.iter().map(|n| n.node.len()).max().unwrap_or(4);
+        let server = |n: &NodeReport| {
+            let mut s = n.server.clone().unwrap_or_else(|| "-".to_owned());
+            if let Some(latency) = n.latency {
+                s.push_str(&format!(
+                    ", rtt p50 {:?} p99 {:?}",
+                    latency.p50, latency.p99
+                ));
+            }
+            s
+        };
+        writeln!(
+            f,
+            "{:<node_width$}  {:<8}  {:<12}  FINDING",
+            "NODE", "SEVERITY", "CHECK"
+        )?;
+        for node in &self.nodes {
+            if node.findings.is_empty() {
+                writeln!(
+                    f,
+                    "{:<node_width$}  {:<8}  {:<12}  {}",
+                    node.node,
+                    "ok",
+                    "-",
+                    server(node)
+                )?;
+            }
+            for finding in &node.findings {
+                writeln!(
+                    f,
+                    "{:<node_width$}  {:<8}  {:<12}  {} -> {}",
+                    node.node,
+                    finding.severity.to_string(),
+                    finding.aspect.to_string(),
+                    finding.seen,
+                    finding.advice
+                )?;
+            }
+        }
+        let count = |s: Severity| self.findings().filter(|(_, f)| f.severity == s).count();
+        write!(
+            f,
+            "{} nodes: {} unsafe, {} degraded, {} notes",
+            self.nodes.len(),
+            count(Severity::Unsafe),
+            count(Severity::Degraded),
+            count(Severity::Note)
+        )
+    }
+}
+
+/// What the check should assume about how the locks are used.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::CheckOptions;
+///
+/// let options = CheckOptions::new()
+///     .longest_ttl(Duration::from_secs(60))
+///     .fenced_locks();
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct CheckOptions {
+    pub(crate) longest_ttl: Option<Duration>,
+    pub(crate) fenced: bool,
+    pub(crate) clock_interval: Duration,
+    pub(crate) latency_samples: usize,
+    pub(crate) probe_timeout: Duration,
+    pub(crate) probe_access: bool,
+}
+
+/// Default interval between the two readings of a node's clock: long
+/// enough that a round trip of a few milliseconds still resolves a rate
+/// difference well below the default 1 % drift allowance.
+pub const DEFAULT_CLOCK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Default number of `PING`s timed per server.
+pub const DEFAULT_LATENCY_SAMPLES: usize = 50;
+
+/// Default bound on each probe request (a fresh connection included).
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            longest_ttl: None,
+            fenced: false,
+            clock_interval: DEFAULT_CLOCK_INTERVAL,
+            latency_samples: DEFAULT_LATENCY_SAMPLES,
+            probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            probe_access: true,
+        }
+    }
+}
+
+impl CheckOptions {
+    /// Every option at its default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The longest ttl the application locks with. A node without durable
+    /// persistence that has been up for less than this may have restarted
+    /// empty while a lock it granted was still held: unsafe until it has
+    /// been up for that long. Defaults to unknown: uptime is not judged.
+    pub fn longest_ttl(mut self, ttl: Duration) -> Self {
+        self.longest_ttl = Some(ttl);
+        self
+    }
+
+    /// The application takes fenced locks
+    /// ([`Redlock::lock_fenced`](crate::Redlock::lock_fenced)), whose
+    /// counters must survive restarts: a node without `appendonly yes` is
+    /// then unsafe. Defaults to plain locks only.
+    pub fn fenced_locks(mut self) -> Self {
+        self.fenced = true;
+        self
+    }
+
+    /// How long to wait between the two readings of each node's clock
+    /// (`TIME`). Longer resolves smaller rate differences. Defaults to
+    /// [`DEFAULT_CLOCK_INTERVAL`].
+    pub fn clock_interval(mut self, interval: Duration) -> Self {
+        self.clock_interval = interval;
+        self
+    }
+
+    /// How many `PING`s to time per server (at least 1). Defaults to
+    /// [`DEFAULT_LATENCY_SAMPLES`].
+    pub fn latency_samples(mut self, samples: usize) -> Self {
+        self.latency_samples = samples.max(1);
+        self
+    }
+
+    /// The bound on each probe request, a fresh connection included.
+    /// Defaults to [`DEFAULT_PROBE_TIMEOUT`].
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.probe_timeout = timeout;
+        self
+    }
+
+    /// Skips the access probe: the short-lived lock on
+    /// `<prefix>quorumlock:doctor:<random>` that shows whether the user may
+    /// run every command the operations need. The check then writes
+    /// nothing at all. Defaults to probing.
+    pub fn skip_access_probe(mut self) -> Self {
+        self.probe_access = false;
+        self
+    }
+}
+
+/// Whether a manager checks its nodes on first use
+/// ([`RedlockBuilder::startup_check`](crate::RedlockBuilder::startup_check)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum StartupCheck {
+    /// No check.
+    #[default]
+    Skip,
+    /// On the first lock call, [`Redlock::check`](crate::Redlock::check)
+    /// runs once in the background, and its findings are logged through
+    /// `tracing`: unsafe ones as warnings, degraded ones at info level,
+    /// notes at debug level.
+    Log,
+}
+
+/// A manager's startup check, and whether it has started.
+#[derive(Debug, Default)]
+pub(crate) struct FirstUse {
+    pub(crate) check: StartupCheck,
+    pub(crate) started: std::sync::atomic::AtomicBool,
+}
+
+/// Two readings of a node's clock (`TIME`), each with the client's
+/// monotonic clock just before sending and just after the answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ClockSample {
+    /// Node time of the second reading minus the first.
+    pub(crate) node_elapsed: Duration,
+    /// Client time from the first reading's answer to the second's request:
+    /// the least the node's clock can have seen pass.
+    pub(crate) client_min: Duration,
+    /// Client time from the first request to the second answer: the most.
+    pub(crate) client_max: Duration,
+    /// Node wall clock minus the client's wall clock, in ms, at the first
+    /// reading (positive: the node is ahead).
+    pub(crate) offset_ms: i64,
+}
+
+/// How the Functions library looks on a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Library {
+    Missing,
+    Loaded {
+        code: String,
+    },
+    /// `FUNCTION LIST` was refused or failed.
+    Unknown(String),
+}
+
+/// What one server showed the probe.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ServerFacts {
+    /// `host:port` as probed.
+    pub(crate) address: String,
+    /// `INFO` fields (server, replication, memory, persistence sections),
+    /// or why `INFO` was refused (an ACL user without it).
+    pub(crate) info: Result<HashMap<String, String>, String>,
+    /// `CONFIG GET` results that `INFO` lacks (`appendfsync`), or why they
+    /// could not be read.
+    pub(crate) config: Result<HashMap<String, String>, String>,
+    /// Two readings of `TIME`, or why they could not be taken.
+    pub(crate) clock: Result<ClockSample, String>,
+    pub(crate) rtts: Vec<Duration>,
+    /// `None` in [`ScriptMode::Eval`](crate::ScriptMode::Eval).
+    pub(crate) library: Option<Library>,
+}
+
+/// A cluster's slot map, as `CLUSTER SLOTS` gave it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SlotMap {
+    /// `(first slot, last slot, master host:port)`.
+    pub(crate) ranges: Vec<(u16, u16, String)>,
+}
+
+/// Number of hash slots in a Redis Cluster.
+const SLOTS: u32 = 16384;
+
+impl SlotMap {
+    /// How many of the 16384 slots no range covers.
+    pub(crate) fn uncovered(&self) -> u32 {
+        let mut covered = vec![false; SLOTS as usize];
+        for (first, last, _) in &self.ranges {
+            for slot in *first..=*last {
+                if let Some(c) = covered.get_mut(usize::from(slot)) {
+                    *c = true;
+                }
+            }
+        }
+        covered.iter().filter(|c| !**c).count() as u32
+    }
+
+    /// The masters, each once, in slot order.
+    pub(crate) fn masters(&self) -> Vec<String> {
+        let mut masters: Vec<String> = Vec::new();
+        for (_, _, master) in &self.ranges {
+            if !masters.contains(master) {
+                masters.push(master.clone());
+            }
+        }
+        masters
+    }
+}
+
+/// What the probe got from one configured node.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NodeFacts {
+    pub(crate) node: String,
+    /// Each server probed (a standalone node's one; a cluster's masters),
+    /// or why it could not be.
+    pub(crate) servers: Vec<(String, Result<ServerFacts, String>)>,
+    /// For a cluster node: its slot map, or why none could be read.
+    pub(crate) slots: Option<Result<SlotMap, String>>,
+    /// Operations the lock user was refused on the probe key: `(operation,
+    /// error)`; an `Err` if the probe itself could not run.
+    pub(crate) refused: Result<Vec<(String, String)>, String>,
+}
+
+/// What the judgement needs besides the facts: the manager's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Settings<'a> {
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Duration,
+    pub(crate) options: &'a CheckOptions,
+    /// The library text the nodes should hold, in Functions mode.
+    pub(crate) library: &'a str,
+}
+
+/// Judges every node's facts: per-server findings, then the findings that
+/// need every node at once (one server or one replication group behind two
+/// nodes).
+pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
+    let mut nodes: Vec<NodeReport> = facts
+        .iter()
+        .map(|node| judge_node(node, settings))
+        .collect();
+
+    // Independence across nodes: by run_id (one server), and by
+    // replication id (one master and its replicas).
+    let mut by_run_id: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    let mut by_replid: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    for (i, node) in facts.iter().enumerate() {
+        for (address, server) in &node.servers {
+            let Ok(server) = server else { continue };
+            let Ok(info) = &server.info else { continue };
+            if let Some(id) = info.get("run_id") {
+                by_run_id.entry(id).or_default().push((i, address));
+            }
+            if let Some(id) = info.get("master_replid") {
+                by_replid.entry(id).or_default().push((i, address));
+            }
+        }
+    }
+    let mut flagged: Vec<(usize, usize)> = Vec::new();
+    for group in by_run_id.values() {
+        for (k, &(i, address)) in group.iter().enumerate() {
+            for &(j, other) in &group[..k] {
+                if i == j {
+                    continue;
+                }
+                flagged.push((i.min(j), i.max(j)));
+                nodes[i].findings.push(Finding::new(
+                    Severity::Unsafe,
+                    Aspect::Independence,
+                    format!(
+                        "{address} is the same server as {other} (node {}): same run_id",
+                        facts[j].node
+                    ),
+                    "list each server once: one server behind two URLs casts two votes",
+                ));
+            }
+        }
+    }
+    for group in by_replid.values() {
+        for (k, &(i, address)) in group.iter().enumerate() {
+            for &(j, other) in &group[..k] {
+                if i == j || flagged.contains(&(i.min(j), i.max(j))) {
+                    continue;
+                }
+                nodes[i].findings.push(Finding::new(
+                    Severity::Unsafe,
+                    Aspect::Independence,
+                    format!(
+                        "{address} replicates with {other} (node {}): same master_replid",
+                        facts[j].node
+                    ),
+                    "give independent masters: nodes in one replication group share their fate and their data",
+                ));
+            }
+        }
+    }
+    for node in &mut nodes {
+        node.findings
+            .sort_by(|a, b| b.severity.cmp(&a.severity).then(a.aspect.cmp(&b.aspect)));
+    }
+    Report { nodes }
+}
+
+fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
+    let mut findings = Vec::new();
+    let cluster = facts.slots.is_some();
+    if let Some(slots) = &facts.slots {
+        match slots {
+            Err(e) => findings.push(Finding::new(
+                Severity::Degraded,
+                Aspect::Cluster,
+                format!("no slot map: {e}"),
+                "check that the seeds are reachable members of one cluster",
+            )),
+            Ok(map) => {
+                let uncovered = map.uncovered();
+                if uncovered > 0 {
+                    findings.push(Finding::new(
+                        Severity::Degraded,
+                        Aspect::Cluster,
+                        format!("{uncovered} of {SLOTS} slots have no master"),
+                        "assign every slot: locks on keys in uncovered slots fail on this node",
+                    ));
+                }
+            }
+        }
+    }
+    let mut server = None;
+    let mut latency: Option<Latency> = None;
+    for (address, probed) in &facts.servers {
+        let prefix = if cluster {
+            format!("master {address}: ")
+        } else {
+            String::new()
+        };
+        match probed {
+            Err(e) => findings.push(Finding::new(
+                Severity::Degraded,
+                if cluster {
+                    Aspect::Cluster
+                } else {
+                    Aspect::Reachability
+                },
+                format!("{prefix}no answer: {e}"),
+                "a node that does not answer cannot vote; check the address, credentials and network",
+            )),
+            Ok(s) => {
+                server.get_or_insert_with(|| server_name(s));
+                if let Some(l) = Latency::of(&s.rtts)
+                    && latency.is_none_or(|worst| l.p99 > worst.p99)
+                {
+                    latency = Some(l);
+                }
+                for mut finding in judge_server(s, settings) {
+                    finding.seen.insert_str(0, &prefix);
+                    findings.push(finding);
+                }
+            }
+        }
+    }
+    match &facts.refused {
+        Ok(refused) => {
+            for (operation, error) in refused {
+                let lower = error.to_lowercase();
+                let advice = if lower.contains("read only replica") {
+                    "the node is a read-only replica: list masters only"
+                } else if lower.contains("noperm")
+                    || lower.contains("no permissions")
+                    || lower.contains("can't run this command")
+                {
+                    "grant the lock user these commands on the key prefix (README, Security), or use ScriptMode::Functions with +fcall"
+                } else {
+                    "the node fails this operation: see its error"
+                };
+                findings.push(Finding::new(
+                    Severity::Degraded,
+                    Aspect::Capability,
+                    format!("{operation} on the probe key was refused: {error}"),
+                    advice,
+                ));
+            }
+        }
+        Err(e) => findings.push(Finding::new(
+            Severity::Note,
+            Aspect::Capability,
+            format!("the access probe could not run: {e}"),
+            "run the check again when the node answers",
+        )),
+    }
+    NodeReport {
+        node: facts.node.clone(),
+        server,
+        latency,
+        findings,
+    }
+}
+
+/// `redis 7.0.15` (or `valkey 8.0.1`, from `server_name`).
+fn server_name(s: &ServerFacts) -> String {
+    let Ok(info) = &s.info else {
+        return "server ? (INFO refused)".to_owned();
+    };
+    let name = info.get("server_name").map_or("redis", String::as_str);
+    let version = info
+        .get(&format!("{name}_version"))
+        .or_else(|| info.get("redis_version"))
+        .map_or("?", String::as_str);
+    format!("{name} {version}")
+}
+
+fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let fields = match &s.info {
+        Ok(fields) => fields,
+        Err(e) => {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Capability,
+                format!("INFO refused: {e}"),
+                "independence, eviction, persistence and replicas are unchecked: run the check as a user allowed INFO, CONFIG GET, TIME and PING",
+            ));
+            return out.into_iter().chain(judge_rest(s, settings)).collect();
+        }
+    };
+    let info = |k: &str| fields.get(k).map(String::as_str);
+    let number = |k: &str| info(k).and_then(|v| v.parse::<u64>().ok());
+
+    // Independence: a replica.
+    if info("role") == Some("slave") {
+        let master = format!(
+            "{}:{}",
+            info("master_host").unwrap_or("?"),
+            info("master_port").unwrap_or("?")
+        );
+        out.push(Finding::new(
+            Severity::Unsafe,
+            Aspect::Independence,
+            format!("a replica of {master}"),
+            "list masters only: a replica refuses lock writes, and holds its master's keys rather than votes of its own",
+        ));
+    }
+
+    // Replicas behind the voter.
+    if let Some(replicas) = number("connected_slaves").filter(|n| *n > 0) {
+        out.push(Finding::new(
+            Severity::Degraded,
+            Aspect::Replicas,
+            format!("{replicas} replica(s) attached"),
+            "a failover can promote a replica that never received a lock key, and the node forgets the lock: run without automatic failover, or turn on replica sync (RedlockBuilder::replica_sync, standalone nodes)",
+        ));
+    }
+
+    // Eviction.
+    let maxmemory = number("maxmemory").unwrap_or(0);
+    let policy = info("maxmemory_policy").unwrap_or("noeviction");
+    if maxmemory > 0 {
+        if policy == "noeviction" {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Eviction,
+                format!("maxmemory {maxmemory} bytes with noeviction"),
+                "when memory is full, lock writes fail (the node refuses to vote) but no lock is lost",
+            ));
+        } else {
+            out.push(Finding::new(
+                Severity::Unsafe,
+                Aspect::Eviction,
+                format!("maxmemory {maxmemory} bytes with maxmemory-policy {policy}"),
+                "use maxmemory-policy noeviction (or no maxmemory): an evicted lock key lets a second client in",
+            ));
+        }
+    } else if policy != "noeviction" {
+        out.push(Finding::new(
+            Severity::Note,
+            Aspect::Eviction,
+            format!("maxmemory-policy {policy} (no maxmemory set)"),
+            "nothing is evicted today; setting maxmemory would evict lock keys: prefer noeviction",
+        ));
+    }
+
+    // Persistence.
+    let aof = info("aof_enabled") == Some("1");
+    let fsync = match &s.config {
+        Ok(config) => config.get("appendfsync").cloned(),
+        Err(_) => None,
+    };
+    let durable = aof && fsync.as_deref() == Some("always");
+    let fenced = settings.options.fenced;
+    if !aof {
+        out.push(if fenced {
+            Finding::new(
+                Severity::Unsafe,
+                Aspect::Persistence,
+                "appendonly no".to_owned(),
+                "set appendonly yes and appendfsync always: a restart loses the fence counters, and fences repeat",
+            )
+        } else {
+            Finding::new(
+                Severity::Note,
+                Aspect::Persistence,
+                "appendonly no".to_owned(),
+                "after a crash, keep the node down for longer than the longest ttl before it rejoins (or persist with appendfsync always)",
+            )
+        });
+    } else if !durable {
+        let seen = match (&fsync, &s.config) {
+            (Some(fsync), _) => format!("appendonly yes, appendfsync {fsync}"),
+            (None, Err(e)) => format!("appendonly yes, appendfsync unknown ({e})"),
+            (None, Ok(_)) => "appendonly yes, appendfsync unknown".to_owned(),
+        };
+        out.push(Finding::new(
+            if fenced {
+                Severity::Degraded
+            } else {
+                Severity::Note
+            },
+            Aspect::Persistence,
+            seen,
+            "a machine crash can lose the last second of writes (locks, fence counters): use appendfsync always",
+        ));
+    }
+    if let (Some(longest), Some(uptime), false) = (
+        settings.options.longest_ttl,
+        number("uptime_in_seconds"),
+        durable,
+    ) {
+        let uptime = Duration::from_secs(uptime);
+        if uptime < longest {
+            out.push(Finding::new(
+                Severity::Unsafe,
+                Aspect::Persistence,
+                format!(
+                    "up for {uptime:?}, less than the longest ttl {longest:?}, without durable persistence"
+                ),
+                "if it restarted empty, locks it granted before may be granted again until it has been up for the longest ttl: delay restarts by the longest ttl",
+            ));
+        }
+    }
+
+    out.extend(judge_rest(s, settings));
+    out
+}
+
+/// What needs no `INFO`: clock, Functions library, `CONFIG GET`, latency.
+fn judge_rest(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Clock.
+    match s.clock {
+        Ok(clock) => out.extend(judge_clock(clock, settings.drift_factor)),
+        Err(ref e) => out.push(Finding::new(
+            Severity::Note,
+            Aspect::Clock,
+            format!("could not read TIME: {e}"),
+            "the clock rate is unchecked; run the check as a user allowed TIME",
+        )),
+    }
+
+    // Capability: Functions library.
+    match &s.library {
+        None => {}
+        Some(Library::Missing) => out.push(Finding::new(
+            Severity::Degraded,
+            Aspect::Capability,
+            "Functions mode, but the library `quorumlock` is not loaded".to_owned(),
+            "load quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE on this server",
+        )),
+        Some(Library::Loaded { code }) if code.trim() != settings.library.trim() => {
+            out.push(Finding::new(
+                Severity::Degraded,
+                Aspect::Capability,
+                "the library `quorumlock` loaded here is another version".to_owned(),
+                "load this version's quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE",
+            ))
+        }
+        Some(Library::Loaded { .. }) => {}
+        Some(Library::Unknown(e)) => out.push(Finding::new(
+            Severity::Note,
+            Aspect::Capability,
+            format!("could not list functions: {e}"),
+            "the access probe still shows whether the functions run",
+        )),
+    }
+    if let Err(e) = &s.config {
+        out.push(Finding::new(
+            Severity::Note,
+            Aspect::Capability,
+            format!("CONFIG GET refused: {e}"),
+            "persistence settings could not be read in full; run the check as a user allowed CONFIG GET",
+        ));
+    }
+
+    // Latency.
+    if let Some(latency) = Latency::of(&s.rtts) {
+        let timeout = settings.node_timeout;
+        let seen = format!(
+            "round trip p50 {}, p99 {}, node timeout {}",
+            ms(latency.p50),
+            ms(latency.p99),
+            ms(timeout)
+        );
+        if latency.p50 >= timeout {
+            out.push(Finding::new(
+                Severity::Degraded,
+                Aspect::Latency,
+                seen,
+                "most requests time out: raise node_timeout or move the node closer",
+            ));
+        } else if latency.p99 >= timeout {
+            out.push(Finding::new(
+                Severity::Degraded,
+                Aspect::Latency,
+                seen,
+                "some requests time out and the node misses votes: raise node_timeout",
+            ));
+        } else if latency.p99 * 2 >= timeout {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Latency,
+                seen,
+                "slow round trips eat into every lock's validity; consider a larger node_timeout",
+            ));
+        }
+    }
+    out
+}
+
+/// A duration in milliseconds, to two decimals: `0.27ms`.
+fn ms(d: Duration) -> String {
+    format!("{:.2}ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Largest offset between the node's wall clock and the client's that
+/// passes without a note.
+const OFFSET_NOTE: Duration = Duration::from_secs(1);
+
+/// The node's clock rate against the client's, bounded by the round trips:
+/// unsafe when even the slowest rate the readings allow is faster than
+/// `1 + drift_factor` (keys expire early), a note when the readings are too
+/// coarse to tell, when the node runs slow, or when its wall clock is far
+/// off.
+fn judge_clock(clock: ClockSample, drift_factor: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let node = clock.node_elapsed.as_secs_f64();
+    let (min, max) = (
+        clock.client_min.as_secs_f64(),
+        clock.client_max.as_secs_f64(),
+    );
+    if max > 0.0 {
+        // The rate lies in [node/max, node/min].
+        let low = node / max;
+        let high = if min > 0.0 { node / min } else { f64::INFINITY };
+        let percent = |r: f64| (r - 1.0) * 100.0;
+        if low > 1.0 + drift_factor {
+            out.push(Finding::new(
+                Severity::Unsafe,
+                Aspect::Clock,
+                format!(
+                    "the node's clock runs {:.1}% to {:.1}% fast against the client's, beyond the drift allowance of {:.1}%",
+                    percent(low),
+                    percent(high),
+                    drift_factor * 100.0
+                ),
+                "fix the node's time keeping (NTP slews at most 0.05%), or raise drift_factor above the measured rate",
+            ));
+        } else if high - low > drift_factor.max(0.001) {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Clock,
+                format!(
+                    "clock rate between {:+.1}% and {:+.1}%: round trips too slow to judge against the {:.1}% allowance",
+                    percent(low),
+                    percent(high),
+                    drift_factor * 100.0
+                ),
+                "check again with a longer clock interval",
+            ));
+        } else if high < 1.0 - drift_factor {
+            out.push(Finding::new(
+                Severity::Note,
+                Aspect::Clock,
+                format!(
+                    "the node's clock runs {:.1}% slow against the client's",
+                    -percent(high)
+                ),
+                "locks outlive their ttl on this node (safe, but a crashed holder's lock stays longer)",
+            ));
+        }
+    }
+    let offset = Duration::from_millis(clock.offset_ms.unsigned_abs());
+    if offset > OFFSET_NOTE {
+        out.push(Finding::new(
+            Severity::Note,
+            Aspect::Clock,
+            format!(
+                "wall clock {} by {offset:?}",
+                if clock.offset_ms > 0 {
+                    "ahead"
+                } else {
+                    "behind"
+                }
+            ),
+            "Redlock needs no agreement on the time, only on its rate; a step in the node's clock would expire keys early: synchronise with NTP (slewing)",
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> CheckOptions {
+        CheckOptions::default()
+    }
+
+    fn settings(options: &CheckOptions) -> Settings<'_> {
+        Settings {
+            drift_factor: 0.01,
+            node_timeout: Duration::from_millis(250),
+            options,
+            library: "#!lua name=quorumlock\n",
+        }
+    }
+
+    /// A healthy master as INFO shows it.
+    fn healthy(run_id: &str) -> ServerFacts {
+        let info = [
+            ("redis_version", "7.0.15"),
+            ("run_id", run_id),
+            ("master_replid", run_id),
+            ("uptime_in_seconds", "100000"),
+            ("role", "master"),
+            ("connected_slaves", "0"),
+            ("maxmemory", "0"),
+            ("maxmemory_policy", "noeviction"),
+            ("aof_enabled", "1"),
+        ];
+        ServerFacts {
+            address: "h:1".into(),
+            info: Ok(info
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()),
+            config: Ok([("appendfsync".to_owned(), "always".to_owned())].into()),
+            clock: Ok(ClockSample {
+                node_elapsed: Duration::from_millis(1000),
+                client_min: Duration::from_millis(999),
+                client_max: Duration::from_millis(1001),
+                offset_ms: 3,
+            }),
+            rtts: vec![Duration::from_millis(1); 10],
+            library: None,
+        }
+    }
+
+    fn node(name: &str, server: ServerFacts) -> NodeFacts {
+        NodeFacts {
+            node: name.into(),
+            servers: vec![(server.address.clone(), Ok(server))],
+            slots: None,
+            refused: Ok(Vec::new()),
+        }
+    }
+
+    fn findings(server: ServerFacts, options: &CheckOptions) -> Vec<(Severity, Aspect)> {
+        judge(&[node("n", server)], settings(options)).nodes[0]
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.aspect))
+            .collect()
+    }
+
+    fn with(mut s: ServerFacts, k: &str, v: &str) -> ServerFacts {
+        if let Ok(info) = &mut s.info {
+            info.insert(k.into(), v.into());
+        }
+        s
+    }
+
+    #[test]
+    fn a_healthy_set_has_no_findings() {
+        let facts = [node("a", healthy("1")), node("b", healthy("2"))];
+        let report = judge(&facts, settings(&options()));
+        assert_eq!(report.worst(), None, "{report}");
+        assert!(!report.is_unsafe());
+        assert!(report.to_string().contains("ok"), "{report}");
+    }
+
+    #[test]
+    fn one_server_twice_is_unsafe_once_per_pair() {
+        let facts = [node("a", healthy("1")), node("b", healthy("1"))];
+        let report = judge(&facts, settings(&options()));
+        assert!(report.is_unsafe());
+        let found: Vec<_> = report.findings().collect();
+        // Flagged on the second node, by run_id, not again by replid.
+        assert_eq!(found.len(), 1, "{report}");
+        assert_eq!(found[0].0, "b");
+        assert!(found[0].1.seen.contains("run_id"), "{report}");
+    }
+
+    #[test]
+    fn replicas_and_replication_groups_are_unsafe() {
+        let replica = with(
+            with(healthy("2"), "role", "slave"),
+            "master_replid",
+            "1", // the master's replication id
+        );
+        let facts = [node("a", healthy("1")), node("b", replica)];
+        let report = judge(&facts, settings(&options()));
+        let b = &report.nodes[1].findings;
+        assert!(
+            b.iter().any(|f| f.seen.contains("a replica of")),
+            "{report}"
+        );
+        assert!(
+            b.iter().any(|f| f.seen.contains("master_replid")),
+            "{report}"
+        );
+        assert!(b.iter().all(|f| f.severity == Severity::Unsafe));
+    }
+
+    #[test]
+    fn attached_replicas_are_a_risk() {
+        let found = findings(with(healthy("1"), "connected_slaves", "2"), &options());
+        assert_eq!(found, [(Severity::Degraded, Aspect::Replicas)]);
+    }
+
+    #[test]
+    fn eviction_policies() {
+        let limited = with(healthy("1"), "maxmemory", "1048576");
+        for policy in [
+            "allkeys-lru",
+            "volatile-ttl",
+            "allkeys-random",
+            "volatile-lru",
+        ] {
+            let found = findings(
+                with(limited.clone(), "maxmemory_policy", policy),
+                &options(),
+            );
+            assert_eq!(found, [(Severity::Unsafe, Aspect::Eviction)], "{policy}");
+        }
+        assert_eq!(
+            findings(limited, &options()),
+            [(Severity::Note, Aspect::Eviction)]
+        );
+        assert_eq!(
+            findings(
+                with(healthy("1"), "maxmemory_policy", "allkeys-lru"),
+                &options()
+            ),
+            [(Severity::Note, Aspect::Eviction)]
+        );
+    }
+
+    #[test]
+    fn persistence_depends_on_fencing_and_uptime() {
+        let no_aof = with(healthy("1"), "aof_enabled", "0");
+        assert_eq!(
+            findings(no_aof.clone(), &options()),
+            [(Severity::Note, Aspect::Persistence)]
+        );
+        assert_eq!(
+            findings(no_aof.clone(), &options().fenced_locks()),
+            [(Severity::Unsafe, Aspect::Persistence)]
+        );
+        let mut everysec = healthy("1");
+        everysec.config = Ok([("appendfsync".to_owned(), "everysec".to_owned())].into());
+        assert_eq!(
+            findings(everysec.clone(), &options().fenced_locks()),
+            [(Severity::Degraded, Aspect::Persistence)]
+        );
+        // Up for less than the longest ttl without durable persistence.
+        let young = with(no_aof, "uptime_in_seconds", "5");
+        let long = options().longest_ttl(Duration::from_secs(60));
+        assert_eq!(
+            findings(young.clone(), &long),
+            [
+                (Severity::Unsafe, Aspect::Persistence),
+                (Severity::Note, Aspect::Persistence)
+            ]
+        );
+        // Durable: the uptime does not matter.
+        assert_eq!(
+            findings(with(healthy("1"), "uptime_in_seconds", "5"), &long),
+            []
+        );
+    }
+
+    #[test]
+    fn a_refused_config_get_is_a_note_and_leaves_fsync_unknown() {
+        let mut s = healthy("1");
+        s.config = Err("NOPERM".into());
+        let found = findings(s, &options());
+        assert!(found.contains(&(Severity::Note, Aspect::Persistence)));
+        assert!(found.contains(&(Severity::Note, Aspect::Capability)));
+    }
+
+    #[test]
+    fn a_user_without_info_or_time_gets_notes_not_silence() {
+        let mut s = healthy("1");
+        s.info = Err("NOPERM info".into());
+        s.clock = Err("NOPERM time".into());
+        let report = judge(&[node("n", s)], settings(&options()));
+        let found: Vec<_> = report.nodes[0]
+            .findings
+            .iter()
+            .map(|f| (f.severity, f.aspect))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (Severity::Note, Aspect::Clock),
+                (Severity::Note, Aspect::Capability)
+            ],
+            "{report}"
+        );
+        assert_eq!(
+            report.nodes[0].server.as_deref(),
+            Some("server ? (INFO refused)")
+        );
+    }
+
+    fn clock(node_ms: u64, min_ms: u64, max_ms: u64) -> ClockSample {
+        ClockSample {
+            node_elapsed: Duration::from_millis(node_ms),
+            client_min: Duration::from_millis(min_ms),
+            client_max: Duration::from_millis(max_ms),
+            offset_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_clock_rate_is_judged_by_its_bounds() {
+        let severities = |c| {
+            judge_clock(c, 0.01)
+                .iter()
+                .map(|f| f.severity)
+                .collect::<Vec<_>>()
+        };
+        // 5 % fast, measured tightly: unsafe.
+        assert_eq!(severities(clock(1050, 999, 1001)), [Severity::Unsafe]);
+        // 0.5 % fast: within the allowance.
+        assert_eq!(severities(clock(1005, 999, 1001)), []);
+        // 5 % fast in the best case, but the round trips allow 1 %: unsure.
+        assert_eq!(severities(clock(1050, 900, 1040)), [Severity::Note]);
+        // 5 % slow: a note.
+        assert_eq!(severities(clock(950, 999, 1001)), [Severity::Note]);
+        // A wall clock far off is a note, whatever the rate.
+        let mut off = clock(1000, 999, 1001);
+        off.offset_ms = -5000;
+        let found = judge_clock(off, 0.01);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].seen.contains("behind"), "{:?}", found[0]);
+    }
+
+    #[test]
+    fn latency_against_the_node_timeout() {
+        let ms = Duration::from_millis;
+        let mut s = healthy("1");
+        // A tenth of the round trips exceed the timeout: p99 does, p50 not.
+        s.rtts = vec![ms(1); 90];
+        s.rtts.extend([ms(300); 10]);
+        assert_eq!(
+            findings(s.clone(), &options()),
+            [(Severity::Degraded, Aspect::Latency)]
+        );
+        s.rtts = vec![ms(130); 10];
+        assert_eq!(findings(s, &options()), [(Severity::Note, Aspect::Latency)]);
+        let l = Latency::of(&[ms(3), ms(1), ms(2)]).expect("samples");
+        assert_eq!((l.p50, l.p99), (ms(2), ms(3)));
+        assert_eq!(Latency::of(&[]), None);
+    }
+
+    #[test]
+    fn functions_library_missing_or_another_version() {
+        let mut s = healthy("1");
+        s.library = Some(Library::Missing);
+        assert_eq!(
+            findings(s.clone(), &options()),
+            [(Severity::Degraded, Aspect::Capability)]
+        );
+        s.library = Some(Library::Loaded {
+            code: "#!lua name=quorumlock\n-- old".into(),
+        });
+        assert_eq!(
+            findings(s.clone(), &options()),
+            [(Severity::Degraded, Aspect::Capability)]
+        );
+        s.library = Some(Library::Loaded {
+            code: "#!lua name=quorumlock".into(),
+        });
+        assert_eq!(findings(s, &options()), []);
+    }
+
+    #[test]
+    fn refused_operations_and_unreachable_nodes_are_degraded() {
+        let mut n = node("a", healthy("1"));
+        n.refused = Ok(vec![("release".into(), "NOPERM no GET".into())]);
+        let unreachable = NodeFacts {
+            node: "b".into(),
+            servers: vec![("h:2".into(), Err("connection refused".into()))],
+            slots: None,
+            refused: Err("connection refused".into()),
+        };
+        let report = judge(&[n, unreachable], settings(&options()));
+        assert_eq!(report.worst(), Some(Severity::Degraded));
+        assert_eq!(report.nodes[0].findings[0].aspect, Aspect::Capability);
+        assert_eq!(report.nodes[1].findings[0].aspect, Aspect::Reachability);
+    }
+
+    #[test]
+    fn cluster_slot_coverage() {
+        let full = SlotMap {
+            ranges: vec![(0, 8191, "a:1".into()), (8192, 16383, "b:1".into())],
+        };
+        assert_eq!(full.uncovered(), 0);
+        assert_eq!(full.masters(), ["a:1", "b:1"]);
+        let partial = SlotMap {
+            ranges: vec![(0, 8191, "a:1".into())],
+        };
+        let mut n = node("c", healthy("1"));
+        n.slots = Some(Ok(partial));
+        let report = judge(&[n], settings(&options()));
+        let f = &report.nodes[0].findings;
+        assert_eq!(f.len(), 1, "{report}");
+        assert_eq!(
+            (f[0].severity, f[0].aspect),
+            (Severity::Degraded, Aspect::Cluster)
+        );
+        assert!(f[0].seen.contains("8192 of 16384"), "{report}");
+    }
+}
