@@ -269,22 +269,29 @@ async fn renewals_are_batched_per_node_not_per_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_keep_renewing_while_a_node_hangs() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let locks = builder(&nodes).build().expect("config");
+    // The healthy nodes must answer a 1,000-lock call within the node
+    // timeout on a loaded 2-core machine (a debug build encodes it): 1 s,
+    // not the default 250 ms; and a round of 2,500 locks may take seconds
+    // there, so the ttl leaves renewal rounds about 2 s (half the window).
+    let node_timeout = Duration::from_secs(1);
+    let ttl = 4 * node_timeout;
+    let locks = builder(&nodes)
+        .node_timeout(node_timeout)
+        .build()
+        .expect("config");
     // More locks than one script call renews: several chunks per round.
     const LOCKS: usize = 2_500;
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
-        let guard = locks
-            .lock(&format!("hang:{i}"), Duration::from_secs(1))
-            .await
-            .expect("lock");
+        let guard = locks.lock(&format!("hang:{i}"), ttl).await.expect("lock");
         guard.auto_extend();
         guards.push(guard);
     }
     // Every chunk's call to the paused node waits for its timeout; the
-    // chunks after it must not.
+    // chunks after it must not. Paused for more than a ttl: every lock
+    // renews while it hangs.
     nodes[2].pause().expect("pause");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(ttl + 2 * node_timeout).await;
     nodes[2].resume().expect("resume");
     let lost = guards.iter().filter(|g| g.loss_reason().is_some()).count();
     assert_eq!(lost, 0, "locks lost while one node of three hung");
