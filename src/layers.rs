@@ -14,9 +14,9 @@ const LAYERS: [(&str, &[&str]); 5] = [
         &["error", "quorum", "request", "retry", "scripts", "token"],
     ),
     ("wire", &["node"]),
-    ("round", &["calls", "primitive", "round", "tasks"]),
+    ("round", &["calls", "elect", "primitive", "round", "tasks"]),
     ("holding", &["guard", "lease", "renew", "wakeup"]),
-    ("entry", &["builder", "redlock"]),
+    ("entry", &["builder", "election", "redlock"]),
 ];
 
 /// Modules outside the layers: the test kit (a feature for tests, on top

@@ -126,6 +126,8 @@
 //!      requests still in flight, releases, cleanup; the `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
+//!    - `elect` — the election on the engine: the leader's value beside a
+//!      fenced lock, proclaimed token-checked, and read by a quorum.
 //! 4. **Holding**
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
@@ -134,6 +136,7 @@
 //! 5. **Entry points**
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
+//!    - `election` — [`Election`], [`Leadership`]: campaign, leader, observe.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -167,6 +170,7 @@ mod token;
 mod node;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
+mod elect;
 mod primitive;
 mod round;
 mod tasks;
@@ -177,6 +181,7 @@ mod renew;
 mod wakeup;
 // 5. entry points
 mod builder;
+mod election;
 mod redlock;
 
 #[cfg(test)]
@@ -186,6 +191,7 @@ mod layers;
 pub mod testkit;
 
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
+pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use lease::Lease;

@@ -103,6 +103,12 @@ impl Redlock {
         }
     }
 
+    /// The manager's shared state, for the entry points built beside this
+    /// one (elections).
+    pub(crate) fn manager(&self) -> &Arc<Manager> {
+        &self.inner
+    }
+
     /// Waits until the manager's background work has finished: cleanup of
     /// cancelled or failed attempts, releases of dropped guards, and
     /// requests still answering after a quorum decided (an acquire's or an

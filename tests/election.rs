@@ -1,0 +1,198 @@
+//! Leader election over real nodes: one leader at a time with strictly
+//! increasing terms; a leader that keeps its leadership through minority
+//! kills and a rolling restart of every node; the value beside it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use quorumlock::testkit::RedisNodes;
+use quorumlock::{Leadership, Redlock};
+use support::{builder, no_hang};
+use tokio::time::Instant;
+
+/// Long enough that a healthy node answers within it on a loaded 2-core
+/// machine: these tests are about leadership, not speed.
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn manager(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config")
+}
+
+/// One leadership as its holder saw it: from the campaign's return to the
+/// last moment it still trusted it.
+#[derive(Debug, Clone)]
+struct Window {
+    from: Instant,
+    to: Instant,
+    term: u64,
+    candidate: usize,
+}
+
+/// Checks windows as the chaos checker checks locks: sorted by start, each
+/// ends before the next begins, and terms grow with them.
+fn check_windows(mut windows: Vec<Window>) {
+    windows.sort_by_key(|w| w.from);
+    for pair in windows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a.to <= b.from, "two leaders at once: {a:?} overlaps {b:?}");
+        assert!(a.term < b.term, "terms not increasing: {a:?} then {b:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_candidates_lead_one_at_a_time_with_increasing_terms() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let windows = Arc::new(Mutex::new(Vec::new()));
+    let candidates: Vec<_> = (0..5)
+        .map(|candidate| {
+            let (locks, windows) = (manager(&nodes), windows.clone());
+            tokio::spawn(async move {
+                let election = locks.election("scheduler");
+                let name = format!("candidate-{candidate}");
+                for _ in 0..4 {
+                    let leadership = election
+                        .campaign(&name, Duration::from_secs(5))
+                        .await
+                        .expect("campaign");
+                    let from = Instant::now();
+                    assert_eq!(leadership.value(), name);
+                    // While it leads, a quorum confirms it, with its value.
+                    let leader = election.leader().await.expect("leader").expect("a leader");
+                    assert_eq!(leader.term(), leadership.term());
+                    assert_eq!(leader.value(), name);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let to = Instant::now();
+                    assert!(leadership.lost().now_or_never().is_none(), "still leading");
+                    windows.lock().expect("windows").push(Window {
+                        from,
+                        to,
+                        term: leadership.term(),
+                        candidate,
+                    });
+                    leadership.resign().await.expect("resign");
+                }
+            })
+        })
+        .collect();
+    for candidate in candidates {
+        no_hang("candidate", candidate).await.expect("candidate");
+    }
+    let windows = windows.lock().expect("windows").clone();
+    assert_eq!(windows.len(), 20);
+    for candidate in 0..5 {
+        assert_eq!(
+            windows.iter().filter(|w| w.candidate == candidate).count(),
+            4
+        );
+    }
+    check_windows(windows);
+    let after = manager(&nodes)
+        .election("scheduler")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(after, None, "every leader resigned");
+}
+
+/// Waits until two renewals of `leadership` have moved its deadline — the
+/// second one began after this call — and its lock is on `n` nodes.
+async fn until_renewed_on(leadership: &Leadership, n: usize) {
+    let lease = leadership.lease();
+    no_hang("renewals", async {
+        for _ in 0..2 {
+            let before = lease.deadline();
+            while lease.deadline() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        while lease.confirmed() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart() {
+    let nodes = Arc::new(RedisNodes::start(5).expect("nodes"));
+    let ttl = Duration::from_secs(1);
+    let election = manager(&nodes).election("compactor");
+    let leadership = election.campaign("first", ttl).await.expect("campaign");
+    let term = leadership.term();
+
+    // Two challengers campaign the whole time.
+    let challengers: Vec<_> = (0..2)
+        .map(|i| {
+            let election = manager(&nodes).election("compactor");
+            tokio::spawn(async move { election.campaign(&format!("challenger-{i}"), ttl).await })
+        })
+        .collect();
+
+    let lost = leadership.lost();
+    tokio::pin!(lost);
+    let faults = async {
+        // A minority dies, stays down for a while, and comes back.
+        nodes[0].kill();
+        nodes[1].kill();
+        until_renewed_on(&leadership, 3).await;
+        for i in [0, 1] {
+            let restarted = nodes.clone();
+            tokio::task::spawn_blocking(move || restarted[i].restart())
+                .await
+                .expect("restart task")
+                .expect("restart");
+        }
+        until_renewed_on(&leadership, 5).await;
+        // Then every node, one at a time, down for longer than the ttl and
+        // back empty: renewals put the lock back, the leader its value.
+        for i in 0..5 {
+            nodes[i].kill();
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let restarted = nodes.clone();
+            tokio::task::spawn_blocking(move || restarted[i].restart())
+                .await
+                .expect("restart task")
+                .expect("restart");
+            until_renewed_on(&leadership, 5).await;
+        }
+    };
+    tokio::select! {
+        () = faults => {}
+        reason = &mut lost => panic!("lost the leadership: {reason}"),
+    }
+    for challenger in &challengers {
+        assert!(!challenger.is_finished(), "a challenger was elected");
+    }
+    // Every node restarted empty, yet the leader's value is back on them.
+    let leader = no_hang("leader", async {
+        loop {
+            match election.leader().await {
+                Ok(Some(leader)) => return leader,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!((leader.term(), leader.value()), (term, "first"));
+
+    // Once it resigns, a challenger leads, in a later term.
+    leadership.resign().await.expect("resign");
+    let (won, _, others) = futures::future::select_all(challengers).await;
+    let won = won.expect("challenger").expect("campaign");
+    assert!(won.term() > term, "{won:?} after term {term}");
+    let next = election
+        .leader()
+        .await
+        .expect("leader")
+        .expect("a new leader");
+    assert_eq!((next.term(), next.value()), (won.term(), &*won.value()));
+    for other in others {
+        other.abort();
+    }
+}
