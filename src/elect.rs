@@ -29,6 +29,20 @@ pub(crate) fn leader_key(key: &str) -> Arc<str> {
     name.into()
 }
 
+/// Appended to an election's lock key to form the channel on which nodes
+/// announce a stored value (a new leader's, or a new revision), when the
+/// manager announces releases
+/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)).
+pub(crate) const ELECTED_SUFFIX: &str = ":elected";
+
+/// The channel of an election's values beside lock key `key`.
+pub(crate) fn elected_channel(key: &str) -> String {
+    let mut name = String::with_capacity(key.len() + ELECTED_SUFFIX.len());
+    name.push_str(key);
+    name.push_str(ELECTED_SUFFIX);
+    name
+}
+
 /// One revision of a leader's value, as every node is asked to store it.
 #[derive(Debug, Clone)]
 pub(crate) struct Proclamation {
@@ -50,13 +64,16 @@ pub(crate) async fn proclaim(
     until: Instant,
 ) -> Round {
     let deadline = (Instant::now() + core.node_timeout).min(until);
+    let announce: Option<Arc<str>> = core
+        .announce
+        .then(|| elected_channel(&proclamation.key).into());
     let (round, stragglers) = fan_out(
         &core.nodes,
         Until::Decided,
         "proclaim",
         deadline,
         |i, _, deadline| {
-            let (core, p) = (core.clone(), proclamation.clone());
+            let (core, p, announce) = (core.clone(), proclamation.clone(), announce.clone());
             async move {
                 let Some(node) = core.nodes.get(i) else {
                     return Ok(false);
@@ -68,6 +85,7 @@ pub(crate) async fn proclaim(
                     p.term,
                     p.rev,
                     &p.value,
+                    announce.as_deref(),
                     deadline,
                 )
                 .await

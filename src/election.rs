@@ -10,14 +10,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::error::{ArgumentError, Error, LossReason};
 use crate::guard::{LockGuard, ReleaseSummary};
 use crate::lease::Lease;
 use crate::redlock::Redlock;
-use crate::request::{Fencing, Limits, Request, same_slot};
+use crate::request::{Fencing, Limits, Request, channel, same_slot};
 use crate::retry::{Next, jitter_unit};
 use crate::round::{Core, attempt};
 
@@ -335,24 +337,34 @@ impl Election {
     /// # }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
-        let (key, leader_key) = self.keys()?;
-        let core = &self.locks.manager().core;
-        let confirmed = crate::elect::read_leader(core, &self.name, &key, &leader_key).await?;
-        Ok(confirmed.map(|c| Leader {
+        Ok(self.read().await?.map(|c| Leader {
             term: c.term,
             value: c.value,
         }))
+    }
+
+    async fn read(&self) -> Result<Option<crate::elect::Confirmed>, Error> {
+        let (key, leader_key) = self.keys()?;
+        let core = &self.locks.manager().core;
+        crate::elect::read_leader(core, &self.name, &key, &leader_key).await
     }
 
     /// A stream of the election's leaders as they change: first who leads
     /// now, then each change — a new leader, a new value proclaimed, or no
     /// leader (`None`). Consecutive items always differ.
     ///
-    /// It reads the election as [`leader`](Self::leader) does, every
-    /// [`poll_interval`](Self::poll_interval), so it reports only leaders a
-    /// quorum of nodes confirmed, and may miss a leader that came and went
-    /// between two reads. A read that cannot reach a quorum reports
-    /// `None`: no leader is confirmed.
+    /// It reads the election as [`leader`](Self::leader) does, so it
+    /// reports only leaders a quorum of nodes confirmed, and may miss a
+    /// leader that came and went between two reads. A read that cannot
+    /// reach a quorum reports `None`: no leader is confirmed.
+    ///
+    /// It reads every [`poll_interval`](Self::poll_interval), and where the
+    /// manager announces releases
+    /// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)) also
+    /// as soon as a node announces a change: a leader resigning, a new
+    /// leader's value or a new value stored (on `<key>:released` and
+    /// `<key>:elected`; one pub/sub connection per node for each stream).
+    /// A leader whose lock expires is not announced: polling finds it.
     ///
     /// The stream never ends; drop it to stop observing.
     ///
@@ -374,22 +386,60 @@ impl Election {
     /// # }
     /// ```
     pub fn observe(&self) -> impl Stream<Item = Option<Leader>> + Send + 'static + use<> {
-        let this = self.clone();
-        futures::stream::unfold((this, None::<Option<Leader>>), |(this, last)| async move {
-            loop {
-                let now = match this.leader().await {
-                    Ok(now) => now,
-                    Err(error) => {
-                        tracing::debug!(election = %this.name, error = %error, "no quorum to observe");
-                        None
-                    }
-                };
-                if last.as_ref() != Some(&now) {
-                    return Some((now.clone(), (this, Some(now))));
+        futures::stream::unfold(
+            Observer {
+                election: self.clone(),
+                last: None,
+                newest: None,
+                listener: None,
+            },
+            |mut observer| async move {
+                let this = observer.election.clone();
+                if observer.listener.is_none()
+                    && let Ok((key, _)) = this.keys()
+                {
+                    observer.listener = Listener::start(&this.locks.manager().core, &key);
                 }
-                tokio::time::sleep(this.poll).await;
-            }
-        })
+                loop {
+                    let now = match this.read().await {
+                        Ok(Some(confirmed)) => {
+                            let at = (confirmed.term, confirmed.rev);
+                            // A read that reached only nodes a proclamation
+                            // (or a new leader) has not reached yet is not
+                            // news: the stream never goes back.
+                            if observer.newest.is_some_and(|newest| at < newest) {
+                                None
+                            } else {
+                                observer.newest = Some(at);
+                                Some(Some(Leader {
+                                    term: confirmed.term,
+                                    value: confirmed.value,
+                                }))
+                            }
+                        }
+                        Ok(None) => Some(None),
+                        Err(error) => {
+                            tracing::debug!(election = %this.name, error = %error, "no quorum to observe");
+                            Some(None)
+                        }
+                    };
+                    if let Some(now) = now
+                        && observer.last.as_ref() != Some(&now)
+                    {
+                        observer.last = Some(now.clone());
+                        return Some((now, observer));
+                    }
+                    let listener = &observer.listener;
+                    match &listener {
+                        Some(listener) => {
+                            let _ =
+                                tokio::time::timeout(this.poll, listener.woken.notified()).await;
+                        }
+                        None => tokio::time::sleep(this.poll).await,
+                    }
+                }
+            },
+        )
     }
 
     /// Runs `work` only while leading: campaigns with `value` (see
@@ -458,6 +508,86 @@ impl Election {
                 Ok(output)
             }
         }
+    }
+}
+
+/// The state of an [`Election::observe`] stream.
+struct Observer {
+    election: Election,
+    /// What the stream reported last.
+    last: Option<Option<Leader>>,
+    /// The newest term and revision reported: a read of an older one is
+    /// not reported.
+    newest: Option<(u64, u64)>,
+    listener: Option<Listener>,
+}
+
+/// How long an observer's pub/sub connection to a node waits before
+/// connecting again after failing or losing it.
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+/// Wakes an observer when a node announces a change of the election — its
+/// lock released, or a value stored — where the manager announces them
+/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)). One
+/// pub/sub connection per node for each observer, for as long as its
+/// stream lives: dropping the listener ends its tasks.
+#[derive(Debug)]
+struct Listener {
+    woken: Arc<Notify>,
+    _tasks: JoinSet<()>,
+}
+
+impl Listener {
+    /// Listens on every node, if the manager announces and a runtime runs.
+    fn start(core: &Arc<Core>, key: &str) -> Option<Self> {
+        if !core.announce {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let woken = Arc::new(Notify::new());
+        let channels: Arc<[String]> = Arc::new([channel(key), crate::elect::elected_channel(key)]);
+        let mut tasks = JoinSet::new();
+        for node in 0..core.nodes.len() {
+            let follow = follow_node(Arc::downgrade(core), node, channels.clone(), woken.clone());
+            tasks.spawn_on(follow, &runtime);
+        }
+        Some(Self {
+            woken,
+            _tasks: tasks,
+        })
+    }
+}
+
+/// Keeps one node's pub/sub connection subscribed to an election's
+/// channels, waking the observer on each announcement, and once on each
+/// (re)subscription: a change may have gone unheard before it.
+async fn follow_node(core: Weak<Core>, node: usize, channels: Arc<[String]>, woken: Arc<Notify>) {
+    loop {
+        let (connection, timeout) = {
+            let Some(core) = core.upgrade() else {
+                return;
+            };
+            let Some(server) = core.nodes.get(node) else {
+                return;
+            };
+            (server.pubsub(core.node_timeout).await, core.node_timeout)
+        };
+        match connection {
+            Ok(pubsub) => {
+                let (mut sink, mut messages) = pubsub.split();
+                let names: Vec<&str> = channels.iter().map(String::as_str).collect();
+                if let Ok(Ok(())) = tokio::time::timeout(timeout, sink.subscribe(names)).await {
+                    woken.notify_one();
+                    while messages.next().await.is_some() {
+                        woken.notify_one();
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::debug!(op = "observe", node, error = %error, "pub/sub connection failed");
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
     }
 }
 

@@ -656,6 +656,7 @@ impl Node {
     /// Writes revision `rev` of the leader's `value` for `term` into
     /// `leader_key`, if `key` holds `token`: true if it did (or holds a
     /// newer revision), false if the node does not count `token` as leader.
+    /// With `announce` (a channel), a write is announced there.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn proclaim(
         &self,
@@ -665,14 +666,17 @@ impl Node {
         term: u64,
         rev: u64,
         value: &str,
+        announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let (term, rev) = (term.to_string(), rev.to_string());
+        let mut args = vec![token, &term, &rev, value];
+        args.extend(announce);
         self.flag_script(
             &scripts::ELECT_PROCLAIM,
             &[key, leader_key],
-            &[token, &term, &rev, value],
+            &args,
             deadline,
         )
         .await

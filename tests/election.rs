@@ -7,10 +7,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
+use std::collections::HashMap;
+
+use futures::{FutureExt, StreamExt};
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{Leadership, Redlock};
+use quorumlock::{Election, Leader, Leadership, Redlock, WakeOnRelease};
 use support::{builder, no_hang};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Long enough that a healthy node answers within it on a loaded 2-core
@@ -194,5 +197,193 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
     assert_eq!((next.term(), next.value()), (won.term(), &*won.value()));
     for other in others {
         other.abort();
+    }
+}
+
+fn announcing(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config")
+}
+
+/// Forwards what `election` observes to a channel, until the receiver or
+/// the test is gone.
+fn observer(election: Election) -> mpsc::UnboundedReceiver<Option<Leader>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut changes = Box::pin(election.observe());
+        while let Some(change) = changes.next().await {
+            if tx.send(change).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next change each observer reports.
+async fn next_changes(
+    observers: &mut [mpsc::UnboundedReceiver<Option<Leader>>],
+) -> Vec<Option<Leader>> {
+    let mut out = Vec::new();
+    for observer in observers.iter_mut() {
+        out.push(
+            no_hang("observed change", observer.recv())
+                .await
+                .expect("observer"),
+        );
+    }
+    out
+}
+
+fn led(term: u64, value: &str) -> String {
+    format!("{value} (term {term})")
+}
+
+fn shown(changes: &[Option<Leader>]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| {
+            c.as_ref()
+                .map_or_else(|| "none".to_owned(), Leader::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_change_in_order() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let (a, b) = (announcing(&nodes), announcing(&nodes));
+    // One observer only ever woken by pub/sub (its polling interval is
+    // longer than the test), one that polls.
+    let mut observers = [
+        observer(
+            announcing(&nodes)
+                .election("gateway")
+                .poll_interval(Duration::from_secs(3600)),
+        ),
+        observer(
+            manager(&nodes)
+                .election("gateway")
+                .poll_interval(Duration::from_millis(20)),
+        ),
+    ];
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    let first = a
+        .election("gateway")
+        .campaign("a1", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    let term = first.term();
+    let expected = led(term, "a1");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+
+    first.proclaim("a2").await.expect("proclaim");
+    assert_eq!(first.value(), "a2");
+    let expected = led(term, "a2");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+
+    first.resign().await.expect("resign");
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    let second = b
+        .election("gateway")
+        .campaign("b1", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    assert!(second.term() > term);
+    let expected = led(second.term(), "b1");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+    second.resign().await.expect("resign");
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    // Nothing else was reported: reads in between found no change.
+    for observer in &mut observers {
+        assert!(observer.try_recv().is_err(), "an extra change");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_report_only_leaders_that_led_in_term_order() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut observers = vec![
+        observer(
+            announcing(&nodes)
+                .election("queue")
+                .poll_interval(Duration::from_millis(200)),
+        ),
+        observer(
+            manager(&nodes)
+                .election("queue")
+                .poll_interval(Duration::from_millis(2)),
+        ),
+    ];
+    // Every value a leader proclaimed, with its term.
+    let proclaimed = Arc::new(Mutex::new(HashMap::new()));
+    let candidates: Vec<_> = (0..3)
+        .map(|c| {
+            let (locks, proclaimed) = (announcing(&nodes), proclaimed.clone());
+            tokio::spawn(async move {
+                let election = locks.election("queue");
+                for round in 0..4 {
+                    let first = format!("c{c}-r{round}-v0");
+                    let leadership = election
+                        .campaign(&first, Duration::from_secs(5))
+                        .await
+                        .expect("campaign");
+                    let term = leadership.term();
+                    proclaimed.lock().expect("proclaimed").insert(first, term);
+                    let next = format!("c{c}-r{round}-v1");
+                    proclaimed
+                        .lock()
+                        .expect("proclaimed")
+                        .insert(next.clone(), term);
+                    leadership.proclaim(&next).await.expect("proclaim");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    leadership.resign().await.expect("resign");
+                }
+            })
+        })
+        .collect();
+    for candidate in candidates {
+        no_hang("candidate", candidate).await.expect("candidate");
+    }
+    let proclaimed = proclaimed.lock().expect("proclaimed").clone();
+    for observer in &mut observers {
+        let mut seen = Vec::new();
+        while let Ok(change) = observer.try_recv() {
+            seen.push(change);
+        }
+        assert!(seen.len() > 1, "the observer saw leaders: {seen:?}");
+        for pair in seen.windows(2) {
+            assert_ne!(pair[0], pair[1], "a change that is none");
+        }
+        let leaders: Vec<&Leader> = seen.iter().flatten().collect();
+        for leader in &leaders {
+            assert_eq!(
+                proclaimed.get(leader.value()),
+                Some(&leader.term()),
+                "{leader} never led"
+            );
+        }
+        for pair in leaders.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert!(
+                a.term() < b.term() || (a.term() == b.term() && a.value() < b.value()),
+                "out of order: {a} then {b}"
+            );
+        }
     }
 }
