@@ -10,7 +10,7 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use futures::{FutureExt, StreamExt};
-use quorumlock::testkit::RedisNodes;
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
 use quorumlock::{Election, Leader, Leadership, Redlock, WakeOnRelease};
 use support::{builder, no_hang};
 use tokio::sync::mpsc;
@@ -386,4 +386,101 @@ async fn observers_report_only_leaders_that_led_in_term_order() {
             );
         }
     }
+}
+
+/// A store that rejects writes carrying a term lower than one it has seen.
+#[derive(Default)]
+struct FencedStore {
+    highest: Mutex<u64>,
+}
+
+impl FencedStore {
+    fn write(&self, term: u64) -> Result<(), u64> {
+        let mut highest = self.highest.lock().expect("store");
+        if term < *highest {
+            return Err(*highest);
+        }
+        *highest = term;
+        Ok(())
+    }
+}
+
+/// The leader is cut off from every node (`faults`): its renewals stop
+/// reaching them, or their answers stop coming back. Another candidate is
+/// elected only after the old leader's `lost()` resolved (it resolves at
+/// its deadline at the latest, before its keys expire on any node), and
+/// the old term is rejected by a fenced store.
+async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    let through_proxies = Redlock::builder()
+        .nodes(proxies.iter().map(FaultProxy::url))
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(1);
+    let old = through_proxies
+        .election("cron")
+        .campaign("old", ttl)
+        .await
+        .expect("campaign");
+    let store = FencedStore::default();
+    store.write(old.term()).expect("the leader writes");
+    until_renewed_on(&old, 3).await;
+
+    let challenger = tokio::spawn(manager(&nodes).election("cron").campaign("new", ttl));
+    for proxy in &proxies {
+        proxy.set(faults);
+    }
+    let new = no_hang("the next leader", challenger)
+        .await
+        .expect("task")
+        .expect("campaign");
+    let elected = Instant::now();
+    // The old leader knew before the new one was elected: lost() had
+    // resolved (a passed deadline counts: lost() resolves there).
+    let reason = old.lease().loss_reason();
+    assert!(
+        reason.is_some(),
+        "{faults:?}: the old leader still trusts it"
+    );
+    assert!(old.lease().deadline() <= elected);
+    assert!(old.lost().now_or_never().is_some());
+    assert!(new.term() > old.term());
+    store.write(new.term()).expect("the new leader writes");
+    assert_eq!(
+        store.write(old.term()),
+        Err(new.term()),
+        "the old term is rejected"
+    );
+
+    for proxy in &proxies {
+        proxy.heal();
+    }
+    let leader = manager(&nodes)
+        .election("cron")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(
+        leader.map(|l| (l.term(), l.value().to_owned())),
+        Some((new.term(), "new".to_owned()))
+    );
+    drop(old);
+    new.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_loses_before_another_is_elected() {
+    a_cut_off_leader_loses_before_another_is_elected(Faults::blackhole()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_go_unanswered_loses_before_another_is_elected() {
+    // Renewals land (and extend the keys), but no answer comes back.
+    a_cut_off_leader_loses_before_another_is_elected(Faults::hold_replies(Duration::from_secs(30)))
+        .await;
 }
