@@ -484,3 +484,63 @@ async fn a_leader_whose_renewals_go_unanswered_loses_before_another_is_elected()
     a_cut_off_leader_loses_before_another_is_elected(Faults::hold_replies(Duration::from_secs(30)))
         .await;
 }
+
+/// The limit no lease can lift: a leader whose whole process stalls (a GC
+/// pause, swap, SIGSTOP) cannot run its `lost()` while stalled. Here its
+/// runtime's only thread blocks, renewer and timers with it; another
+/// candidate is elected meanwhile. Once it runs again the old leader finds
+/// its leadership expired — and a write it makes anyway, carrying its
+/// term, is rejected by a fenced store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leader_is_stopped_by_its_term() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let ttl = Duration::from_secs(1);
+    let store = Arc::new(FencedStore::default());
+    let (resume, stalled) = std::sync::mpsc::channel::<()>();
+    let (led, leading) = tokio::sync::oneshot::channel::<u64>();
+    let old = {
+        let (urls, store) = (nodes.urls(), store.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let locks = Redlock::builder()
+                    .nodes(urls)
+                    .node_timeout(NODE_TIMEOUT)
+                    .build()
+                    .expect("config");
+                let leadership = locks
+                    .election("ledger")
+                    .campaign("old", ttl)
+                    .await
+                    .expect("campaign");
+                store.write(leadership.term()).expect("the leader writes");
+                led.send(leadership.term()).expect("test");
+                // The stall: nothing of this runtime runs until resumed.
+                stalled.recv().expect("resume");
+                let noticed = leadership.lease().loss_reason();
+                let written = store.write(leadership.term());
+                (noticed, written)
+            })
+        })
+    };
+    let old_term = no_hang("the first leader", leading).await.expect("leader");
+    let new = no_hang(
+        "the next leader",
+        manager(&nodes).election("ledger").campaign("new", ttl),
+    )
+    .await
+    .expect("campaign");
+    assert!(new.term() > old_term);
+    store.write(new.term()).expect("the new leader writes");
+    resume.send(()).expect("resume");
+    let (noticed, written) = tokio::task::spawn_blocking(move || old.join())
+        .await
+        .expect("join task")
+        .expect("old leader");
+    assert_eq!(noticed, Some(quorumlock::LossReason::Expired));
+    assert_eq!(written, Err(new.term()), "the stale write is rejected");
+    new.resign().await.expect("resign");
+}
