@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::error::{ArgumentError, Error, LossReason};
 use crate::guard::{LockGuard, ReleaseSummary};
 use crate::lease::Lease;
-use crate::redlock::Redlock;
+use crate::redlock::{Redlock, pause};
 use crate::request::{Fencing, Limits, Request, channel, same_slot};
 use crate::retry::{Next, jitter_unit};
 use crate::round::{Core, attempt};
@@ -265,6 +265,8 @@ impl Election {
             .wait_forever()
             .schedule(Instant::now());
         let mut waiter = None;
+        // Whether the last attempt was made on a wake-up.
+        let mut woken = false;
         loop {
             let error = match attempt(core, &request).await {
                 Ok(grant) => {
@@ -295,17 +297,22 @@ impl Election {
                 return Err(error);
             };
             tracing::debug!(error = %error, ?delay, "not leading, campaigning again");
+            // Someone else got the release this candidate was woken for:
+            // as `lock` does, a jitter then keeps the next wake-up from
+            // colliding again.
+            let collided = woken && matches!(error, Error::Contended { .. });
             if let (None, Some(wakeups), Error::Contended { .. }) =
                 (&waiter, &manager.wakeups, &error)
             {
                 waiter = Some(wakeups.waiter(core, &request.keys));
             }
-            match &waiter {
-                Some(waiter) => {
-                    let _ = tokio::time::timeout(delay, waiter.woken()).await;
+            woken = match &waiter {
+                Some(waiter) => pause(waiter, delay, collided).await,
+                None => {
+                    tokio::time::sleep(delay).await;
+                    false
                 }
-                None => tokio::time::sleep(delay).await,
-            }
+            };
         }
     }
 
