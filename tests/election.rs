@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use futures::{FutureExt, StreamExt};
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
-use quorumlock::{Election, Leader, Leadership, Redlock, WakeOnRelease};
+use quorumlock::{Election, Error, Leader, Leadership, Redlock, WakeOnRelease};
 use support::{builder, no_hang};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -137,6 +137,13 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         })
         .collect();
 
+    // An observer polls the whole time.
+    let mut watching = observer(
+        manager(&nodes)
+            .election("compactor")
+            .poll_interval(Duration::from_millis(50)),
+    );
+
     let lost = leadership.lost();
     tokio::pin!(lost);
     let faults = async {
@@ -183,6 +190,10 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
     })
     .await;
     assert_eq!((leader.term(), leader.value()), (term, "first"));
+    // The observer saw one leader, throughout.
+    let expected = Some(leader.clone());
+    assert_eq!(watching.recv().await, Some(expected));
+    assert!(watching.try_recv().is_err(), "the observer saw a change");
 
     // Once it resigns, a challenger leads, in a later term.
     leadership.resign().await.expect("resign");
@@ -543,4 +554,61 @@ async fn a_stalled_leader_is_stopped_by_its_term() {
     assert_eq!(noticed, Some(quorumlock::LossReason::Expired));
     assert_eq!(written, Err(new.term()), "the stale write is rejected");
     new.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leadership_runs_the_work_while_leading_and_stops_it_when_lost() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let election = manager(&nodes).election("reports");
+    let term = election
+        .with_leadership("worker", Duration::from_secs(5), |lease| async move {
+            lease.fence().expect("the term")
+        })
+        .await
+        .expect("with_leadership");
+    assert!(term >= 1);
+    assert_eq!(election.leader().await.expect("leader"), None, "resigned");
+
+    // A majority dies while the work runs: it is dropped, and the call
+    // says the leadership was lost.
+    let (started, running) = tokio::sync::oneshot::channel();
+    let work = election.with_leadership("worker", Duration::from_secs(1), |_| async move {
+        let _ = started.send(());
+        std::future::pending::<()>().await
+    });
+    let killer = async {
+        running.await.expect("the work started");
+        nodes[0].kill();
+        nodes[1].kill();
+    };
+    let (outcome, ()) = no_hang("with_leadership", futures::future::join(work, killer)).await;
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
+
+#[test]
+fn election_types_and_futures_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    send_sync::<Election>();
+    send_sync::<Leadership>();
+    send_sync::<Leader>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _enter = runtime.enter();
+    let locks = Redlock::new(["redis://127.0.0.1:1"]).expect("valid");
+    let name = String::from("e");
+    let election = locks.election(&name);
+    let value = String::from("v");
+    let campaign = election.campaign(&value, Duration::from_secs(1));
+    drop((name, value));
+    send_static(&campaign);
+    send_static(&election.observe());
+    fn leadership_futures(leadership: &Leadership) {
+        send_static(&leadership.lost());
+        fn send<T: Send>(_: &T) {}
+        send(&leadership.proclaim("x"));
+    }
+    let _ = leadership_futures;
 }
