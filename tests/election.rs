@@ -10,8 +10,11 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use futures::{FutureExt, StreamExt};
-use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
-use quorumlock::{Election, Error, Leader, Leadership, Redlock, WakeOnRelease};
+use quorumlock::testkit::{FaultProxy, Faults, RedisCluster, RedisNodes};
+use quorumlock::{
+    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, ScriptMode,
+    WakeOnRelease,
+};
 use support::{builder, no_hang};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -611,4 +614,77 @@ fn election_types_and_futures_are_send() {
         send(&leadership.proclaim("x"));
     }
     let _ = leadership_futures;
+}
+
+/// Campaigns, proclaims, reads and resigns on `locks`' nodes.
+async fn a_whole_term(locks: &Redlock, name: &str) {
+    let election = locks.election(name);
+    let leadership = election
+        .campaign("first", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    leadership.proclaim("second").await.expect("proclaim");
+    let leader = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(
+        (leader.term(), leader.value()),
+        (leadership.term(), "second")
+    );
+    leadership.resign().await.expect("resign");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_runs_on_the_functions_library() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    for url in nodes.urls() {
+        let loaded: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(FUNCTIONS_LIBRARY)
+            .query_async(&mut support::conn(&url).await)
+            .await
+            .expect("FUNCTION LOAD");
+        assert_eq!(loaded, "quorumlock");
+    }
+    let locks = builder(&nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .script_mode(ScriptMode::Functions)
+        .build()
+        .expect("config");
+    a_whole_term(&locks, "functions").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .expect("start task")
+        .expect("cluster");
+    let nodes = RedisNodes::start(2).expect("nodes");
+    // Three votes: the cluster, and two standalone masters.
+    let locks = Redlock::builder()
+        .cluster(cluster.seed_urls())
+        .nodes(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    // The lock, its term counter and its value must share a slot.
+    match locks.election("scheduler").leader().await {
+        Err(Error::InvalidArgument(ArgumentError::CrossSlot { keys })) => {
+            assert_eq!(keys, ["scheduler", "scheduler:fence", "scheduler:leader"]);
+        }
+        other => panic!("expected a cross-slot error, got {other:?}"),
+    }
+    let campaign = locks
+        .election("scheduler")
+        .campaign("x", Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(
+            campaign,
+            Err(Error::InvalidArgument(ArgumentError::CrossSlot { .. }))
+        ),
+        "{campaign:?}"
+    );
+    a_whole_term(&locks, "{scheduler}").await;
 }
