@@ -73,6 +73,16 @@
 //!   before rejoining; a node that restarts empty at once can hand a second
 //!   client a lock the first still holds.
 //!
+//! # Leader election
+//!
+//! [`Redlock::election`] gives an [`Election`] over the same nodes:
+//! candidates [`campaign`](Election::campaign), one leads at a time with a
+//! term — a fencing token that grows with every new leader — and
+//! [`leader`](Election::leader) and [`observe`](Election::observe) report
+//! the leader a quorum of nodes confirms. A campaign is a fenced lock's
+//! attempt, and leadership an auto-extended lock, so leadership guarantees
+//! what the lock does, under the same assumptions; see [`Election`].
+//!
 //! # Keys
 //!
 //! The Redis key is the resource name verbatim (an optional prefix can be
