@@ -321,3 +321,39 @@ fn without_again_a_lost_leadership_exits_124() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_stopped_leader_is_replaced_and_stops_its_command_once_it_runs_again() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let command = [
+        "sh",
+        "-c",
+        r#"echo "leading $QUORUMLOCK_ELECTION $QUORUMLOCK_TERM"; exec sleep 30"#,
+    ];
+    let first = Running::spawn(elect(&nodes, &["--ttl", "1s"], "paused", &command));
+    let first_term = term_of(&first.next_line(), "paused");
+    // quorumlock itself stops (its command, in a group of its own, runs
+    // on): no renewal, no timer. Another instance is elected.
+    kill(first.pid(), Signal::SIGSTOP).expect("stop quorumlock");
+    let second = Running::spawn(elect(&nodes, &["--ttl", "1s"], "paused", &command));
+    let second_term = term_of(&second.next_line(), "paused");
+    assert!(second_term > first_term, "{second_term} after {first_term}");
+    // Running again, the first finds its leadership gone at once, stops
+    // its command and exits 124. (Its command ran beside the second's
+    // meanwhile: only a store fenced on the term stops its writes.)
+    kill(first.pid(), Signal::SIGCONT).expect("continue quorumlock");
+    let out = first.finish();
+    assert_status(&out, LOST);
+    assert!(
+        stderr(&out).contains("lost the leadership of `paused`"),
+        "{}",
+        stderr(&out)
+    );
+    let (status, shown) = leader(&nodes, "paused");
+    assert_eq!(
+        (status, shown),
+        (0, format!("{second_term}\tpid:{}", second.pid()))
+    );
+    kill(second.pid(), Signal::SIGTERM).expect("signal quorumlock");
+    assert_status(&second.finish(), 128 + 15);
+}
