@@ -688,3 +688,25 @@ async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
     );
     a_whole_term(&locks, "{scheduler}").await;
 }
+
+/// The window check can fail: two overlapping leaderships are caught.
+#[test]
+#[should_panic(expected = "two leaders at once")]
+fn the_window_check_sees_two_leaders_at_once() {
+    let now = Instant::now();
+    let at = |ms| now + Duration::from_millis(ms);
+    check_windows(vec![
+        Window {
+            from: at(0),
+            to: at(10),
+            term: 1,
+            candidate: 0,
+        },
+        Window {
+            from: at(5),
+            to: at(20),
+            term: 2,
+            candidate: 1,
+        },
+    ]);
+}
