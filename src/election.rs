@@ -217,9 +217,10 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an empty name or a ttl that
-    /// [`lock`](Redlock::lock) rejects. Contention and unreachable nodes
-    /// are retried, not returned.
+    /// [`Error::InvalidArgument`] for an empty name, a ttl that
+    /// [`lock`](Redlock::lock) rejects, or, with a Redis Cluster node, a
+    /// name whose keys do not share a hash slot. Contention and unreachable
+    /// nodes are retried, not returned.
     ///
     /// # Cancel safety
     ///
@@ -324,7 +325,8 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::Unavailable`] when too many nodes failed to answer for a
-    /// quorum to be seen; [`Error::InvalidArgument`] for an empty name.
+    /// quorum to be seen; [`Error::InvalidArgument`] for an empty name (or
+    /// one whose keys do not share a slot on a Redis Cluster node).
     ///
     /// # Cancel safety
     ///
