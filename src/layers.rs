@@ -16,9 +16,9 @@ const LAYERS: [(&str, &[&str]); 5] = [
         ],
     ),
     ("wire", &["node", "probe"]),
-    ("round", &["calls", "primitive", "round", "tasks"]),
+    ("round", &["calls", "elect", "primitive", "round", "tasks"]),
     ("holding", &["guard", "lease", "renew", "wakeup"]),
-    ("entry", &["builder", "doctor", "redlock"]),
+    ("entry", &["builder", "doctor", "election", "redlock"]),
 ];
 
 /// Modules outside the layers: the test kit (a feature for tests, on top

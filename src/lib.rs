@@ -73,6 +73,16 @@
 //!   before rejoining; a node that restarts empty at once can hand a second
 //!   client a lock the first still holds.
 //!
+//! # Leader election
+//!
+//! [`Redlock::election`] gives an [`Election`] over the same nodes:
+//! candidates [`campaign`](Election::campaign), one leads at a time with a
+//! term — a fencing token that grows with every new leader — and
+//! [`leader`](Election::leader) and [`observe`](Election::observe) report
+//! the leader a quorum of nodes confirms. A campaign is a fenced lock's
+//! attempt, and leadership an auto-extended lock, so leadership guarantees
+//! what the lock does, under the same assumptions; see [`Election`].
+//!
 //! # Keys
 //!
 //! The Redis key is the resource name verbatim (an optional prefix can be
@@ -155,6 +165,8 @@
 //!      requests still in flight, releases, cleanup; the `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
+//!    - `elect` — the election on the engine: the leader's value beside a
+//!      fenced lock, proclaimed token-checked, and read by a quorum.
 //! 4. **Holding**
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
@@ -164,6 +176,7 @@
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
 //!    - `doctor` — [`Redlock::check`], and the check on first use.
+//!    - `election` — [`Election`], [`Leadership`]: campaign, leader, observe.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -200,6 +213,7 @@ mod node;
 mod probe;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
+mod elect;
 mod primitive;
 mod round;
 mod tasks;
@@ -211,6 +225,7 @@ mod wakeup;
 // 5. entry points
 mod builder;
 mod doctor;
+mod election;
 mod redlock;
 
 #[cfg(test)]
@@ -220,6 +235,7 @@ mod layers;
 pub mod testkit;
 
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
+pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use health::{

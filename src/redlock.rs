@@ -108,7 +108,9 @@ impl Redlock {
         }
     }
 
-    pub(crate) fn manager(&self) -> &Manager {
+    /// The manager's shared state, for the entry points built beside this
+    /// one (elections).
+    pub(crate) fn manager(&self) -> &Arc<Manager> {
         &self.inner
     }
 
@@ -647,7 +649,7 @@ impl Redlock {
 /// someone else: typically a waiter of another manager woken by the same
 /// release), a random jitter follows the wake-up, so that the next one
 /// does not collide again.
-async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> bool {
+pub(crate) async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> bool {
     let until = Instant::now() + delay;
     if tokio::time::timeout_at(until, waiter.woken())
         .await

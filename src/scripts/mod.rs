@@ -103,7 +103,7 @@ impl Lua {
 
 /// Every script: its function name and its text. The function library is
 /// generated from this list (see the tests).
-const SCRIPTS: [(&str, &str); 5] = [
+const SCRIPTS: [(&str, &str); 7] = [
     ("quorumlock_release", include_str!("release.lua")),
     ("quorumlock_extend", include_str!("extend.lua")),
     ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
@@ -115,6 +115,11 @@ const SCRIPTS: [(&str, &str); 5] = [
         "quorumlock_fence_writeback",
         include_str!("fence_writeback.lua"),
     ),
+    (
+        "quorumlock_elect_proclaim",
+        include_str!("elect_proclaim.lua"),
+    ),
+    ("quorumlock_elect_leader", include_str!("elect_leader.lua")),
 ];
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -134,6 +139,14 @@ pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> =
 /// `counter = max(counter, fence)`: fenced acquire, phase 2.
 pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(SCRIPTS[4].0, SCRIPTS[4].1));
+
+/// Election: the leader's value beside its lock key, token-checked.
+pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[5].0, SCRIPTS[5].1));
+
+/// Election: the lock key's holder and its value, read atomically.
+pub(crate) static ELECT_LEADER: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[6].0, SCRIPTS[6].1));
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! does on one machine — and stop the command if the lock is lost.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use quorumlock::{Error, LockGuard, Redlock, Retry};
+use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use tokio::process::{Child, Command};
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
@@ -108,7 +109,10 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     guard.auto_extend();
 
     let status = match spawn(&args, &guard) {
-        Ok(child) => supervise(child, &guard, &mut signals, args.grace).await,
+        Ok(child) => {
+            let what = format!("the lock on `{resource}`");
+            supervise(child, &what, guard.lost(), &mut signals, args.grace).await
+        }
         Err(e) => {
             let program = args
                 .command
@@ -187,7 +191,7 @@ fn spawn(args: &ExecArgs, guard: &LockGuard) -> io::Result<Child> {
     command.spawn()
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     /// The command ended by itself (or by a signal we passed on).
     Exited(ExitStatus),
     /// The lock was lost; the command has been stopped.
@@ -196,16 +200,16 @@ enum Outcome {
     NotRun(u8),
 }
 
-/// Waits for the command, passing signals on to it, and stops it if the
-/// lock is lost first.
-async fn supervise(
+/// Waits for the command, passing signals on to it, and stops it if `lost`
+/// (of `what`: "the lock on `…`") resolves first.
+pub(crate) async fn supervise(
     mut child: Child,
-    guard: &LockGuard,
+    what: &str,
+    lost: impl Future<Output = LossReason>,
     signals: &mut Signals,
     grace: Duration,
 ) -> Outcome {
     let group = child.id().and_then(|id| i32::try_from(id).ok());
-    let lost = guard.lost();
     tokio::pin!(lost);
     let reason = loop {
         tokio::select! {
@@ -223,9 +227,7 @@ async fn supervise(
         }
     };
     eprintln!(
-        "quorumlock: lost the lock on `{}` while the command ran ({}); sending SIGTERM{}",
-        guard.resource(),
-        reason,
+        "quorumlock: lost {what} while the command ran ({reason}); sending SIGTERM{}",
         if grace.is_zero() {
             String::new()
         } else {
@@ -250,7 +252,7 @@ fn signal_group(group: Option<i32>, signal: Signal) {
 }
 
 /// A shell-style status: the exit code, or 128 + the signal that ended it.
-fn exit_status(status: ExitStatus) -> u8 {
+pub(crate) fn exit_status(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(exit::INTERNAL),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(exit::INTERNAL),

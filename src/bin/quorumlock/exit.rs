@@ -74,6 +74,31 @@ The check reads INFO, CONFIG GET appendfsync, TIME, PING and, with
 on <prefix>quorumlock:doctor:<random> (2s ttl). It changes no configuration
 and prints no token or password.";
 
+/// The exit-status table shown by `elect --help`.
+pub(crate) const ELECT_HELP: &str = "\
+Exit status:
+  N        the command's own status (128+N if a signal N ended it)
+  2        bad arguments or node URLs
+  124      the leadership was lost before the command finished (without
+           --again); if it was still running it got SIGTERM, then SIGKILL
+           after --grace
+  125      quorumlock itself failed
+  126/127  the command could not be run / was not found
+  128+N    signal N arrived while campaigning
+
+Environment of the command:
+  QUORUMLOCK_ELECTION  the election's name
+  QUORUMLOCK_TERM      the leader's term: a fencing token, larger for every
+                       new leader";
+
+/// The exit-status table shown by `leader --help`.
+pub(crate) const LEADER_HELP: &str = "\
+Exit status:
+  0   a leader is confirmed by a quorum of nodes (printed as TERM<TAB>VALUE)
+  1   no leader is confirmed
+  2   bad arguments or node URLs
+  69  unknown: too many nodes unreachable to tell";
+
 pub(crate) fn code(status: u8) -> ExitCode {
     ExitCode::from(status)
 }

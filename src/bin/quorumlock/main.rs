@@ -9,6 +9,7 @@
 mod demo;
 mod doctor;
 mod duration;
+mod elect;
 mod exec;
 mod exit;
 mod nodes;
@@ -67,6 +68,26 @@ enum Commands {
 
     /// Where the benchmark lives.
     Bench,
+
+    /// Run a command only while this instance leads an election.
+    ///
+    /// Campaigns for NAME on a quorum of --nodes until this instance leads
+    /// (waiting while another does), then runs COMMAND with the leadership
+    /// renewed in the background, and resigns when COMMAND exits. If the
+    /// leadership is lost while COMMAND runs, COMMAND's process group gets
+    /// SIGTERM, then SIGKILL after --grace; with --again, quorumlock then
+    /// campaigns again and reruns COMMAND once it leads.
+    #[command(
+        after_help = exit::ELECT_HELP,
+        after_long_help = exit::ELECT_HELP,
+        override_usage = "quorumlock elect [OPTIONS] --nodes <URLS> NAME -- COMMAND [ARGS]..."
+    )]
+    Elect(elect::ElectArgs),
+
+    /// Print the leader of an election: TERM<TAB>VALUE, as a quorum of
+    /// nodes confirms it.
+    #[command(after_help = exit::LEADER_HELP, after_long_help = exit::LEADER_HELP)]
+    Leader(elect::LeaderArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +115,8 @@ fn main() -> ExitCode {
             Commands::Doctor(args) => doctor::run(args).await,
             Commands::Demo(args) => demo::run(args).await,
             Commands::Bench => Ok(0),
+            Commands::Elect(args) => elect::run(args).await,
+            Commands::Leader(args) => elect::leader(args).await,
         }
     });
     match outcome {

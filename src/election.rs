@@ -1,0 +1,846 @@
+//! Leader election over the quorum: [`Election`] (campaign, leader,
+//! observe, the scoped `with_leadership`) and [`Leadership`], the handle of
+//! the one candidate that leads. A thin entry point: a campaign is an
+//! attempt of a fenced lock on the round engine, leadership is that lock
+//! held and auto-extended by a [`LockGuard`], and the value beside it is
+//! the election primitive's (`elect`).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::error::{ArgumentError, Error, LossReason};
+use crate::guard::{LockGuard, ReleaseSummary};
+use crate::lease::Lease;
+use crate::redlock::{Redlock, pause};
+use crate::request::{Fencing, Limits, Request, channel, same_slot};
+use crate::retry::{Next, jitter_unit};
+use crate::round::{Core, attempt};
+
+/// How often [`Election::observe`] reads the election when nothing wakes
+/// it earlier.
+pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Appended to an election's key to form the key of the leader's value: a
+/// hash of the leader's token, term, revision and value, beside the
+/// election's lock key (`<key>`) and its term counter (`<key>:fence`).
+pub const LEADER_SUFFIX: &str = crate::elect::LEADER_SUFFIX;
+
+impl Redlock {
+    /// The election called `name`, on this manager's nodes: see
+    /// [`Election`]. No I/O; the name is checked by the calls that use it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run_scheduler() {}
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let election = locks.election("scheduler");
+    /// let leadership = election.campaign("host-a", Duration::from_secs(10)).await?;
+    /// println!("leading in term {}", leadership.term());
+    /// tokio::select! {
+    ///     _ = run_scheduler() => leadership.resign().await.map(|_| ())?,
+    ///     reason = leadership.lost() => eprintln!("leadership lost: {reason}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, name: &str) -> Election {
+        Election {
+            locks: self.clone(),
+            name: name.into(),
+            poll: DEFAULT_OBSERVE_INTERVAL,
+        }
+    }
+}
+
+/// A leader election among the clients of the same nodes: at most one
+/// candidate leads at a time, and each new leader gets a larger **term**.
+///
+/// A campaign is a fenced lock on the election's name
+/// ([`Redlock::lock_fenced`]): the lock's fence is the term, a fencing
+/// token that grows with every new leader. Leading is holding that lock,
+/// auto-extended for as long as the [`Leadership`] handle lives. Beside the
+/// lock, on every node, the leader keeps the value it proclaimed (a host
+/// name, an address), written only while the node holds the leader's
+/// token; [`leader`](Self::leader) and [`observe`](Self::observe) report a
+/// leader only when a quorum of nodes hold the same token.
+///
+/// The keys are the election's name with the manager's prefix (`<key>`, the
+/// lock), `<key>:fence` (the term counter, never expiring) and
+/// `<key>:leader` (the value). On a Redis Cluster node they must share a
+/// hash slot: use a hash-tagged name such as `{scheduler}`.
+///
+/// # What leadership guarantees
+///
+/// As much as the lock does, no more: while a leader's
+/// [`lost`](Leadership::lost) has not resolved, no other candidate of these
+/// nodes leads, under the lock's timing assumptions (clocks that drift
+/// apart by less than the drift allowance; a process that is not paused
+/// between checking and acting). A leader whose process is paused past its
+/// deadline (GC, swap, SIGSTOP) learns it only when it runs again, after
+/// another candidate may have been elected: pass the
+/// [`term`](Leadership::term) with anything that must not be done twice,
+/// and have it rejected when a larger term was seen.
+///
+/// # Examples
+///
+/// Run the scheduler on one instance of the fleet, for as long as it leads:
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn run_scheduler(term: u64) {}
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), quorumlock::Error> {
+/// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+/// let election = locks.election("scheduler");
+/// loop {
+///     let outcome = election
+///         .with_leadership("10.0.0.7:8080", Duration::from_secs(10), |lease| async move {
+///             run_scheduler(lease.fence().unwrap_or_default()).await
+///         })
+///         .await;
+///     match outcome {
+///         Ok(()) => break,
+///         Err(e @ quorumlock::Error::Lost { .. }) => eprintln!("{e}; campaigning again"),
+///         Err(e) => return Err(e),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    locks: Redlock,
+    name: Arc<str>,
+    poll: Duration,
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("poll_interval", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The leader of an election, as a quorum of nodes confirmed it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Leader {
+    term: u64,
+    value: String,
+}
+
+impl Leader {
+    /// The leader's term: its fencing token, larger for every new leader.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The value the leader proclaimed last.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Display for Leader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (term {})", self.value, self.term)
+    }
+}
+
+impl Election {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How often [`observe`](Self::observe) reads the election when nothing
+    /// wakes it earlier. Defaults to [`DEFAULT_OBSERVE_INTERVAL`]; a zero
+    /// interval is taken as 1 ms.
+    #[must_use]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    fn limits(&self) -> Limits<'_> {
+        let manager = self.locks.manager();
+        Limits {
+            prefix: &manager.key_prefix,
+            drift_factor: manager.core.drift_factor,
+            cluster: manager.core.nodes.iter().any(|node| node.is_cluster()),
+        }
+    }
+
+    /// The election's lock key and leader key, checked.
+    fn keys(&self) -> Result<(Arc<str>, Arc<str>), Error> {
+        if self.name.is_empty() {
+            return Err(ArgumentError::EmptyResource.into());
+        }
+        let limits = self.limits();
+        let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
+        let leader_key = crate::elect::leader_key(&key);
+        let fence_key = format!("{key}{}", crate::request::FENCE_SUFFIX);
+        let all = [&*key, &*fence_key, &*leader_key];
+        if limits.cluster && !same_slot(&all) {
+            return Err(ArgumentError::CrossSlot {
+                keys: all.iter().map(|k| (*k).to_owned()).collect(),
+            }
+            .into());
+        }
+        Ok((key, leader_key))
+    }
+
+    /// Campaigns until this candidate leads, proclaiming `value`; returns
+    /// the [`Leadership`], auto-extended with `ttl` while it is held.
+    ///
+    /// Each attempt is a fenced lock's ([`Redlock::lock_fenced`]): the
+    /// fence becomes the term. Once a quorum granted it, the candidate
+    /// writes `value` beside the lock on every node that holds its token,
+    /// and leads once a quorum of them did. While another candidate leads,
+    /// attempts are retried after the manager's retry delay (and at once
+    /// when a release is announced, with
+    /// [`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)),
+    /// without limit: bound the wait with `tokio::time::timeout` if needed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a ttl that
+    /// [`lock`](Redlock::lock) rejects, or, with a Redis Cluster node, a
+    /// name whose keys do not share a hash slot. Contention and unreachable
+    /// nodes are retried, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: dropped mid-attempt, the attempt's keys
+    /// are removed in the background, as [`lock`](Redlock::lock)'s are.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let leadership = locks
+    ///     .election("compactor")
+    ///     .campaign("worker-3", Duration::from_secs(5))
+    ///     .await?;
+    /// assert_eq!(leadership.value(), "worker-3");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn campaign(
+        &self,
+        value: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Leadership, Error>> + Send + use<> {
+        let this = self.clone();
+        let value: Arc<str> = value.into();
+        async move {
+            let span = tracing::debug_span!("quorumlock", op = "campaign", election = %this.name);
+            tracing::Instrument::instrument(this.run_campaign(value, ttl), span).await
+        }
+    }
+
+    async fn run_campaign(self, value: Arc<str>, ttl: Duration) -> Result<Leadership, Error> {
+        let (key, leader_key) = self.keys()?;
+        let request = Request::new(&[&*self.name], ttl, Fencing::On, self.limits())?;
+        let manager = self.locks.manager().clone();
+        let core = &manager.core;
+        let mut schedule = manager
+            .retry
+            .unlimited_attempts()
+            .wait_forever()
+            .schedule(Instant::now());
+        let mut waiter = None;
+        // Whether the last attempt was made on a wake-up.
+        let mut woken = false;
+        loop {
+            let error = match attempt(core, &request).await {
+                Ok(grant) => {
+                    let guard = LockGuard::new(
+                        core.clone(),
+                        manager.renewer.clone(),
+                        request.resource.clone(),
+                        (request.ttl, request.ttl_ms),
+                        grant,
+                    );
+                    let state = State {
+                        key: key.clone(),
+                        leader_key: leader_key.clone(),
+                        current: Mutex::new((0, value.clone())),
+                    };
+                    match inaugurate(core, guard, state, ttl).await {
+                        Ok(leadership) => return Ok(leadership),
+                        Err(e) if e.is_retryable() => e,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) if e.is_retryable() => e,
+                Err(e) => return Err(e),
+            };
+            let Next::RetryAfter(delay) = schedule.after_failure(Instant::now(), jitter_unit())
+            else {
+                // Unlimited attempts and no deadline: never.
+                return Err(error);
+            };
+            tracing::debug!(error = %error, ?delay, "not leading, campaigning again");
+            // Someone else got the release this candidate was woken for:
+            // as `lock` does, a jitter then keeps the next wake-up from
+            // colliding again.
+            let collided = woken && matches!(error, Error::Contended { .. });
+            if let (None, Some(wakeups), Error::Contended { .. }) =
+                (&waiter, &manager.wakeups, &error)
+            {
+                waiter = Some(wakeups.waiter(core, &request.keys));
+            }
+            woken = match &waiter {
+                Some(waiter) => pause(waiter, delay, collided).await,
+                None => {
+                    tokio::time::sleep(delay).await;
+                    false
+                }
+            };
+        }
+    }
+
+    /// Who leads now, read from every node: the leader's term and value
+    /// when a quorum of nodes hold the same leader's token (the newest
+    /// value any of them has), `None` when none does — no leader, or one
+    /// being elected, resigning or expiring.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when too many nodes failed to answer for a
+    /// quorum to be seen; [`Error::InvalidArgument`] for an empty name (or
+    /// one whose keys do not share a slot on a Redis Cluster node).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only reads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// match locks.election("scheduler").leader().await? {
+    ///     Some(leader) => println!("{} leads in term {}", leader.value(), leader.term()),
+    ///     None => println!("no leader"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        Ok(self.read().await?.map(|c| Leader {
+            term: c.term,
+            value: c.value,
+        }))
+    }
+
+    async fn read(&self) -> Result<Option<crate::elect::Confirmed>, Error> {
+        let (key, leader_key) = self.keys()?;
+        let core = &self.locks.manager().core;
+        crate::elect::read_leader(core, &self.name, &key, &leader_key).await
+    }
+
+    /// A stream of the election's leaders as they change: first who leads
+    /// now, then each change — a new leader, a new value proclaimed, or no
+    /// leader (`None`). Consecutive items always differ.
+    ///
+    /// It reads the election as [`leader`](Self::leader) does, so it
+    /// reports only leaders a quorum of nodes confirmed, and may miss a
+    /// leader that came and went between two reads. A read that cannot
+    /// reach a quorum reports `None`: no leader is confirmed.
+    ///
+    /// It reads every [`poll_interval`](Self::poll_interval), and where the
+    /// manager announces releases
+    /// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)) also
+    /// as soon as a node announces a change: a leader resigning, a new
+    /// leader's value or a new value stored (on `<key>:released` and
+    /// `<key>:elected`; one pub/sub connection per node for each stream).
+    /// A leader whose lock expires is not announced: polling finds it.
+    ///
+    /// The stream never ends; drop it to stop observing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let mut leaders = Box::pin(locks.election("scheduler").observe());
+    /// while let Some(leader) = leaders.next().await {
+    ///     match leader {
+    ///         Some(leader) => println!("now led by {leader}"),
+    ///         None => println!("no leader"),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn observe(&self) -> impl Stream<Item = Option<Leader>> + Send + 'static + use<> {
+        futures::stream::unfold(
+            Observer {
+                election: self.clone(),
+                last: None,
+                newest: None,
+                listener: None,
+            },
+            |mut observer| async move {
+                let this = observer.election.clone();
+                if observer.listener.is_none()
+                    && let Ok((key, _)) = this.keys()
+                {
+                    observer.listener = Listener::start(&this.locks.manager().core, &key);
+                }
+                loop {
+                    let now = match this.read().await {
+                        Ok(Some(confirmed)) => {
+                            let at = (confirmed.term, confirmed.rev);
+                            // A read that reached only nodes a proclamation
+                            // (or a new leader) has not reached yet is not
+                            // news: the stream never goes back.
+                            if observer.newest.is_some_and(|newest| at < newest) {
+                                None
+                            } else {
+                                observer.newest = Some(at);
+                                Some(Some(Leader {
+                                    term: confirmed.term,
+                                    value: confirmed.value,
+                                }))
+                            }
+                        }
+                        Ok(None) => Some(None),
+                        Err(error) => {
+                            tracing::debug!(election = %this.name, error = %error, "no quorum to observe");
+                            Some(None)
+                        }
+                    };
+                    if let Some(now) = now
+                        && observer.last.as_ref() != Some(&now)
+                    {
+                        observer.last = Some(now.clone());
+                        return Some((now, observer));
+                    }
+                    let listener = &observer.listener;
+                    match &listener {
+                        Some(listener) => {
+                            let _ =
+                                tokio::time::timeout(this.poll, listener.woken.notified()).await;
+                        }
+                        None => tokio::time::sleep(this.poll).await,
+                    }
+                }
+            },
+        )
+    }
+
+    /// Runs `work` only while leading: campaigns with `value` (see
+    /// [`campaign`](Self::campaign)), runs the future `work` builds, and
+    /// resigns when it completes.
+    ///
+    /// `work` receives the leadership's [`Lease`], whose
+    /// [`fence`](Lease::fence) is the term. If leadership is lost while
+    /// `work` runs, the future of `work` is dropped at once and the call
+    /// returns [`Error::Lost`], as [`with_lock`](Redlock::with_lock) does.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`campaign`](Self::campaign), and [`Error::Lost`] when
+    /// leadership was lost before `work` completed. A failed resignation
+    /// after `work` completed is logged, not returned (the keys expire by
+    /// ttl).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: dropped, it drops `work` and resigns in
+    /// the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn compact(term: u64) -> usize { 0 }
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let compacted = locks
+    ///     .election("compactor")
+    ///     .with_leadership("worker-3", Duration::from_secs(10), |lease| async move {
+    ///         compact(lease.fence().unwrap_or_default()).await
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_leadership<F, Fut, T>(
+        &self,
+        value: &str,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign(value, ttl).await?;
+        let lost = leadership.lost();
+        let work = work(leadership.lease());
+        tokio::select! {
+            biased;
+            reason = lost => {
+                let held = leadership.guard.held();
+                let error = held.lost_error(reason, 0, self.locks.quorum(), Vec::new());
+                drop(leadership);
+                Err(error)
+            }
+            output = work => {
+                if let Err(error) = leadership.resign().await {
+                    tracing::debug!(error = %error, "resigning after with_leadership failed");
+                }
+                Ok(output)
+            }
+        }
+    }
+}
+
+/// The state of an [`Election::observe`] stream.
+struct Observer {
+    election: Election,
+    /// What the stream reported last.
+    last: Option<Option<Leader>>,
+    /// The newest term and revision reported: a read of an older one is
+    /// not reported.
+    newest: Option<(u64, u64)>,
+    listener: Option<Listener>,
+}
+
+/// How long an observer's pub/sub connection to a node waits before
+/// connecting again after failing or losing it.
+const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+/// Wakes an observer when a node announces a change of the election — its
+/// lock released, or a value stored — where the manager announces them
+/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)). One
+/// pub/sub connection per node for each observer, for as long as its
+/// stream lives: dropping the listener ends its tasks.
+#[derive(Debug)]
+struct Listener {
+    woken: Arc<Notify>,
+    _tasks: JoinSet<()>,
+}
+
+impl Listener {
+    /// Listens on every node, if the manager announces and a runtime runs.
+    fn start(core: &Arc<Core>, key: &str) -> Option<Self> {
+        if !core.announce {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let woken = Arc::new(Notify::new());
+        let channels: Arc<[String]> = Arc::new([channel(key), crate::elect::elected_channel(key)]);
+        let mut tasks = JoinSet::new();
+        for node in 0..core.nodes.len() {
+            let follow = follow_node(Arc::downgrade(core), node, channels.clone(), woken.clone());
+            tasks.spawn_on(follow, &runtime);
+        }
+        Some(Self {
+            woken,
+            _tasks: tasks,
+        })
+    }
+}
+
+/// Keeps one node's pub/sub connection subscribed to an election's
+/// channels, waking the observer on each announcement, and once on each
+/// (re)subscription: a change may have gone unheard before it.
+async fn follow_node(core: Weak<Core>, node: usize, channels: Arc<[String]>, woken: Arc<Notify>) {
+    loop {
+        let (connection, timeout) = {
+            let Some(core) = core.upgrade() else {
+                return;
+            };
+            let Some(server) = core.nodes.get(node) else {
+                return;
+            };
+            (server.pubsub(core.node_timeout).await, core.node_timeout)
+        };
+        match connection {
+            Ok(pubsub) => {
+                let (mut sink, mut messages) = pubsub.split();
+                let names: Vec<&str> = channels.iter().map(String::as_str).collect();
+                if let Ok(Ok(())) = tokio::time::timeout(timeout, sink.subscribe(names)).await {
+                    woken.notify_one();
+                    while messages.next().await.is_some() {
+                        woken.notify_one();
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::debug!(op = "observe", node, error = %error, "pub/sub connection failed");
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// What a leader keeps beside its lock: where, and the value it
+/// proclaimed last (with its revision).
+#[derive(Debug)]
+struct State {
+    key: Arc<str>,
+    leader_key: Arc<str>,
+    current: Mutex<(u64, Arc<str>)>,
+}
+
+impl State {
+    fn current(&self) -> MutexGuard<'_, (u64, Arc<str>)> {
+        // Consistent even if a holder of the lock panicked.
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn proclamation(&self, lease: &Lease) -> crate::elect::Proclamation {
+        let (rev, value) = self.current().clone();
+        crate::elect::Proclamation {
+            key: self.key.clone(),
+            leader_key: self.leader_key.clone(),
+            token: lease.token().clone(),
+            term: lease.fence().unwrap_or_default(),
+            rev,
+            value,
+        }
+    }
+}
+
+/// Completes a won campaign: the value goes beside the lock on a quorum,
+/// auto-extension starts, and a task keeps the value on every node that
+/// holds the lock. A failure gives the lock up.
+async fn inaugurate(
+    core: &Arc<Core>,
+    guard: LockGuard,
+    state: State,
+    ttl: Duration,
+) -> Result<Leadership, Error> {
+    guard.auto_extend();
+    let state = Arc::new(state);
+    let round = crate::elect::proclaim(core, &state.proclamation(&guard), guard.deadline()).await;
+    if round.decision != crate::quorum::Decision::Reached || guard.loss_reason().is_some() {
+        let error = round.failure(guard.resource());
+        if let Err(release) = guard.release().await {
+            tracing::debug!(error = %release, "giving up a half-won campaign");
+        }
+        return Err(error);
+    }
+    tracing::debug!(term = guard.fence(), "leading");
+    spawn_keeper(core, &state, guard.lease(), ttl);
+    Ok(Leadership {
+        core: core.clone(),
+        guard,
+        state,
+    })
+}
+
+/// Keeps the leader's value on every node that holds its lock: nodes that
+/// granted it late, and nodes that restarted empty where renewal restored
+/// the lock. First after a node timeout (late grants have answered by
+/// then), then every third of the ttl, until leadership is lost.
+fn spawn_keeper(core: &Arc<Core>, state: &Arc<State>, lease: Lease, ttl: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (weak, state) = (Arc::downgrade(core), state.clone());
+    let first = core.node_timeout;
+    runtime.spawn(keep(weak, state, lease, first, ttl / 3));
+}
+
+async fn keep(core: Weak<Core>, state: Arc<State>, lease: Lease, first: Duration, every: Duration) {
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    let mut next = first;
+    loop {
+        tokio::select! {
+            _ = &mut lost => return,
+            _ = tokio::time::sleep(next) => {}
+        }
+        let Some(core) = core.upgrade() else {
+            return;
+        };
+        let round =
+            crate::elect::proclaim(&core, &state.proclamation(&lease), lease.deadline()).await;
+        tracing::debug!(
+            op = "keep",
+            kept = round.tally.yes(),
+            "leader value refreshed"
+        );
+        next = every.max(Duration::from_millis(1));
+    }
+}
+
+/// The handle of a leading candidate, from [`Election::campaign`].
+///
+/// Leadership is auto-extended while the handle lives;
+/// [`lost`](Self::lost) resolves once it can no longer be trusted,
+/// [`proclaim`](Self::proclaim) changes the value observers see, and
+/// [`resign`](Self::resign) steps down. Dropping the handle resigns in the
+/// background.
+#[must_use = "dropping the leadership resigns in the background; bind it (`let leadership = …`) for as long as you lead"]
+#[clippy::has_significant_drop]
+pub struct Leadership {
+    core: Arc<Core>,
+    guard: LockGuard,
+    state: Arc<State>,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", &self.guard.resource())
+            .field("term", &self.term())
+            .field("value", &self.value())
+            .field("validity", &self.guard.validity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// The term: the campaign's fencing token, larger than every earlier
+    /// leader's. Pass it with writes that must not come from two leaders,
+    /// and have the store reject terms lower than one it has seen.
+    pub fn term(&self) -> u64 {
+        self.guard.fence().unwrap_or_default()
+    }
+
+    /// The value proclaimed last (by the campaign or by
+    /// [`proclaim`](Self::proclaim), whether or not it reached a quorum).
+    pub fn value(&self) -> String {
+        self.state.current().1.to_string()
+    }
+
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        self.guard.resource()
+    }
+
+    /// An owned, cloneable view of the leadership's lock, for code running
+    /// while leading: validity, deadline, [`lost`](Lease::lost), and the
+    /// term as its [`fence`](Lease::fence).
+    pub fn lease(&self) -> Lease {
+        self.guard.lease()
+    }
+
+    /// How much longer leadership can be trusted; zero once it is lost.
+    pub fn validity(&self) -> Duration {
+        self.guard.validity()
+    }
+
+    /// Resolves once this candidate must assume it no longer leads, with
+    /// the reason: renewal found the lock gone or could not reach a quorum
+    /// in time, its deadline passed, or it resigned. The deadline is
+    /// `start + ttl - drift` of the last renewal, earlier than the lock's
+    /// keys can expire on any node within the drift allowance, and so
+    /// earlier than any other candidate can be elected — unless this
+    /// process is paused past it.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only observes.
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static + use<> {
+        self.guard.lost()
+    }
+
+    /// Changes the value the election reports for this leader: writes it
+    /// beside the lock on every node that still holds this leader's token,
+    /// and succeeds once a quorum did. Observers see it as a change with
+    /// the same term.
+    ///
+    /// A proclamation that fails may still have reached some nodes, and is
+    /// kept: the leader keeps sending the newest value to every node that
+    /// holds its lock, so it takes effect once nodes are back.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`]: leadership is lost, or so many nodes hold another
+    ///   token that no quorum holds this leader's.
+    /// - [`Error::Unavailable`], [`Error::Contended`]: too few nodes stored
+    ///   it; leadership itself may still hold.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, in that the new value is kept either way
+    /// (see above).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let leadership = locks.election("gateway").campaign("starting", Duration::from_secs(5)).await?;
+    /// // … bind the port …
+    /// leadership.proclaim("10.0.0.7:8443").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), Error> {
+        let value: Arc<str> = value.into().into();
+        let lease = self.guard.lease();
+        let held = self.guard.held();
+        if let Some(reason) = lease.loss_reason() {
+            return Err(held.lost_error(reason, 0, self.core.quorum(), Vec::new()));
+        }
+        {
+            let mut current = self.state.current();
+            current.0 = current.0.saturating_add(1);
+            current.1 = value;
+        }
+        let round = crate::elect::proclaim(
+            &self.core,
+            &self.state.proclamation(&lease),
+            lease.deadline(),
+        )
+        .await;
+        match round.decision {
+            crate::quorum::Decision::Reached => Ok(()),
+            _ if round.tally.refused_by_quorum_complement() => Err(held.lost_error(
+                LossReason::TokenGone,
+                round.tally.yes(),
+                self.core.quorum(),
+                round.failures,
+            )),
+            _ => Err(round.failure(held.resource.as_ref())),
+        }
+    }
+
+    /// Steps down: the leadership's lock is released on every node (its
+    /// [`lost`](Self::lost) resolves first), so another candidate can be
+    /// elected at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when leadership had already been lost (too few nodes
+    /// still held it), as [`LockGuard::release`] reports.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: dropped, it resigns in the background.
+    pub async fn resign(self) -> Result<ReleaseSummary, Error> {
+        self.guard.release().await
+    }
+}

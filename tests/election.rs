@@ -1,0 +1,712 @@
+//! Leader election over real nodes: one leader at a time with strictly
+//! increasing terms; a leader that keeps its leadership through minority
+//! kills and a rolling restart of every node; the value beside it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use std::collections::HashMap;
+
+use futures::{FutureExt, StreamExt};
+use quorumlock::testkit::{FaultProxy, Faults, RedisCluster, RedisNodes};
+use quorumlock::{
+    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, ScriptMode,
+    WakeOnRelease,
+};
+use support::{builder, no_hang};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Long enough that a healthy node answers within it on a loaded 2-core
+/// machine: these tests are about leadership, not speed.
+const NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn manager(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config")
+}
+
+/// One leadership as its holder saw it: from the campaign's return to the
+/// last moment it still trusted it.
+#[derive(Debug, Clone)]
+struct Window {
+    from: Instant,
+    to: Instant,
+    term: u64,
+    candidate: usize,
+}
+
+/// Checks windows as the chaos checker checks locks: sorted by start, each
+/// ends before the next begins, and terms grow with them.
+fn check_windows(mut windows: Vec<Window>) {
+    windows.sort_by_key(|w| w.from);
+    for pair in windows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a.to <= b.from, "two leaders at once: {a:?} overlaps {b:?}");
+        assert!(a.term < b.term, "terms not increasing: {a:?} then {b:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_candidates_lead_one_at_a_time_with_increasing_terms() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let windows = Arc::new(Mutex::new(Vec::new()));
+    let candidates: Vec<_> = (0..5)
+        .map(|candidate| {
+            let (locks, windows) = (manager(&nodes), windows.clone());
+            tokio::spawn(async move {
+                let election = locks.election("scheduler");
+                let name = format!("candidate-{candidate}");
+                for _ in 0..4 {
+                    let leadership = election
+                        .campaign(&name, Duration::from_secs(5))
+                        .await
+                        .expect("campaign");
+                    let from = Instant::now();
+                    assert_eq!(leadership.value(), name);
+                    // While it leads, a quorum confirms it, with its value.
+                    let leader = election.leader().await.expect("leader").expect("a leader");
+                    assert_eq!(leader.term(), leadership.term());
+                    assert_eq!(leader.value(), name);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let to = Instant::now();
+                    assert!(leadership.lost().now_or_never().is_none(), "still leading");
+                    windows.lock().expect("windows").push(Window {
+                        from,
+                        to,
+                        term: leadership.term(),
+                        candidate,
+                    });
+                    leadership.resign().await.expect("resign");
+                }
+            })
+        })
+        .collect();
+    for candidate in candidates {
+        no_hang("candidate", candidate).await.expect("candidate");
+    }
+    let windows = windows.lock().expect("windows").clone();
+    assert_eq!(windows.len(), 20);
+    for candidate in 0..5 {
+        assert_eq!(
+            windows.iter().filter(|w| w.candidate == candidate).count(),
+            4
+        );
+    }
+    check_windows(windows);
+    let after = manager(&nodes)
+        .election("scheduler")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(after, None, "every leader resigned");
+}
+
+/// Waits until two renewals of `leadership` have moved its deadline — the
+/// second one began after this call — and its lock is on `n` nodes.
+async fn until_renewed_on(leadership: &Leadership, n: usize) {
+    let lease = leadership.lease();
+    no_hang("renewals", async {
+        for _ in 0..2 {
+            let before = lease.deadline();
+            while lease.deadline() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        while lease.confirmed() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart() {
+    let nodes = Arc::new(RedisNodes::start(5).expect("nodes"));
+    let ttl = Duration::from_secs(1);
+    let election = manager(&nodes).election("compactor");
+    let leadership = election.campaign("first", ttl).await.expect("campaign");
+    let term = leadership.term();
+
+    // Two challengers campaign the whole time.
+    let challengers: Vec<_> = (0..2)
+        .map(|i| {
+            let election = manager(&nodes).election("compactor");
+            tokio::spawn(async move { election.campaign(&format!("challenger-{i}"), ttl).await })
+        })
+        .collect();
+
+    // An observer polls the whole time.
+    let mut watching = observer(
+        manager(&nodes)
+            .election("compactor")
+            .poll_interval(Duration::from_millis(50)),
+    );
+
+    let lost = leadership.lost();
+    tokio::pin!(lost);
+    let faults = async {
+        // A minority dies, stays down for a while, and comes back.
+        nodes[0].kill();
+        nodes[1].kill();
+        until_renewed_on(&leadership, 3).await;
+        for i in [0, 1] {
+            let restarted = nodes.clone();
+            tokio::task::spawn_blocking(move || restarted[i].restart())
+                .await
+                .expect("restart task")
+                .expect("restart");
+        }
+        until_renewed_on(&leadership, 5).await;
+        // Then every node, one at a time, down for longer than the ttl and
+        // back empty: renewals put the lock back, the leader its value.
+        for i in 0..5 {
+            nodes[i].kill();
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let restarted = nodes.clone();
+            tokio::task::spawn_blocking(move || restarted[i].restart())
+                .await
+                .expect("restart task")
+                .expect("restart");
+            until_renewed_on(&leadership, 5).await;
+        }
+    };
+    tokio::select! {
+        () = faults => {}
+        reason = &mut lost => panic!("lost the leadership: {reason}"),
+    }
+    for challenger in &challengers {
+        assert!(!challenger.is_finished(), "a challenger was elected");
+    }
+    // Every node restarted empty, yet the leader's value is back on them.
+    let leader = no_hang("leader", async {
+        loop {
+            match election.leader().await {
+                Ok(Some(leader)) => return leader,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!((leader.term(), leader.value()), (term, "first"));
+    // The observer saw one leader, throughout.
+    let expected = Some(leader.clone());
+    assert_eq!(watching.recv().await, Some(expected));
+    assert!(watching.try_recv().is_err(), "the observer saw a change");
+
+    // Once it resigns, a challenger leads, in a later term.
+    leadership.resign().await.expect("resign");
+    let (won, _, others) = futures::future::select_all(challengers).await;
+    let won = won.expect("challenger").expect("campaign");
+    assert!(won.term() > term, "{won:?} after term {term}");
+    let next = election
+        .leader()
+        .await
+        .expect("leader")
+        .expect("a new leader");
+    assert_eq!((next.term(), next.value()), (won.term(), &*won.value()));
+    for other in others {
+        other.abort();
+    }
+}
+
+fn announcing(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config")
+}
+
+/// Forwards what `election` observes to a channel, until the receiver or
+/// the test is gone.
+fn observer(election: Election) -> mpsc::UnboundedReceiver<Option<Leader>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut changes = Box::pin(election.observe());
+        while let Some(change) = changes.next().await {
+            if tx.send(change).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next change each observer reports.
+async fn next_changes(
+    observers: &mut [mpsc::UnboundedReceiver<Option<Leader>>],
+) -> Vec<Option<Leader>> {
+    let mut out = Vec::new();
+    for observer in observers.iter_mut() {
+        out.push(
+            no_hang("observed change", observer.recv())
+                .await
+                .expect("observer"),
+        );
+    }
+    out
+}
+
+fn led(term: u64, value: &str) -> String {
+    format!("{value} (term {term})")
+}
+
+fn shown(changes: &[Option<Leader>]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| {
+            c.as_ref()
+                .map_or_else(|| "none".to_owned(), Leader::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_change_in_order() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let (a, b) = (announcing(&nodes), announcing(&nodes));
+    // One observer only ever woken by pub/sub (its polling interval is
+    // longer than the test), one that polls.
+    let mut observers = [
+        observer(
+            announcing(&nodes)
+                .election("gateway")
+                .poll_interval(Duration::from_secs(3600)),
+        ),
+        observer(
+            manager(&nodes)
+                .election("gateway")
+                .poll_interval(Duration::from_millis(20)),
+        ),
+    ];
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    let first = a
+        .election("gateway")
+        .campaign("a1", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    let term = first.term();
+    let expected = led(term, "a1");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+
+    first.proclaim("a2").await.expect("proclaim");
+    assert_eq!(first.value(), "a2");
+    let expected = led(term, "a2");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+
+    first.resign().await.expect("resign");
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    let second = b
+        .election("gateway")
+        .campaign("b1", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    assert!(second.term() > term);
+    let expected = led(second.term(), "b1");
+    assert_eq!(
+        shown(&next_changes(&mut observers).await),
+        [expected.clone(), expected]
+    );
+    second.resign().await.expect("resign");
+    assert_eq!(shown(&next_changes(&mut observers).await), ["none", "none"]);
+
+    // Nothing else was reported: reads in between found no change.
+    for observer in &mut observers {
+        assert!(observer.try_recv().is_err(), "an extra change");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_report_only_leaders_that_led_in_term_order() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut observers = vec![
+        observer(
+            announcing(&nodes)
+                .election("queue")
+                .poll_interval(Duration::from_millis(200)),
+        ),
+        observer(
+            manager(&nodes)
+                .election("queue")
+                .poll_interval(Duration::from_millis(2)),
+        ),
+    ];
+    // Every value a leader proclaimed, with its term.
+    let proclaimed = Arc::new(Mutex::new(HashMap::new()));
+    let candidates: Vec<_> = (0..3)
+        .map(|c| {
+            let (locks, proclaimed) = (announcing(&nodes), proclaimed.clone());
+            tokio::spawn(async move {
+                let election = locks.election("queue");
+                for round in 0..4 {
+                    let first = format!("c{c}-r{round}-v0");
+                    let leadership = election
+                        .campaign(&first, Duration::from_secs(5))
+                        .await
+                        .expect("campaign");
+                    let term = leadership.term();
+                    proclaimed.lock().expect("proclaimed").insert(first, term);
+                    let next = format!("c{c}-r{round}-v1");
+                    proclaimed
+                        .lock()
+                        .expect("proclaimed")
+                        .insert(next.clone(), term);
+                    leadership.proclaim(&next).await.expect("proclaim");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    leadership.resign().await.expect("resign");
+                }
+            })
+        })
+        .collect();
+    for candidate in candidates {
+        no_hang("candidate", candidate).await.expect("candidate");
+    }
+    let proclaimed = proclaimed.lock().expect("proclaimed").clone();
+    for observer in &mut observers {
+        let mut seen = Vec::new();
+        while let Ok(change) = observer.try_recv() {
+            seen.push(change);
+        }
+        assert!(seen.len() > 1, "the observer saw leaders: {seen:?}");
+        for pair in seen.windows(2) {
+            assert_ne!(pair[0], pair[1], "a change that is none");
+        }
+        let leaders: Vec<&Leader> = seen.iter().flatten().collect();
+        for leader in &leaders {
+            assert_eq!(
+                proclaimed.get(leader.value()),
+                Some(&leader.term()),
+                "{leader} never led"
+            );
+        }
+        for pair in leaders.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert!(
+                a.term() < b.term() || (a.term() == b.term() && a.value() < b.value()),
+                "out of order: {a} then {b}"
+            );
+        }
+    }
+}
+
+/// A store that rejects writes carrying a term lower than one it has seen.
+#[derive(Default)]
+struct FencedStore {
+    highest: Mutex<u64>,
+}
+
+impl FencedStore {
+    fn write(&self, term: u64) -> Result<(), u64> {
+        let mut highest = self.highest.lock().expect("store");
+        if term < *highest {
+            return Err(*highest);
+        }
+        *highest = term;
+        Ok(())
+    }
+}
+
+/// The leader is cut off from every node (`faults`): its renewals stop
+/// reaching them, or their answers stop coming back. Another candidate is
+/// elected only after the old leader's `lost()` resolved (it resolves at
+/// its deadline at the latest, before its keys expire on any node), and
+/// the old term is rejected by a fenced store.
+async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    let through_proxies = Redlock::builder()
+        .nodes(proxies.iter().map(FaultProxy::url))
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(1);
+    let old = through_proxies
+        .election("cron")
+        .campaign("old", ttl)
+        .await
+        .expect("campaign");
+    let store = FencedStore::default();
+    store.write(old.term()).expect("the leader writes");
+    until_renewed_on(&old, 3).await;
+
+    let challenger = tokio::spawn(manager(&nodes).election("cron").campaign("new", ttl));
+    for proxy in &proxies {
+        proxy.set(faults);
+    }
+    let new = no_hang("the next leader", challenger)
+        .await
+        .expect("task")
+        .expect("campaign");
+    let elected = Instant::now();
+    // The old leader knew before the new one was elected: lost() had
+    // resolved (a passed deadline counts: lost() resolves there).
+    let reason = old.lease().loss_reason();
+    assert!(
+        reason.is_some(),
+        "{faults:?}: the old leader still trusts it"
+    );
+    assert!(old.lease().deadline() <= elected);
+    assert!(old.lost().now_or_never().is_some());
+    assert!(new.term() > old.term());
+    store.write(new.term()).expect("the new leader writes");
+    assert_eq!(
+        store.write(old.term()),
+        Err(new.term()),
+        "the old term is rejected"
+    );
+
+    for proxy in &proxies {
+        proxy.heal();
+    }
+    let leader = manager(&nodes)
+        .election("cron")
+        .leader()
+        .await
+        .expect("leader");
+    assert_eq!(
+        leader.map(|l| (l.term(), l.value().to_owned())),
+        Some((new.term(), "new".to_owned()))
+    );
+    drop(old);
+    new.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_loses_before_another_is_elected() {
+    a_cut_off_leader_loses_before_another_is_elected(Faults::blackhole()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_go_unanswered_loses_before_another_is_elected() {
+    // Renewals land (and extend the keys), but no answer comes back.
+    a_cut_off_leader_loses_before_another_is_elected(Faults::hold_replies(Duration::from_secs(30)))
+        .await;
+}
+
+/// The limit no lease can lift: a leader whose whole process stalls (a GC
+/// pause, swap, SIGSTOP) cannot run its `lost()` while stalled. Here its
+/// runtime's only thread blocks, renewer and timers with it; another
+/// candidate is elected meanwhile. Once it runs again the old leader finds
+/// its leadership expired — and a write it makes anyway, carrying its
+/// term, is rejected by a fenced store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leader_is_stopped_by_its_term() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let ttl = Duration::from_secs(1);
+    let store = Arc::new(FencedStore::default());
+    let (resume, stalled) = std::sync::mpsc::channel::<()>();
+    let (led, leading) = tokio::sync::oneshot::channel::<u64>();
+    let old = {
+        let (urls, store) = (nodes.urls(), store.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let locks = Redlock::builder()
+                    .nodes(urls)
+                    .node_timeout(NODE_TIMEOUT)
+                    .build()
+                    .expect("config");
+                let leadership = locks
+                    .election("ledger")
+                    .campaign("old", ttl)
+                    .await
+                    .expect("campaign");
+                store.write(leadership.term()).expect("the leader writes");
+                led.send(leadership.term()).expect("test");
+                // The stall: nothing of this runtime runs until resumed.
+                stalled.recv().expect("resume");
+                let noticed = leadership.lease().loss_reason();
+                let written = store.write(leadership.term());
+                (noticed, written)
+            })
+        })
+    };
+    let old_term = no_hang("the first leader", leading).await.expect("leader");
+    let new = no_hang(
+        "the next leader",
+        manager(&nodes).election("ledger").campaign("new", ttl),
+    )
+    .await
+    .expect("campaign");
+    assert!(new.term() > old_term);
+    store.write(new.term()).expect("the new leader writes");
+    resume.send(()).expect("resume");
+    let (noticed, written) = tokio::task::spawn_blocking(move || old.join())
+        .await
+        .expect("join task")
+        .expect("old leader");
+    assert_eq!(noticed, Some(quorumlock::LossReason::Expired));
+    assert_eq!(written, Err(new.term()), "the stale write is rejected");
+    new.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leadership_runs_the_work_while_leading_and_stops_it_when_lost() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let election = manager(&nodes).election("reports");
+    let term = election
+        .with_leadership("worker", Duration::from_secs(5), |lease| async move {
+            lease.fence().expect("the term")
+        })
+        .await
+        .expect("with_leadership");
+    assert!(term >= 1);
+    assert_eq!(election.leader().await.expect("leader"), None, "resigned");
+
+    // A majority dies while the work runs: it is dropped, and the call
+    // says the leadership was lost.
+    let (started, running) = tokio::sync::oneshot::channel();
+    let work = election.with_leadership("worker", Duration::from_secs(1), |_| async move {
+        let _ = started.send(());
+        std::future::pending::<()>().await
+    });
+    let killer = async {
+        running.await.expect("the work started");
+        nodes[0].kill();
+        nodes[1].kill();
+    };
+    let (outcome, ()) = no_hang("with_leadership", futures::future::join(work, killer)).await;
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
+
+#[test]
+fn election_types_and_futures_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    send_sync::<Election>();
+    send_sync::<Leadership>();
+    send_sync::<Leader>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _enter = runtime.enter();
+    let locks = Redlock::new(["redis://127.0.0.1:1"]).expect("valid");
+    let name = String::from("e");
+    let election = locks.election(&name);
+    let value = String::from("v");
+    let campaign = election.campaign(&value, Duration::from_secs(1));
+    drop((name, value));
+    send_static(&campaign);
+    send_static(&election.observe());
+    fn leadership_futures(leadership: &Leadership) {
+        send_static(&leadership.lost());
+        fn send<T: Send>(_: &T) {}
+        send(&leadership.proclaim("x"));
+    }
+    let _ = leadership_futures;
+}
+
+/// Campaigns, proclaims, reads and resigns on `locks`' nodes.
+async fn a_whole_term(locks: &Redlock, name: &str) {
+    let election = locks.election(name);
+    let leadership = election
+        .campaign("first", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    leadership.proclaim("second").await.expect("proclaim");
+    let leader = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(
+        (leader.term(), leader.value()),
+        (leadership.term(), "second")
+    );
+    leadership.resign().await.expect("resign");
+    assert_eq!(election.leader().await.expect("leader"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_runs_on_the_functions_library() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    for url in nodes.urls() {
+        let loaded: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(FUNCTIONS_LIBRARY)
+            .query_async(&mut support::conn(&url).await)
+            .await
+            .expect("FUNCTION LOAD");
+        assert_eq!(loaded, "quorumlock");
+    }
+    let locks = builder(&nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .script_mode(ScriptMode::Functions)
+        .build()
+        .expect("config");
+    a_whole_term(&locks, "functions").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .expect("start task")
+        .expect("cluster");
+    let nodes = RedisNodes::start(2).expect("nodes");
+    // Three votes: the cluster, and two standalone masters.
+    let locks = Redlock::builder()
+        .cluster(cluster.seed_urls())
+        .nodes(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    // The lock, its term counter and its value must share a slot.
+    match locks.election("scheduler").leader().await {
+        Err(Error::InvalidArgument(ArgumentError::CrossSlot { keys })) => {
+            assert_eq!(keys, ["scheduler", "scheduler:fence", "scheduler:leader"]);
+        }
+        other => panic!("expected a cross-slot error, got {other:?}"),
+    }
+    let campaign = locks
+        .election("scheduler")
+        .campaign("x", Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(
+            campaign,
+            Err(Error::InvalidArgument(ArgumentError::CrossSlot { .. }))
+        ),
+        "{campaign:?}"
+    );
+    a_whole_term(&locks, "{scheduler}").await;
+}
+
+/// The window check can fail: two overlapping leaderships are caught.
+#[test]
+#[should_panic(expected = "two leaders at once")]
+fn the_window_check_sees_two_leaders_at_once() {
+    let now = Instant::now();
+    let at = |ms| now + Duration::from_millis(ms);
+    check_windows(vec![
+        Window {
+            from: at(0),
+            to: at(10),
+            term: 1,
+            candidate: 0,
+        },
+        Window {
+            from: at(5),
+            to: at(20),
+            term: 2,
+            candidate: 1,
+        },
+    ]);
+}
