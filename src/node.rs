@@ -49,6 +49,9 @@ pub(crate) struct Node {
     script_mode: ScriptMode,
     /// Whether it is reached over TLS (`rediss://`).
     tls: bool,
+    /// The passwords of its URLs, scrubbed from every error it reports
+    /// (with the tokens of the call): a server may echo anything.
+    passwords: Vec<String>,
     backend: Backend,
 }
 
@@ -136,6 +139,7 @@ impl Node {
             addresses: vec![info.addr().to_string()],
             script_mode: options.script_mode,
             tls: is_tls(info),
+            passwords: passwords([info]),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -175,6 +179,7 @@ impl Node {
         );
         let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
         let tls = infos.first().is_some_and(is_tls);
+        let passwords = passwords(&infos);
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
         let builder = ClusterClient::builder(infos)
             .connection_timeout(CONNECT_TIMEOUT)
@@ -202,6 +207,7 @@ impl Node {
             addresses,
             script_mode: options.script_mode,
             tls,
+            passwords,
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -308,7 +314,10 @@ impl Node {
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.
-        match self.command(&cmd, Resend::Never, deadline).await? {
+        match self
+            .command(&cmd, &[token], Resend::Never, deadline)
+            .await?
+        {
             Value::Okay => Ok(true),
             Value::SimpleString(s) if s == "OK" => Ok(true),
             Value::Nil => Ok(false),
@@ -330,7 +339,13 @@ impl Node {
         let ttl_ms = ttl_ms.to_string();
         let keys = [key, fence_key];
         match self
-            .script(&scripts::ACQUIRE_FENCED, &keys, &[token, &ttl_ms], deadline)
+            .script(
+                &scripts::ACQUIRE_FENCED,
+                &keys,
+                &[token, &ttl_ms],
+                &[token],
+                deadline,
+            )
             .await?
         {
             Value::Int(0) => Ok(None),
@@ -350,8 +365,14 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let fence = fence.to_string();
-        self.flag_script(&scripts::FENCE_WRITEBACK, &[fence_key], &[&fence], deadline)
-            .await
+        self.flag_script(
+            &scripts::FENCE_WRITEBACK,
+            &[fence_key],
+            &[&fence],
+            &[],
+            deadline,
+        )
+        .await
     }
 
     /// All of `keys` or none, atomically: true if every key was set.
@@ -365,8 +386,14 @@ impl Node {
         let deadline: Deadline = deadline.into();
         let ttl_ms = ttl_ms.to_string();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        self.flag_script(&scripts::ACQUIRE_MANY, &keys, &[token, &ttl_ms], deadline)
-            .await
+        self.flag_script(
+            &scripts::ACQUIRE_MANY,
+            &keys,
+            &[token, &ttl_ms],
+            &[token],
+            deadline,
+        )
+        .await
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
@@ -399,11 +426,11 @@ impl Node {
                 let mut args = Vec::with_capacity(2 + channels.len());
                 args.extend([token, release]);
                 args.extend(channels.iter().map(String::as_str));
-                self.script(&scripts::RELEASE, keys, &args, deadline)
+                self.script(&scripts::RELEASE, keys, &args, &[token], deadline)
                     .await?
             }
             None => {
-                self.script(&scripts::RELEASE, keys, &[token], deadline)
+                self.script(&scripts::RELEASE, keys, &[token], &[token], deadline)
                     .await?
             }
         };
@@ -471,8 +498,9 @@ impl Node {
                     [locks[i].token, ttl.as_str(), n.as_str(), fence.as_str()]
                 })
                 .collect();
+            let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
             match self
-                .script(&scripts::EXTEND, &keys, &args, deadline)
+                .script(&scripts::EXTEND, &keys, &args, &tokens, deadline)
                 .await?
             {
                 Value::Array(items) if items.len() == group.len() => items
@@ -515,20 +543,24 @@ impl Node {
         for server in servers {
             match tokio::time::timeout_at(deadline, server.get_async_pubsub()).await {
                 Ok(Ok(connection)) => return Ok(connection),
-                Ok(Err(e)) => last = e.into(),
+                Ok(Err(e)) => last = self.redact(e.into(), &[]),
                 Err(_) => return Err(NodeError::Timeout(timeout)),
             }
         }
         Err(last)
     }
 
+    /// Sends `cmd` within `deadline`. Whatever the server says, its error
+    /// reaches the caller with `secrets` (the call's tokens) and the node's
+    /// passwords scrubbed out (see [`redact`]).
     async fn command(
         &self,
         cmd: &Cmd,
+        secrets: &[&str],
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        within(deadline, async {
+        let reply = within(deadline, async {
             let mut sent = 0;
             loop {
                 sent += 1;
@@ -542,7 +574,19 @@ impl Node {
                 }
             }
         })
-        .await
+        .await;
+        reply.map_err(|error| self.redact(error, secrets))
+    }
+
+    /// `error` with every secret of a call scrubbed out of its text: the
+    /// call's `tokens` and the node's passwords.
+    fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {
+        let secrets: Vec<&str> = tokens
+            .iter()
+            .copied()
+            .chain(self.passwords.iter().map(String::as_str))
+            .collect();
+        redact(error, &secrets)
     }
 
     /// Whether a call that failed with `error` goes out once more: an
@@ -568,17 +612,23 @@ impl Node {
     /// [`ScriptMode::Functions`]: FCALL of the script's function, which a
     /// cluster routes by its first key like EVALSHA. On a cluster every key
     /// must share a hash slot; requests are checked for that before any I/O.
+    ///
+    /// `secrets` (the tokens among `args`) never appear in its errors.
     async fn script(
         &self,
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
+        secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         if self.script_mode == ScriptMode::Functions {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
-            return match self.command(&cmd, Resend::IfDropped, deadline).await {
+            return match self
+                .command(&cmd, secrets, Resend::IfDropped, deadline)
+                .await
+            {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
@@ -587,7 +637,7 @@ impl Node {
                 reply => reply,
             };
         }
-        within(deadline, async {
+        let reply = within(deadline, async {
             let mut sent = 0;
             loop {
                 sent += 1;
@@ -613,7 +663,8 @@ impl Node {
                 }
             }
         })
-        .await
+        .await;
+        reply.map_err(|error| self.redact(error, secrets))
     }
 
     /// Runs a script that answers 1 (done) or 0 (not ours).
@@ -622,9 +673,10 @@ impl Node {
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
+        secrets: &[&str],
         deadline: Deadline,
     ) -> Result<bool, NodeError> {
-        match self.script(lua, keys, args, deadline).await? {
+        match self.script(lua, keys, args, secrets, deadline).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&other)),
@@ -820,6 +872,113 @@ fn unexpected(value: &Value) -> NodeError {
     NodeError::UnexpectedReply(text)
 }
 
+/// The passwords of a node's URLs, to scrub from its errors.
+fn passwords<'a>(infos: impl IntoIterator<Item = &'a ConnectionInfo>) -> Vec<String> {
+    let mut passwords: Vec<String> = Vec::new();
+    for info in infos {
+        if let Some(password) = info.redis_settings().password()
+            && !password.is_empty()
+            && !passwords.iter().any(|p| p == password)
+        {
+            passwords.push(password.to_owned());
+        }
+    }
+    passwords
+}
+
+/// What a secret is replaced with.
+const REDACTED: &str = "***";
+
+/// How many leading characters of a secret, cut off at the end of a text,
+/// count as the secret: a server truncates the arguments it echoes
+/// ("with args beginning with: …"), which can cut a token short. Fewer
+/// (or a whole secret shorter than this) is not scrubbed as a prefix.
+const SECRET_PREFIX: usize = 8;
+
+/// `error` with every secret scrubbed out of the text it carries: no
+/// server error text carries a token or password out of the library,
+/// whatever the server echoes (an unknown or renamed command echoes its
+/// arguments). A server error keeps its code and kind; any other error with
+/// a secret in its text becomes one of the same kind with the scrubbed text.
+pub(crate) fn redact(error: NodeError, secrets: &[&str]) -> NodeError {
+    match error {
+        NodeError::Redis(e) => NodeError::Redis(redact_redis(e, secrets)),
+        NodeError::UnexpectedReply(text) => NodeError::UnexpectedReply(scrub(&text, secrets)),
+        other => other,
+    }
+}
+
+fn redact_redis(error: redis::RedisError, secrets: &[&str]) -> redis::RedisError {
+    let text = error.to_string();
+    if scrub(&text, secrets) == text {
+        return error;
+    }
+    let from_server = matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension);
+    if let Some(code) = error.code().filter(|_| from_server) {
+        let detail = scrub(error.detail().unwrap_or_default(), secrets).replace(['\r', '\n'], " ");
+        let line = format!("-{code} {detail}\r\n");
+        if let Ok(value) = redis::parse_redis_value(line.as_bytes())
+            && let Err(rebuilt) = value.extract_error()
+        {
+            return rebuilt;
+        }
+    }
+    redis::RedisError::from((
+        error.kind(),
+        "error (secrets redacted)",
+        scrub(&text, secrets),
+    ))
+}
+
+/// `text` with each secret replaced by [`REDACTED`], and each run of a
+/// secret's first [`SECRET_PREFIX`] or more characters too (an echo cut
+/// short).
+fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(secret, REDACTED);
+        if secret.len() <= SECRET_PREFIX {
+            continue;
+        }
+        let mut scrubbed = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = find_prefix(rest, secret) {
+            scrubbed.push_str(&rest[..at]);
+            scrubbed.push_str(REDACTED);
+            let len = common_prefix(&rest[at..], secret);
+            rest = &rest[at + len..];
+        }
+        scrubbed.push_str(rest);
+        out = scrubbed;
+    }
+    out
+}
+
+/// Where in `text` at least [`SECRET_PREFIX`] leading bytes of `secret`
+/// start.
+fn find_prefix(text: &str, secret: &str) -> Option<usize> {
+    let head = secret.get(..SECRET_PREFIX)?;
+    let mut from = 0;
+    while let Some(found) = text[from..].find(head) {
+        let at = from + found;
+        if common_prefix(&text[at..], secret) >= SECRET_PREFIX {
+            return Some(at);
+        }
+        from = at + head.len().max(1);
+    }
+    None
+}
+
+/// How many leading bytes `a` and `b` share, on a char boundary.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .take_while(|((_, x), y)| x == y)
+        .map(|((i, x), _)| i + x.len_utf8())
+        .last()
+        .unwrap_or(0)
+}
+
 /// Masks the user information of a URL so that errors can show the rest.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -953,5 +1112,84 @@ mod tests {
             panic!("wrong variant");
         };
         assert!(text.chars().count() <= 82, "{text}");
+    }
+
+    fn server_error(line: &str) -> redis::RedisError {
+        match redis::parse_redis_value(line.as_bytes()).map(Value::extract_error) {
+            Ok(Err(e)) => e,
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn scrubs_whole_secrets_and_echoes_cut_short() {
+        let echo = format!(
+            "unknown command `FCALL`, with args beginning with: `quorumlock_release`, `1`, `k`, `{TOKEN}`, "
+        );
+        assert_eq!(
+            scrub(&echo, &[TOKEN]),
+            "unknown command `FCALL`, with args beginning with: `quorumlock_release`, `1`, `k`, `***`, "
+        );
+        // The server cut the token off after 10 characters.
+        let cut = format!("with args beginning with: `{}`", &TOKEN[..10]);
+        assert_eq!(scrub(&cut, &[TOKEN]), "with args beginning with: `***`");
+        // What `Token`'s Debug shows (4 characters) is not a secret.
+        assert_eq!(scrub("`0123`", &[TOKEN]), "`0123`");
+        // Several secrets, one of them short.
+        assert_eq!(scrub("a pw b 0123456789ab", &["pw", TOKEN]), "a *** b ***");
+        assert_eq!(scrub("nothing here", &[TOKEN, ""]), "nothing here");
+    }
+
+    #[test]
+    fn redacted_server_errors_keep_their_code_and_kind() {
+        for (line, kind) in [
+            (
+                format!(
+                    "-ERR unknown command `SET`, with args beginning with: `k`, `{TOKEN}`, \r\n"
+                ),
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+            ),
+            (
+                format!("-NOPERM no permissions for {TOKEN}\r\n"),
+                ErrorKind::Server(ServerErrorKind::NoPerm),
+            ),
+            (format!("-WEIRDCODE says {TOKEN}\r\n"), ErrorKind::Extension),
+        ] {
+            let original = server_error(&line);
+            assert_eq!(original.kind(), kind);
+            let NodeError::Redis(redacted) = redact(NodeError::Redis(original.clone()), &[TOKEN])
+            else {
+                panic!("wrong variant");
+            };
+            assert_eq!(redacted.kind(), kind, "{redacted}");
+            assert_eq!(redacted.code(), original.code());
+            for shown in [redacted.to_string(), format!("{redacted:?}")] {
+                assert!(!shown.contains(&TOKEN[..SECRET_PREFIX]), "{shown}");
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_errors_are_redacted_too_and_clean_ones_kept() {
+        let io = redis::RedisError::from(std::io::Error::other(format!("peer said {TOKEN}")));
+        let NodeError::Redis(redacted) = redact(NodeError::Redis(io), &[TOKEN]) else {
+            panic!("wrong variant");
+        };
+        assert_eq!(redacted.kind(), ErrorKind::Io);
+        assert!(!redacted.to_string().contains(TOKEN), "{redacted}");
+        let clean = server_error("-ERR wrong number of arguments for 'set' command\r\n");
+        let NodeError::Redis(kept) = redact(NodeError::Redis(clean.clone()), &[TOKEN]) else {
+            panic!("wrong variant");
+        };
+        assert_eq!(kept.to_string(), clean.to_string());
+        let NodeError::UnexpectedReply(text) =
+            redact(NodeError::UnexpectedReply(format!("\"{TOKEN}\"")), &[TOKEN])
+        else {
+            panic!("wrong variant");
+        };
+        assert_eq!(text, "\"***\"");
     }
 }

@@ -479,6 +479,87 @@ impl RedisNodes {
 
 server_set!(RedisNodes, "servers");
 
+/// A server binary's product and version, as its `--version` prints them
+/// (`Redis server v=7.2.6 …`, `Valkey server v=8.0.1 …`).
+///
+/// The testkit passes a server only the options its version supports;
+/// tests use it to skip what a version lacks (Functions before 7.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerVersion {
+    /// `redis` or `valkey` (lowercase, as the binary names itself).
+    pub product: String,
+    /// `[major, minor, patch]`.
+    pub version: [u32; 3],
+}
+
+impl ServerVersion {
+    /// Whether this is version `major.minor` or later.
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        self.version[..2] >= [major, minor][..]
+    }
+
+    /// Whether the server has Redis Functions (`FCALL`, `FUNCTION LOAD`):
+    /// 7.0 and later.
+    pub fn has_functions(&self) -> bool {
+        self.at_least(7, 0)
+    }
+
+    /// Parses the output of `redis-server --version`.
+    fn parse(output: &str) -> Option<Self> {
+        let product = output.split_whitespace().next()?.to_ascii_lowercase();
+        let number = output
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("v="))?;
+        let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+        let version = [
+            parts.next()??,
+            parts.next()??,
+            parts.next().flatten().unwrap_or(0),
+        ];
+        Some(Self { product, version })
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [major, minor, patch] = self.version;
+        write!(f, "{} {major}.{minor}.{patch}", self.product)
+    }
+}
+
+/// The version of the server binary the testkit starts (see
+/// [`find_redis_server`]), asked once per binary.
+///
+/// # Errors
+///
+/// [`TestkitError::NotFound`] without a binary, [`TestkitError::Io`] if it
+/// cannot run, and [`TestkitError::StartFailed`] if its `--version` output
+/// names no version.
+pub fn server_version() -> Result<ServerVersion, TestkitError> {
+    version_of(&find_redis_server()?)
+}
+
+fn version_of(binary: &Path) -> Result<ServerVersion, TestkitError> {
+    static VERSIONS: Mutex<Vec<(PathBuf, ServerVersion)>> = Mutex::new(Vec::new());
+    let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, version)) = versions.iter().find(|(path, _)| path == binary) {
+        return Ok(version.clone());
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = ServerVersion::parse(&text).ok_or_else(|| TestkitError::StartFailed {
+        port: 0,
+        reason: format!("`{} --version` names no version", binary.display()),
+        log: format!("{text}{}", String::from_utf8_lossy(&output.stderr)),
+    })?;
+    versions.push((binary.to_owned(), version.clone()));
+    Ok(version)
+}
+
 /// Finds the `redis-server` binary: the environment variable, then `PATH`.
 pub fn find_redis_server() -> Result<PathBuf, TestkitError> {
     if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
