@@ -286,6 +286,11 @@ impl LockGuard {
     /// end. Nodes that did not answer are listed in the summary's
     /// [`failures`](ReleaseSummary::failures); their keys expire by ttl.
     ///
+    /// [`Error::Incompatible`] when so many nodes cannot run the release
+    /// (in [`ScriptMode::Functions`](crate::ScriptMode::Functions): no
+    /// Functions, or no library loaded) that no quorum released: the keys
+    /// stay until their ttl, and every later lock will fail the same way.
+    ///
     /// # Cancel safety
     ///
     /// This method is cancel safe. If the future is dropped before every
@@ -326,6 +331,9 @@ impl LockGuard {
                 quorum,
                 round.failures,
             ));
+        }
+        if round.incompatible() {
+            return Err(round.incompatible_error(&held.resource));
         }
         let released_on = self
             .core

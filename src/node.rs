@@ -52,6 +52,9 @@ pub(crate) struct Node {
     /// The passwords of its URLs, scrubbed from every error it reports
     /// (with the tokens of the call): a server may echo anything.
     passwords: Vec<String>,
+    /// What the server says it is (`redis 6.2.16`), asked on the first
+    /// error that names it.
+    server: OnceCell<Arc<str>>,
     backend: Backend,
 }
 
@@ -140,6 +143,7 @@ impl Node {
             script_mode: options.script_mode,
             tls: is_tls(info),
             passwords: passwords([info]),
+            server: OnceCell::new(),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -208,6 +212,7 @@ impl Node {
             script_mode: options.script_mode,
             tls,
             passwords,
+            server: OnceCell::new(),
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -632,6 +637,12 @@ impl Node {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
+                        server: self.server(deadline).await.to_string(),
+                    })
+                }
+                Err(NodeError::Redis(e)) if is_unknown_command(&e, "FCALL") => {
+                    Err(NodeError::FunctionsUnsupported {
+                        server: self.server(deadline).await.to_string(),
                     })
                 }
                 reply => reply,
@@ -665,6 +676,33 @@ impl Node {
         })
         .await;
         reply.map_err(|error| self.redact(error, secrets))
+    }
+
+    /// What the server says it is and its version (`redis 6.2.16`,
+    /// `valkey 8.0.1`), from `INFO server`: asked once, within `deadline`,
+    /// for an error that names it. A server that does not say (the user
+    /// may not run INFO) is described as such, and asked again next time.
+    async fn server(&self, deadline: Deadline) -> Arc<str> {
+        if let Some(server) = self.server.get() {
+            return server.clone();
+        }
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let info = match self.command(&cmd, &[], Resend::IfDropped, deadline).await {
+            Ok(reply) => describe_server(&reply),
+            Err(e) => {
+                tracing::debug!(node = %self.label, error = %e, "INFO server failed");
+                None
+            }
+        };
+        match info {
+            Some(server) => self
+                .server
+                .get_or_init(|| async { server.into() })
+                .await
+                .clone(),
+            None => "server version unknown".into(),
+        }
     }
 
     /// Runs a script that answers 1 (done) or 0 (not ours).
@@ -732,6 +770,45 @@ async fn cluster_script(
 fn is_function_not_found(e: &redis::RedisError) -> bool {
     e.detail()
         .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// Whether `e` says that `command` is unknown to the server (never
+/// existed, or renamed away). Servers word it differently (`unknown
+/// command 'FCALL'`, `` unknown command `FCALL` ``); all say which.
+fn is_unknown_command(e: &redis::RedisError, command: &str) -> bool {
+    let Some(detail) = e.detail() else {
+        return false;
+    };
+    let detail = detail.to_ascii_lowercase();
+    let command = command.to_ascii_lowercase();
+    detail.starts_with("unknown command")
+        && detail
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .filter(|word| !word.is_empty())
+            .nth(2)
+            .is_some_and(|named| named == command)
+}
+
+/// `product major.minor.patch` from an `INFO server` reply: Valkey names
+/// itself (`server_name:valkey`, `valkey_version:8.0.1`, next to a
+/// `redis_version` it is compatible with); Redis gives `redis_version`.
+/// A cluster answers per member: the first one's is taken.
+fn describe_server(reply: &Value) -> Option<String> {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => text.clone(),
+        Value::Map(members) => return members.iter().find_map(|(_, v)| describe_server(v)),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let product = field("server_name").unwrap_or("redis");
+    let version = field(&format!("{product}_version")).or_else(|| field("redis_version"))?;
+    Some(format!("{product} {version}"))
 }
 
 /// Parses one URL into a client, without connecting. A `rediss://` URL
@@ -1191,5 +1268,49 @@ mod tests {
             panic!("wrong variant");
         };
         assert_eq!(text, "\"***\"");
+    }
+
+    #[test]
+    fn unknown_fcall_is_told_apart_whatever_the_wording() {
+        for line in [
+            "-ERR unknown command `FCALL`, with args beginning with: `f`, `1`, \r\n",
+            "-ERR unknown command 'FCALL', with args beginning with: 'f' '1' \r\n",
+            "-ERR unknown command 'fcall', with args beginning with: \r\n",
+        ] {
+            assert!(is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+        for line in [
+            "-ERR unknown command 'FCALL_RO', with args beginning with: \r\n",
+            "-ERR unknown command 'SET', with args beginning with: 'FCALL' \r\n",
+            "-ERR Function not found\r\n",
+            "-NOPERM this user has no permissions to run the 'fcall' command\r\n",
+        ] {
+            assert!(!is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+    }
+
+    #[test]
+    fn servers_are_described_by_product_and_version() {
+        let info = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:6.2.16\r\nredis_mode:standalone\r\n"
+            )),
+            Some("redis 6.2.16".to_owned())
+        );
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n"
+            )),
+            Some("valkey 8.0.1".to_owned())
+        );
+        assert_eq!(
+            describe_server(&Value::Map(vec![(
+                Value::SimpleString("127.0.0.1:7000".into()),
+                info("redis_version:7.0.15\r\n"),
+            )])),
+            Some("redis 7.0.15".to_owned())
+        );
+        assert_eq!(describe_server(&info("nothing")), None);
     }
 }
