@@ -213,6 +213,11 @@ pub enum LossReason {
     Unreachable,
     /// The holder released the lock or dropped its guard.
     Released,
+    /// Automatic renewal failed on so many nodes that cannot run it
+    /// ([`NodeError::is_incompatible`]: Functions mode without Functions
+    /// or without quorumlock's library) that no quorum ever will: declared
+    /// at once rather than retried until the deadline.
+    Incompatible,
 }
 
 impl fmt::Display for LossReason {
@@ -222,6 +227,9 @@ impl fmt::Display for LossReason {
             LossReason::TokenGone => "its token was gone on too many nodes",
             LossReason::Unreachable => "renewal could not reach a quorum in time",
             LossReason::Released => "it was released",
+            LossReason::Incompatible => {
+                "renewal cannot run on enough nodes (Functions mode without Functions or without the library)"
+            }
         })
     }
 }

@@ -8,7 +8,9 @@ mod support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions, server_version};
-use quorumlock::{Error, FUNCTIONS_LIBRARY, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease};
+use quorumlock::{
+    Error, FUNCTIONS_LIBRARY, LossReason, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease,
+};
 use support::no_hang;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -412,6 +414,15 @@ async fn functions_mode_where_functions_cannot_run_is_a_typed_error_naming_the_s
         )
         .await;
         check("with_lock", ran.expect_err("with_lock"));
+        // Renewal that cannot run ends work that outlives the ttl at once,
+        // saying why, rather than retrying to the deadline.
+        let endless = locks.with_lock("endless", Duration::from_millis(800), |_| {
+            std::future::pending::<()>()
+        });
+        match no_hang("with_lock", endless).await {
+            Err(Error::Lost { reason, .. }) => assert_eq!(reason, LossReason::Incompatible),
+            other => panic!("expected a loss to incompatible nodes, got {other:?}"),
+        }
         // Not retried until a wait deadline: the first attempt says why.
         check(
             "lock_fenced",
