@@ -173,6 +173,9 @@ async fn extend_restores_the_lock_where_its_key_is_gone() {
         let _: () = conn(&server.url()).await.del("restore").await.expect("DEL");
     }
     guard.extend(ttl).await.expect("extend restores");
+    // `extend` returns at the quorum's decision; the last node's answer is
+    // followed in the background (on a loaded machine it can come later).
+    until_confirmed(&guard, 3).await;
     assert_eq!(holding(&nodes, "restore", &token).await, 3);
     assert_eq!(guard.confirmed(), 3);
     for server in &nodes {
@@ -226,7 +229,9 @@ async fn extend_never_touches_another_owners_key() {
     match guard.extend(ttl).await {
         Err(Error::Lost { reason, held, .. }) => {
             assert_eq!(reason, LossReason::TokenGone);
-            assert_eq!(held, 1);
+            // Two refusals decide it: node 2's "yes" counts only if it
+            // came before them, which a loaded machine does not promise.
+            assert!(held <= 1, "{held}");
         }
         other => panic!("expected a lost lock, got {other:?}"),
     }
