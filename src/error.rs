@@ -131,6 +131,32 @@ pub enum Error {
         failures: Vec<NodeFailure>,
     },
 
+    /// So many nodes cannot run what the call needs that no quorum can
+    /// answer, and waiting will not change that: in
+    /// [`ScriptMode::Functions`](crate::ScriptMode::Functions), servers
+    /// without Redis Functions (before Redis 7.0, or `FCALL` renamed) or
+    /// without quorumlock's library loaded. Each such node is listed with
+    /// its server and version ([`NodeError::is_incompatible`]). Not
+    /// retryable: the nodes need the library loaded, or the manager
+    /// [`ScriptMode::Eval`](crate::ScriptMode::Eval).
+    #[error(
+        "nodes cannot run what `{resource}` needs: {} of {nodes} cannot, a quorum of {quorum} tolerates {}{}",
+        failures.iter().filter(|f| f.error.is_incompatible()).count(),
+        nodes - quorum,
+        FailureList(failures)
+    )]
+    #[non_exhaustive]
+    Incompatible {
+        /// The resource of the call.
+        resource: String,
+        /// How many nodes the manager has.
+        nodes: usize,
+        /// How many nodes must agree.
+        quorum: usize,
+        /// Every node that failed, with what it said.
+        failures: Vec<NodeFailure>,
+    },
+
     /// An argument to a call was rejected before any I/O.
     #[error("invalid argument: {0}")]
     InvalidArgument(#[from] ArgumentError),
@@ -164,6 +190,7 @@ impl Error {
             Error::Contended { failures, .. }
             | Error::Unavailable { failures, .. }
             | Error::FenceUnconfirmed { failures, .. }
+            | Error::Incompatible { failures, .. }
             | Error::Lost { failures, .. } => failures,
             Error::WaitTimeout { last, .. } => last.node_failures(),
             _ => &[],
@@ -186,6 +213,11 @@ pub enum LossReason {
     Unreachable,
     /// The holder released the lock or dropped its guard.
     Released,
+    /// Automatic renewal failed on so many nodes that cannot run it
+    /// ([`NodeError::is_incompatible`]: Functions mode without Functions
+    /// or without quorumlock's library) that no quorum ever will: declared
+    /// at once rather than retried until the deadline.
+    Incompatible,
 }
 
 impl fmt::Display for LossReason {
@@ -195,6 +227,9 @@ impl fmt::Display for LossReason {
             LossReason::TokenGone => "its token was gone on too many nodes",
             LossReason::Unreachable => "renewal could not reach a quorum in time",
             LossReason::Released => "it was released",
+            LossReason::Incompatible => {
+                "renewal cannot run on enough nodes (Functions mode without Functions or without the library)"
+            }
         })
     }
 }
@@ -242,12 +277,15 @@ pub enum NodeError {
     /// lacks a function of quorumlock's library: it was never loaded there,
     /// the node restarted empty, or it holds an older version.
     #[error(
-        "function `{function}` is not loaded on this node; load quorumlock::FUNCTIONS_LIBRARY (src/scripts/functions.lua) on every node with `FUNCTION LOAD REPLACE`, or use ScriptMode::Eval"
+        "function `{function}` is not loaded on this node ({server}); load quorumlock::FUNCTIONS_LIBRARY (src/scripts/functions.lua) on every node with `FUNCTION LOAD REPLACE`, or use ScriptMode::Eval"
     )]
     #[non_exhaustive]
     FunctionsNotLoaded {
         /// The function that was called.
         function: String,
+        /// The server and its version as it reports them (`redis 7.2.6`,
+        /// `valkey 8.0.1`), or that it would not say.
+        server: String,
     },
     /// With replica sync
     /// ([`RedlockBuilder::replica_sync`](crate::RedlockBuilder::replica_sync)),
@@ -261,6 +299,32 @@ pub enum NodeError {
         /// How many were asked for.
         wanted: u32,
     },
+    /// In [`ScriptMode::Functions`](crate::ScriptMode::Functions), the node
+    /// does not know `FCALL`: Redis Functions need Redis 7.0 or later (or
+    /// Valkey), or the command was renamed or disabled there.
+    #[error(
+        "this node ({server}) does not know FCALL: Redis Functions need Redis 7.0 or later, and FCALL must not be renamed; use ScriptMode::Eval for this server"
+    )]
+    #[non_exhaustive]
+    FunctionsUnsupported {
+        /// The server and its version as it reports them (`redis 6.2.16`),
+        /// or that it would not say.
+        server: String,
+    },
+}
+
+impl NodeError {
+    /// Whether the node cannot run what the call needs until an
+    /// administrator changes it (loads quorumlock's library, or upgrades
+    /// the server), so that trying again will not help:
+    /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded) and
+    /// [`FunctionsUnsupported`](Self::FunctionsUnsupported).
+    pub fn is_incompatible(&self) -> bool {
+        matches!(
+            self,
+            NodeError::FunctionsNotLoaded { .. } | NodeError::FunctionsUnsupported { .. }
+        )
+    }
 }
 
 /// A call argument that was rejected before any I/O.

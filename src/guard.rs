@@ -293,6 +293,11 @@ impl LockGuard {
     /// end. Nodes that did not answer are listed in the summary's
     /// [`failures`](ReleaseSummary::failures); their keys expire by ttl.
     ///
+    /// [`Error::Incompatible`] when so many nodes cannot run the release
+    /// (in [`ScriptMode::Functions`](crate::ScriptMode::Functions): no
+    /// Functions, or no library loaded) that no quorum released: the keys
+    /// stay until their ttl, and every later lock will fail the same way.
+    ///
     /// # Cancel safety
     ///
     /// This method is cancel safe. If the future is dropped before every
@@ -334,6 +339,10 @@ impl LockGuard {
                 quorum,
                 round.failures,
             ));
+        }
+        if round.incompatible() {
+            metrics::release("incompatible");
+            return Err(round.incompatible_error(&held.resource));
         }
         metrics::release(if round.failures.is_empty() {
             "released"

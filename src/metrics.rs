@@ -57,6 +57,7 @@ pub(crate) fn ended(reason: LossReason) {
         LossReason::Expired => "expired",
         LossReason::TokenGone => "token_gone",
         LossReason::Unreachable => "unreachable",
+        LossReason::Incompatible => "incompatible",
     };
     imp::counter("quorumlock_locks_lost_total", "reason", reason);
 }

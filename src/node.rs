@@ -83,6 +83,12 @@ pub(crate) struct Node {
     replica_sync: Option<ReplicaSync>,
     /// Whether it is reached over TLS (`rediss://`).
     tls: bool,
+    /// The passwords of its URLs, scrubbed from every error it reports
+    /// (with the tokens of the call): a server may echo anything.
+    passwords: Vec<String>,
+    /// What the server says it is (`redis 6.2.16`), asked on the first
+    /// error that names it.
+    server: OnceCell<Arc<str>>,
     backend: Backend,
 }
 
@@ -171,6 +177,8 @@ impl Node {
             script_mode: options.script_mode,
             replica_sync: options.replica_sync,
             tls: is_tls(info),
+            passwords: passwords([info]),
+            server: OnceCell::new(),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -210,6 +218,7 @@ impl Node {
         );
         let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
         let tls = infos.first().is_some_and(is_tls);
+        let passwords = passwords(&infos);
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
         let builder = ClusterClient::builder(infos)
             .connection_timeout(CONNECT_TIMEOUT)
@@ -238,6 +247,8 @@ impl Node {
             script_mode: options.script_mode,
             replica_sync: options.replica_sync,
             tls,
+            passwords,
+            server: OnceCell::new(),
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -377,7 +388,7 @@ impl Node {
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.
-        match self.write(&cmd, Resend::Never, deadline).await? {
+        match self.write(&cmd, &[token], Resend::Never, deadline).await? {
             Value::Okay => Ok(true),
             Value::SimpleString(s) if s == "OK" => Ok(true),
             Value::Nil => Ok(false),
@@ -399,7 +410,13 @@ impl Node {
         let ttl_ms = ttl_ms.to_string();
         let keys = [key, fence_key];
         match self
-            .script(&scripts::ACQUIRE_FENCED, &keys, &[token, &ttl_ms], deadline)
+            .script(
+                &scripts::ACQUIRE_FENCED,
+                &keys,
+                &[token, &ttl_ms],
+                &[token],
+                deadline,
+            )
             .await?
         {
             Value::Int(0) => Ok(None),
@@ -419,8 +436,14 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let fence = fence.to_string();
-        self.flag_script(&scripts::FENCE_WRITEBACK, &[fence_key], &[&fence], deadline)
-            .await
+        self.flag_script(
+            &scripts::FENCE_WRITEBACK,
+            &[fence_key],
+            &[&fence],
+            &[],
+            deadline,
+        )
+        .await
     }
 
     /// All of `keys` or none, atomically: true if every key was set.
@@ -434,8 +457,14 @@ impl Node {
         let deadline: Deadline = deadline.into();
         let ttl_ms = ttl_ms.to_string();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        self.flag_script(&scripts::ACQUIRE_MANY, &keys, &[token, &ttl_ms], deadline)
-            .await
+        self.flag_script(
+            &scripts::ACQUIRE_MANY,
+            &keys,
+            &[token, &ttl_ms],
+            &[token],
+            deadline,
+        )
+        .await
     }
 
     /// Token-checked delete of a lock's keys: true if this node held the
@@ -468,11 +497,11 @@ impl Node {
                 let mut args = Vec::with_capacity(2 + channels.len());
                 args.extend([token, release]);
                 args.extend(channels.iter().map(String::as_str));
-                self.script(&scripts::RELEASE, keys, &args, deadline)
+                self.script(&scripts::RELEASE, keys, &args, &[token], deadline)
                     .await?
             }
             None => {
-                self.script(&scripts::RELEASE, keys, &[token], deadline)
+                self.script(&scripts::RELEASE, keys, &[token], &[token], deadline)
                     .await?
             }
         };
@@ -540,8 +569,9 @@ impl Node {
                     [locks[i].token, ttl.as_str(), n.as_str(), fence.as_str()]
                 })
                 .collect();
+            let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
             match self
-                .script(&scripts::EXTEND, &keys, &args, deadline)
+                .script(&scripts::EXTEND, &keys, &args, &tokens, deadline)
                 .await?
             {
                 Value::Array(items) if items.len() == group.len() => items
@@ -584,20 +614,24 @@ impl Node {
         for server in servers {
             match tokio::time::timeout_at(deadline, server.get_async_pubsub()).await {
                 Ok(Ok(connection)) => return Ok(connection),
-                Ok(Err(e)) => last = e.into(),
+                Ok(Err(e)) => last = self.redact(e.into(), &[]),
                 Err(_) => return Err(NodeError::Timeout(timeout)),
             }
         }
         Err(last)
     }
 
+    /// Sends `cmd` within `deadline`. Whatever the server says, its error
+    /// reaches the caller with `secrets` (the call's tokens) and the node's
+    /// passwords scrubbed out (see [`redact`]).
     async fn command(
         &self,
         cmd: &Cmd,
+        secrets: &[&str],
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        within(deadline, async {
+        let reply = within(deadline, async {
             let mut sent = 0;
             loop {
                 sent += 1;
@@ -611,7 +645,19 @@ impl Node {
                 }
             }
         })
-        .await
+        .await;
+        reply.map_err(|error| self.redact(error, secrets))
+    }
+
+    /// `error` with every secret of a call scrubbed out of its text: the
+    /// call's `tokens` and the node's passwords.
+    fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {
+        let secrets: Vec<&str> = tokens
+            .iter()
+            .copied()
+            .chain(self.passwords.iter().map(String::as_str))
+            .collect();
+        redact(error, &secrets)
     }
 
     /// Sends a lock write: as [`command`](Self::command), and with replica
@@ -620,11 +666,12 @@ impl Node {
     async fn write(
         &self,
         cmd: &Cmd,
+        secrets: &[&str],
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         let Some(sync) = self.replica_sync else {
-            return self.command(cmd, resend, deadline).await;
+            return self.command(cmd, secrets, resend, deadline).await;
         };
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(sync.wait());
@@ -653,6 +700,7 @@ impl Node {
             }
         })
         .await
+        .map_err(|error| self.redact(error, secrets))
     }
 
     /// A script call with `WAIT` behind it (see [`write`](Self::write)):
@@ -662,6 +710,7 @@ impl Node {
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
+        secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         let call = |verb: &str, body: &str| {
@@ -671,12 +720,18 @@ impl Node {
         };
         if self.script_mode == ScriptMode::Functions {
             return self
-                .write(&call("FCALL", lua.function), Resend::IfDropped, deadline)
+                .write(
+                    &call("FCALL", lua.function),
+                    secrets,
+                    Resend::IfDropped,
+                    deadline,
+                )
                 .await;
         }
         match self
             .write(
                 &call("EVALSHA", lua.script.get_hash()),
+                secrets,
                 Resend::IfDropped,
                 deadline,
             )
@@ -685,8 +740,13 @@ impl Node {
             Err(NodeError::Redis(e))
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
-                self.write(&call("EVAL", lua.source), Resend::IfDropped, deadline)
-                    .await
+                self.write(
+                    &call("EVAL", lua.source),
+                    secrets,
+                    Resend::IfDropped,
+                    deadline,
+                )
+                .await
             }
             reply => reply,
         }
@@ -715,19 +775,23 @@ impl Node {
     /// [`ScriptMode::Functions`]: FCALL of the script's function, which a
     /// cluster routes by its first key like EVALSHA. On a cluster every key
     /// must share a hash slot; requests are checked for that before any I/O.
+    ///
+    /// `secrets` (the tokens among `args`) never appear in its errors.
     async fn script(
         &self,
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
+        secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         // Every script but release writes a lock (or its counter).
         if self.replica_sync.is_some() && lua.function != scripts::RELEASE.function {
-            return match self.synced_script(lua, keys, args, deadline).await {
+            return match self.synced_script(lua, keys, args, secrets, deadline).await {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
+                        server: self.server(deadline).await.to_string(),
                     })
                 }
                 reply => reply,
@@ -736,16 +800,25 @@ impl Node {
         if self.script_mode == ScriptMode::Functions {
             let mut cmd = redis::cmd("FCALL");
             cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
-            return match self.command(&cmd, Resend::IfDropped, deadline).await {
+            return match self
+                .command(&cmd, secrets, Resend::IfDropped, deadline)
+                .await
+            {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
+                        server: self.server(deadline).await.to_string(),
+                    })
+                }
+                Err(NodeError::Redis(e)) if is_unknown_command(&e, "FCALL") => {
+                    Err(NodeError::FunctionsUnsupported {
+                        server: self.server(deadline).await.to_string(),
                     })
                 }
                 reply => reply,
             };
         }
-        within(deadline, async {
+        let reply = within(deadline, async {
             let mut sent = 0;
             loop {
                 sent += 1;
@@ -771,7 +844,35 @@ impl Node {
                 }
             }
         })
-        .await
+        .await;
+        reply.map_err(|error| self.redact(error, secrets))
+    }
+
+    /// What the server says it is and its version (`redis 6.2.16`,
+    /// `valkey 8.0.1`), from `INFO server`: asked once, within `deadline`,
+    /// for an error that names it. A server that does not say (the user
+    /// may not run INFO) is described as such, and asked again next time.
+    async fn server(&self, deadline: Deadline) -> Arc<str> {
+        if let Some(server) = self.server.get() {
+            return server.clone();
+        }
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let info = match self.command(&cmd, &[], Resend::IfDropped, deadline).await {
+            Ok(reply) => describe_server(&reply),
+            Err(e) => {
+                tracing::debug!(node = %self.label, error = %e, "INFO server failed");
+                None
+            }
+        };
+        match info {
+            Some(server) => self
+                .server
+                .get_or_init(|| async { server.into() })
+                .await
+                .clone(),
+            None => "server version unknown".into(),
+        }
     }
 
     /// Runs a script that answers 1 (done) or 0 (not ours).
@@ -780,9 +881,10 @@ impl Node {
         lua: &Lua,
         keys: &[&str],
         args: &[&str],
+        secrets: &[&str],
         deadline: Deadline,
     ) -> Result<bool, NodeError> {
-        match self.script(lua, keys, args, deadline).await? {
+        match self.script(lua, keys, args, secrets, deadline).await? {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected(&other)),
@@ -835,6 +937,7 @@ impl Node {
             &scripts::ELECT_PROCLAIM,
             &[key, leader_key],
             &args,
+            &[token],
             deadline,
         )
         .await
@@ -849,7 +952,13 @@ impl Node {
     ) -> Result<Seen, NodeError> {
         let deadline: Deadline = deadline.into();
         let reply = self
-            .script(&scripts::ELECT_LEADER, &[key, leader_key], &[], deadline)
+            .script(
+                &scripts::ELECT_LEADER,
+                &[key, leader_key],
+                &[],
+                &[],
+                deadline,
+            )
             .await?;
         let text = |value: &Value| match value {
             Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
@@ -929,6 +1038,45 @@ async fn cluster_script(
 fn is_function_not_found(e: &redis::RedisError) -> bool {
     e.detail()
         .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// Whether `e` says that `command` is unknown to the server (never
+/// existed, or renamed away). Servers word it differently (`unknown
+/// command 'FCALL'`, `` unknown command `FCALL` ``); all say which.
+fn is_unknown_command(e: &redis::RedisError, command: &str) -> bool {
+    let Some(detail) = e.detail() else {
+        return false;
+    };
+    let detail = detail.to_ascii_lowercase();
+    let command = command.to_ascii_lowercase();
+    detail.starts_with("unknown command")
+        && detail
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .filter(|word| !word.is_empty())
+            .nth(2)
+            .is_some_and(|named| named == command)
+}
+
+/// `product major.minor.patch` from an `INFO server` reply: Valkey names
+/// itself (`server_name:valkey`, `valkey_version:8.0.1`, next to a
+/// `redis_version` it is compatible with); Redis gives `redis_version`.
+/// A cluster answers per member: the first one's is taken.
+fn describe_server(reply: &Value) -> Option<String> {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => text.clone(),
+        Value::Map(members) => return members.iter().find_map(|(_, v)| describe_server(v)),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let product = field("server_name").unwrap_or("redis");
+    let version = field(&format!("{product}_version")).or_else(|| field("redis_version"))?;
+    Some(format!("{product} {version}"))
 }
 
 /// Parses one URL into a client, without connecting. A `rediss://` URL
@@ -1069,6 +1217,113 @@ fn unexpected(value: &Value) -> NodeError {
     NodeError::UnexpectedReply(text)
 }
 
+/// The passwords of a node's URLs, to scrub from its errors.
+fn passwords<'a>(infos: impl IntoIterator<Item = &'a ConnectionInfo>) -> Vec<String> {
+    let mut passwords: Vec<String> = Vec::new();
+    for info in infos {
+        if let Some(password) = info.redis_settings().password()
+            && !password.is_empty()
+            && !passwords.iter().any(|p| p == password)
+        {
+            passwords.push(password.to_owned());
+        }
+    }
+    passwords
+}
+
+/// What a secret is replaced with.
+const REDACTED: &str = "***";
+
+/// How many leading characters of a secret, cut off at the end of a text,
+/// count as the secret: a server truncates the arguments it echoes
+/// ("with args beginning with: …"), which can cut a token short. Fewer
+/// (or a whole secret shorter than this) is not scrubbed as a prefix.
+const SECRET_PREFIX: usize = 8;
+
+/// `error` with every secret scrubbed out of the text it carries: no
+/// server error text carries a token or password out of the library,
+/// whatever the server echoes (an unknown or renamed command echoes its
+/// arguments). A server error keeps its code and kind; any other error with
+/// a secret in its text becomes one of the same kind with the scrubbed text.
+pub(crate) fn redact(error: NodeError, secrets: &[&str]) -> NodeError {
+    match error {
+        NodeError::Redis(e) => NodeError::Redis(redact_redis(e, secrets)),
+        NodeError::UnexpectedReply(text) => NodeError::UnexpectedReply(scrub(&text, secrets)),
+        other => other,
+    }
+}
+
+fn redact_redis(error: redis::RedisError, secrets: &[&str]) -> redis::RedisError {
+    let text = error.to_string();
+    if scrub(&text, secrets) == text {
+        return error;
+    }
+    let from_server = matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension);
+    if let Some(code) = error.code().filter(|_| from_server) {
+        let detail = scrub(error.detail().unwrap_or_default(), secrets).replace(['\r', '\n'], " ");
+        let line = format!("-{code} {detail}\r\n");
+        if let Ok(value) = redis::parse_redis_value(line.as_bytes())
+            && let Err(rebuilt) = value.extract_error()
+        {
+            return rebuilt;
+        }
+    }
+    redis::RedisError::from((
+        error.kind(),
+        "error (secrets redacted)",
+        scrub(&text, secrets),
+    ))
+}
+
+/// `text` with each secret replaced by [`REDACTED`], and each run of a
+/// secret's first [`SECRET_PREFIX`] or more characters too (an echo cut
+/// short).
+fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(secret, REDACTED);
+        if secret.len() <= SECRET_PREFIX {
+            continue;
+        }
+        let mut scrubbed = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = find_prefix(rest, secret) {
+            scrubbed.push_str(&rest[..at]);
+            scrubbed.push_str(REDACTED);
+            let len = common_prefix(&rest[at..], secret);
+            rest = &rest[at + len..];
+        }
+        scrubbed.push_str(rest);
+        out = scrubbed;
+    }
+    out
+}
+
+/// Where in `text` at least [`SECRET_PREFIX`] leading bytes of `secret`
+/// start.
+fn find_prefix(text: &str, secret: &str) -> Option<usize> {
+    let head = secret.get(..SECRET_PREFIX)?;
+    let mut from = 0;
+    while let Some(found) = text[from..].find(head) {
+        let at = from + found;
+        if common_prefix(&text[at..], secret) >= SECRET_PREFIX {
+            return Some(at);
+        }
+        from = at + head.len().max(1);
+    }
+    None
+}
+
+/// How many leading bytes `a` and `b` share, on a char boundary.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .take_while(|((_, x), y)| x == y)
+        .map(|((i, x), _)| i + x.len_utf8())
+        .last()
+        .unwrap_or(0)
+}
+
 /// Masks the user information of a URL so that errors can show the rest.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -1202,5 +1457,128 @@ mod tests {
             panic!("wrong variant");
         };
         assert!(text.chars().count() <= 82, "{text}");
+    }
+
+    fn server_error(line: &str) -> redis::RedisError {
+        match redis::parse_redis_value(line.as_bytes()).map(Value::extract_error) {
+            Ok(Err(e)) => e,
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn scrubs_whole_secrets_and_echoes_cut_short() {
+        let echo = format!(
+            "unknown command `FCALL`, with args beginning with: `quorumlock_release`, `1`, `k`, `{TOKEN}`, "
+        );
+        assert_eq!(
+            scrub(&echo, &[TOKEN]),
+            "unknown command `FCALL`, with args beginning with: `quorumlock_release`, `1`, `k`, `***`, "
+        );
+        // The server cut the token off after 10 characters.
+        let cut = format!("with args beginning with: `{}`", &TOKEN[..10]);
+        assert_eq!(scrub(&cut, &[TOKEN]), "with args beginning with: `***`");
+        // What `Token`'s Debug shows (4 characters) is not a secret.
+        assert_eq!(scrub("`0123`", &[TOKEN]), "`0123`");
+        // Several secrets, one of them short.
+        assert_eq!(scrub("a pw b 0123456789ab", &["pw", TOKEN]), "a *** b ***");
+        assert_eq!(scrub("nothing here", &[TOKEN, ""]), "nothing here");
+    }
+
+    #[test]
+    fn redacted_server_errors_keep_their_code_and_kind() {
+        for (line, kind) in [
+            (
+                format!(
+                    "-ERR unknown command `SET`, with args beginning with: `k`, `{TOKEN}`, \r\n"
+                ),
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+            ),
+            (
+                format!("-NOPERM no permissions for {TOKEN}\r\n"),
+                ErrorKind::Server(ServerErrorKind::NoPerm),
+            ),
+            (format!("-WEIRDCODE says {TOKEN}\r\n"), ErrorKind::Extension),
+        ] {
+            let original = server_error(&line);
+            assert_eq!(original.kind(), kind);
+            let NodeError::Redis(redacted) = redact(NodeError::Redis(original.clone()), &[TOKEN])
+            else {
+                panic!("wrong variant");
+            };
+            assert_eq!(redacted.kind(), kind, "{redacted}");
+            assert_eq!(redacted.code(), original.code());
+            for shown in [redacted.to_string(), format!("{redacted:?}")] {
+                assert!(!shown.contains(&TOKEN[..SECRET_PREFIX]), "{shown}");
+                assert!(shown.contains("***"), "{shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_errors_are_redacted_too_and_clean_ones_kept() {
+        let io = redis::RedisError::from(std::io::Error::other(format!("peer said {TOKEN}")));
+        let NodeError::Redis(redacted) = redact(NodeError::Redis(io), &[TOKEN]) else {
+            panic!("wrong variant");
+        };
+        assert_eq!(redacted.kind(), ErrorKind::Io);
+        assert!(!redacted.to_string().contains(TOKEN), "{redacted}");
+        let clean = server_error("-ERR wrong number of arguments for 'set' command\r\n");
+        let NodeError::Redis(kept) = redact(NodeError::Redis(clean.clone()), &[TOKEN]) else {
+            panic!("wrong variant");
+        };
+        assert_eq!(kept.to_string(), clean.to_string());
+        let NodeError::UnexpectedReply(text) =
+            redact(NodeError::UnexpectedReply(format!("\"{TOKEN}\"")), &[TOKEN])
+        else {
+            panic!("wrong variant");
+        };
+        assert_eq!(text, "\"***\"");
+    }
+
+    #[test]
+    fn unknown_fcall_is_told_apart_whatever_the_wording() {
+        for line in [
+            "-ERR unknown command `FCALL`, with args beginning with: `f`, `1`, \r\n",
+            "-ERR unknown command 'FCALL', with args beginning with: 'f' '1' \r\n",
+            "-ERR unknown command 'fcall', with args beginning with: \r\n",
+        ] {
+            assert!(is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+        for line in [
+            "-ERR unknown command 'FCALL_RO', with args beginning with: \r\n",
+            "-ERR unknown command 'SET', with args beginning with: 'FCALL' \r\n",
+            "-ERR Function not found\r\n",
+            "-NOPERM this user has no permissions to run the 'fcall' command\r\n",
+        ] {
+            assert!(!is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+    }
+
+    #[test]
+    fn servers_are_described_by_product_and_version() {
+        let info = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:6.2.16\r\nredis_mode:standalone\r\n"
+            )),
+            Some("redis 6.2.16".to_owned())
+        );
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n"
+            )),
+            Some("valkey 8.0.1".to_owned())
+        );
+        assert_eq!(
+            describe_server(&Value::Map(vec![(
+                Value::SimpleString("127.0.0.1:7000".into()),
+                info("redis_version:7.0.15\r\n"),
+            )])),
+            Some("redis 7.0.15".to_owned())
+        );
+        assert_eq!(describe_server(&info("nothing")), None);
     }
 }

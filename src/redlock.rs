@@ -458,7 +458,10 @@ impl Redlock {
     ///
     /// Those of [`lock`](Self::lock), and [`Error::Lost`] when the lock was
     /// lost before `work` completed. A failed release after `work`
-    /// completed is not an error (the keys expire by ttl); it is logged.
+    /// completed is not an error (the keys expire by ttl); it is logged —
+    /// except [`Error::Incompatible`] (nodes that cannot run the release
+    /// at all, e.g. Functions mode without the library), which is returned
+    /// instead of `work`'s output.
     ///
     /// # Cancel safety
     ///
@@ -508,10 +511,14 @@ impl Redlock {
                 Err(error)
             }
             output = work => {
-                if let Err(error) = guard.release().await {
-                    tracing::debug!(error = %error, "release after with_lock failed");
+                match guard.release().await {
+                    Err(error @ Error::Incompatible { .. }) => Err(error),
+                    Err(error) => {
+                        tracing::debug!(error = %error, "release after with_lock failed");
+                        Ok(output)
+                    }
+                    Ok(_) => Ok(output),
                 }
-                Ok(output)
             }
         }
     }

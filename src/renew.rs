@@ -94,6 +94,11 @@ enum Outcome {
     Renewed,
     /// Too few nodes answered yes, but not because the token was gone.
     Failed,
+    /// Failed because so many nodes cannot run the renewal at all that no
+    /// quorum ever will (see [`NodeError::is_incompatible`]).
+    ///
+    /// [`NodeError::is_incompatible`]: crate::NodeError::is_incompatible
+    Incompatible,
     /// Lost (the loss is recorded) or released: nothing to do any more.
     Finished,
 }
@@ -187,6 +192,10 @@ impl Renewer {
                         entry.held.mark_lost(LossReason::Unreachable);
                     }
                     next
+                }
+                Outcome::Incompatible => {
+                    entry.held.mark_lost(LossReason::Incompatible);
+                    None
                 }
                 Outcome::Finished => None,
             };
@@ -300,10 +309,13 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
     let mut tallies = vec![Tally::new(core.nodes.len()); batch.len()];
     let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
     let (mut undecided, mut report) = (batch.len(), Some(report));
-    let mut answered = 0;
+    let (mut answered, mut incompatible) = (0, 0);
     let reachable = |answered| answered >= core.quorum();
+    // More nodes than a quorum tolerates cannot run the renewal at all.
+    let hopeless = |incompatible| incompatible > core.nodes.len() - core.quorum();
     while let Some((i, answer)) = calls.next().await {
         answered += usize::from(answer.is_ok());
+        incompatible += usize::from(answer.as_ref().is_err_and(|e| e.is_incompatible()));
         let node = core.label(i);
         metrics::renewal_call(node);
         match &answer {
@@ -337,12 +349,13 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
             let outcome = match held.settle_extension(decision, &tallies[j], &window) {
                 Extended::Yes => Outcome::Renewed,
                 Extended::Lost(_) => Outcome::Finished,
+                Extended::Failed if hopeless(incompatible) => Outcome::Incompatible,
                 Extended::Failed => Outcome::Failed,
             };
             metrics::renewal(match outcome {
                 Outcome::Renewed => "renewed",
                 Outcome::Failed => "failed",
-                Outcome::Finished => "lost",
+                Outcome::Finished | Outcome::Incompatible => "lost",
             });
             tracing::debug!(
                 op = "renew",

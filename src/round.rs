@@ -115,8 +115,32 @@ impl<T: Answer> Round<T> {
         (self.decision != Decision::Reached).then(|| self.refused())
     }
 
+    /// Whether so many nodes failed as incompatible (see
+    /// [`NodeError::is_incompatible`]) that no quorum can ever answer.
+    pub(crate) fn incompatible(&self) -> bool {
+        let incompatible = self
+            .failures
+            .iter()
+            .filter(|f| f.error.is_incompatible())
+            .count();
+        incompatible > self.tally.nodes() - self.tally.quorum()
+    }
+
+    /// [`Error::Incompatible`] for this round.
+    pub(crate) fn incompatible_error(self, resource: &str) -> Error {
+        Error::Incompatible {
+            resource: resource.to_owned(),
+            nodes: self.tally.nodes(),
+            quorum: self.tally.quorum(),
+            failures: self.failures,
+        }
+    }
+
     /// The error for a round that did not reach a quorum.
     pub(crate) fn failure(self, resource: &str) -> Error {
+        if self.incompatible() {
+            return self.incompatible_error(resource);
+        }
         match self.tally.shortfall() {
             Shortfall::Unreachable => Error::Unavailable {
                 resource: resource.to_owned(),

@@ -123,3 +123,21 @@ fn errors_are_lowercase_without_trailing_punctuation() {
         assert!(!text.ends_with('.'), "{text}");
     }
 }
+
+#[test]
+fn a_server_that_refuses_to_start_says_why() {
+    // An option no server knows: the server's own reason (on stderr, before
+    // any log line) comes with the failure, not a bare "exited".
+    let err = quorumlock::testkit::RedisServer::start_with(
+        quorumlock::testkit::ServerOptions::new()
+            .arg("--no-such-option-anywhere")
+            .arg("x"),
+    )
+    .expect_err("an unknown option");
+    let quorumlock::testkit::TestkitError::StartFailed { reason, log, .. } = &err else {
+        panic!("expected StartFailed, got {err}");
+    };
+    assert!(reason.starts_with("exited: "), "{reason}");
+    assert!(reason.contains("no-such-option-anywhere"), "{reason}");
+    assert!(log.contains("no-such-option-anywhere"), "{log}");
+}

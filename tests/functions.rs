@@ -7,8 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions};
-use quorumlock::{Error, FUNCTIONS_LIBRARY, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease};
+use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions, server_version};
+use quorumlock::{
+    Error, FUNCTIONS_LIBRARY, LossReason, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease,
+};
 use support::no_hang;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -46,6 +48,16 @@ fn options(commands: &[&str]) -> ServerOptions {
 /// The lock user's URL for a server URL.
 fn as_user(url: &str) -> String {
     url.replace("redis://", &format!("redis://{USER}:{USER_PASSWORD}@"))
+}
+
+/// Whether the server has Functions (7.0+); if not, says that `test` is
+/// skipped and why. (`+fcall` is not even an ACL rule before 7.0.)
+fn functions_or_skip(test: &str) -> bool {
+    let version = server_version().expect("server version");
+    if !version.has_functions() {
+        println!("SKIP {test}: {version} has no Redis Functions (7.0+)");
+    }
+    version.has_functions()
 }
 
 /// What an administrator does once per node.
@@ -96,6 +108,9 @@ async fn lock_extend_release_every_kind(locks: &Redlock, resources: [&str; 3]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_scripting_permission_locks_in_functions_mode() {
+    if !functions_or_skip("a_user_without_scripting_permission_locks_in_functions_mode") {
+        return;
+    }
     let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
     for url in nodes.urls() {
         load_library(&url).await;
@@ -123,6 +138,9 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eval_mode_needs_scripting_permission() {
+    if !functions_or_skip("eval_mode_needs_scripting_permission") {
+        return;
+    }
     let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
     let locks = manager(&nodes, ScriptMode::Eval);
     // Plain acquisition is a SET command, which the user may run…
@@ -130,29 +148,28 @@ async fn eval_mode_needs_scripting_permission() {
     // …but extending runs a script.
     let err = guard.extend(TTL).await.expect_err("EVALSHA is not allowed");
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
-    for failure in err.node_failures() {
-        let text = failure.error.to_string();
-        assert!(
-            text.contains("no permissions") && text.contains("'evalsha'"),
-            "{text}"
-        );
-    }
+    support::assert_acl_refusals(&err);
     let err = locks
         .lock_fenced("ledger", TTL)
         .await
         .expect_err("fencing runs a script");
-    assert!(err.to_string().contains("evalsha"), "{err}");
+    support::assert_acl_refusals(&err);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_library_is_named_in_the_error() {
+    if !functions_or_skip("a_missing_library_is_named_in_the_error") {
+        return;
+    }
     let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
     // Loaded on one node only: too few to extend.
     load_library(&nodes.urls()[0]).await;
     let locks = manager(&nodes, ScriptMode::Functions);
     let guard = locks.lock("orders:1", TTL).await.expect("SET is allowed");
     let err = guard.extend(TTL).await.expect_err("no library");
-    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    // Not a passing outage: a quorum of nodes lacks the library.
+    assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+    assert!(!err.is_retryable());
     let missing: Vec<_> = err
         .node_failures()
         .iter()
@@ -179,6 +196,9 @@ async fn a_missing_library_is_named_in_the_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_mode_on_a_cluster_routes_fcall_by_key() {
+    if !functions_or_skip("functions_mode_on_a_cluster_routes_fcall_by_key") {
+        return;
+    }
     let commands: Vec<&str> = FUNCTIONS_COMMANDS
         .iter()
         .chain(&CLUSTER_COMMANDS)
@@ -216,6 +236,9 @@ const FOREVER: Duration = Duration::from_secs(3600);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_ups_need_only_the_lock_channels() {
+    if !functions_or_skip("wake_ups_need_only_the_lock_channels") {
+        return;
+    }
     // The README's ACL line for wake-ups: PUBLISH, SUBSCRIBE and
     // UNSUBSCRIBE, on the channels under the prefix.
     let channels = format!("&{PREFIX}*");
@@ -251,6 +274,9 @@ async fn wake_ups_need_only_the_lock_channels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_channel_permission_still_releases() {
+    if !functions_or_skip("a_user_without_channel_permission_still_releases") {
+        return;
+    }
     // resetchannels and no +publish: the announcement is refused, the
     // release is not.
     let nodes = RedisNodes::start_with(3, options(&FUNCTIONS_COMMANDS)).expect("nodes");
@@ -274,6 +300,9 @@ async fn a_user_without_channel_permission_still_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_scripts_sent_twice_grant_once() {
+    if !functions_or_skip("acquire_scripts_sent_twice_grant_once") {
+        return;
+    }
     // A script sent again after its connection dropped (its first run may
     // have landed) must answer as the first run did, and change nothing.
     let server = quorumlock::testkit::RedisServer::start().expect("server");
@@ -325,4 +354,88 @@ async fn acquire_scripts_sent_twice_grant_once() {
         .await
         .expect("GET");
     assert_eq!(c_key, None);
+}
+
+/// Functions mode against servers that cannot run it — without Functions
+/// (before Redis 7.0; on later servers, FCALL renamed away) or without the
+/// library loaded — is not an outage to wait out: a typed error naming the
+/// server and its version, from extend, release, `with_lock` and the
+/// acquisitions that run a function alike. Plain acquisition is a SET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_mode_where_functions_cannot_run_is_a_typed_error_naming_the_server() {
+    let version = server_version().expect("server version");
+    let [major, minor, patch] = version.version;
+    let number = format!("{major}.{minor}.{patch}");
+    let no_functions = if version.has_functions() {
+        ServerOptions::new()
+            .arg("--rename-command")
+            .arg("FCALL")
+            .arg("fcall-renamed-away")
+    } else {
+        ServerOptions::new()
+    };
+    let mut cases = vec![(true, no_functions)];
+    if version.has_functions() {
+        cases.push((false, ServerOptions::new()));
+    }
+    for (unsupported, options) in cases {
+        let nodes = RedisNodes::start_with(3, options).expect("nodes");
+        let locks = Redlock::builder()
+            .nodes(nodes.urls())
+            .script_mode(ScriptMode::Functions)
+            .build()
+            .expect("config");
+        let check = |what: &str, err: Error| {
+            assert!(matches!(err, Error::Incompatible { .. }), "{what}: {err}");
+            assert!(!err.is_retryable(), "{what}");
+            assert!(!err.node_failures().is_empty(), "{what}: {err}");
+            for failure in err.node_failures() {
+                assert!(failure.error.is_incompatible(), "{what}: {failure}");
+                let server = match &failure.error {
+                    NodeError::FunctionsUnsupported { server, .. } if unsupported => server,
+                    NodeError::FunctionsNotLoaded { server, .. } if !unsupported => server,
+                    other => panic!("{what}: {other}"),
+                };
+                assert!(
+                    server.contains(&number),
+                    "{what}: `{server}` names no {number}"
+                );
+                assert!(failure.to_string().contains(&number), "{what}: {failure}");
+            }
+        };
+        let guard = no_hang("lock", locks.lock("plain", TTL))
+            .await
+            .expect("SET works");
+        check("extend", guard.extend(TTL).await.expect_err("extend"));
+        check("release", guard.release().await.expect_err("release"));
+        let ran = no_hang(
+            "with_lock",
+            locks.with_lock("with", TTL, |_| async { "the work ran" }),
+        )
+        .await;
+        check("with_lock", ran.expect_err("with_lock"));
+        // Renewal that cannot run ends work that outlives the ttl at once,
+        // saying why, rather than retrying to the deadline.
+        let endless = locks.with_lock("endless", Duration::from_millis(800), |_| {
+            std::future::pending::<()>()
+        });
+        match no_hang("with_lock", endless).await {
+            Err(Error::Lost { reason, .. }) => assert_eq!(reason, LossReason::Incompatible),
+            other => panic!("expected a loss to incompatible nodes, got {other:?}"),
+        }
+        // Not retried until a wait deadline: the first attempt says why.
+        check(
+            "lock_fenced",
+            no_hang("lock_fenced", locks.lock_fenced("fenced", TTL))
+                .await
+                .expect_err("lock_fenced"),
+        );
+        check(
+            "lock_many",
+            no_hang("lock_many", locks.lock_many(&["a", "b"], TTL))
+                .await
+                .expect_err("lock_many"),
+        );
+        locks.settle().await;
+    }
 }

@@ -276,3 +276,224 @@ async fn tokens_and_passwords_never_appear_in_logs_or_output() {
         }
     }
 }
+
+/// A password for the ACL users of the NOPERM servers.
+const USER_PASSWORD: &str = "user-pw-never-shown-c3d8";
+
+/// How servers are broken so that the library's commands fail with an
+/// error: some of these echo the command's arguments, the token among
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broken {
+    /// The script commands (EVALSHA, EVAL, FCALL) are renamed away: an
+    /// unknown command, whose error echoes its arguments.
+    ScriptsUnknown,
+    /// SET is renamed away: an unknown command.
+    SetUnknown,
+    /// The script commands are renamed away and commands with another
+    /// arity renamed onto them: a wrong number of arguments.
+    ScriptsArity,
+    /// SET is renamed away and STRLEN renamed onto it.
+    SetArity,
+    /// ACL users without the script commands, or without SET: NOPERM.
+    NoPerm,
+}
+
+fn broken_servers(broken: Broken) -> RedisNodes {
+    let version = quorumlock::testkit::server_version().expect("server version");
+    let mut args: Vec<String> = Vec::new();
+    let mut rename = |from: &str, to: &str| {
+        args.extend(["--rename-command", from, to].map(str::to_owned));
+    };
+    let scripts_away = |rename: &mut dyn FnMut(&str, &str)| {
+        rename("EVALSHA", "ql-evalsha");
+        rename("EVAL", "ql-eval");
+        // Before 7.0 there is no FCALL: it is unknown anyway.
+        if version.has_functions() {
+            rename("FCALL", "ql-fcall");
+        }
+    };
+    match broken {
+        Broken::ScriptsUnknown => scripts_away(&mut rename),
+        Broken::SetUnknown => rename("SET", "ql-set"),
+        Broken::ScriptsArity => {
+            scripts_away(&mut rename);
+            rename("ECHO", "EVALSHA");
+            rename("DBSIZE", "FCALL");
+        }
+        Broken::SetArity => {
+            rename("SET", "ql-set");
+            rename("STRLEN", "SET");
+        }
+        Broken::NoPerm => {
+            for (user, rules) in [("noscripts", "-@scripting"), ("noset", "-set")] {
+                args.extend(
+                    [
+                        "--user",
+                        user,
+                        "on",
+                        &format!(">{USER_PASSWORD}"),
+                        "~*",
+                        "+@all",
+                        rules,
+                    ]
+                    .map(str::to_owned),
+                );
+            }
+        }
+    }
+    let options = args
+        .into_iter()
+        .fold(ServerOptions::new(), ServerOptions::arg);
+    RedisNodes::start_with(3, options).expect("nodes")
+}
+
+/// Whether `text` holds a run of hex digits as long as a token or a
+/// token's start cut short (8 to 39; a script's SHA1 has 40): for errors
+/// of calls whose token the test never learns (a failed acquisition).
+fn token_like(text: &str) -> Option<&str> {
+    text.split(|c: char| !c.is_ascii_hexdigit())
+        .find(|run| (8..40).contains(&run.len()))
+}
+
+/// Runs every path that sends a token through `urls`' servers in `mode`
+/// (acquire plain, fenced and many; extend; release; renewal; `with_lock`),
+/// recording every error and summary in `shown`.
+async fn exercise(urls: &[String], mode: ScriptMode, shown: &mut Shown) {
+    let locks = builder(urls).script_mode(mode).build().expect("config");
+    let mut held = Vec::new();
+    for attempt in [
+        locks.lock("plain", TTL).await,
+        locks.lock_fenced("fenced", TTL).await,
+        locks.lock_many(&["many:a", "many:b"], TTL).await,
+    ] {
+        match attempt {
+            Ok(guard) => held.push(guard),
+            Err(err) => shown.error(&err),
+        }
+    }
+    for guard in held {
+        shown.tokens.push(guard.token().as_str().to_owned());
+        if let Err(err) = no_hang("extend", guard.extend(TTL)).await {
+            shown.error(&err);
+        }
+        match no_hang("release", guard.release()).await {
+            Ok(summary) => shown.summary(&summary),
+            Err(err) => shown.error(&err),
+        }
+    }
+    // Renewal: it fails where scripts do, until the lock is lost.
+    if let Ok(guard) = locks.lock("renewed", Duration::from_millis(600)).await {
+        shown.tokens.push(guard.token().as_str().to_owned());
+        guard.auto_extend();
+        let reason = no_hang("lost", guard.lost()).await;
+        shown.debug_display(&reason);
+        match no_hang("release", guard.release()).await {
+            Ok(summary) => shown.summary(&summary),
+            Err(err) => shown.error(&err),
+        }
+    }
+    let token = Arc::new(Mutex::new(None));
+    let seen = token.clone();
+    let outcome = no_hang(
+        "with_lock",
+        locks.with_lock("with", TTL, |lease| async move {
+            *seen.lock().expect("token") = Some(lease.token().as_str().to_owned());
+        }),
+    )
+    .await;
+    if let Err(err) = outcome {
+        shown.error(&err);
+    }
+    shown.tokens.extend(token.lock().expect("token").take());
+    locks.settle().await;
+}
+
+impl Shown {
+    fn summary(&mut self, summary: &quorumlock::ReleaseSummary) {
+        self.debug(summary);
+        for failure in summary.failures() {
+            self.debug_display(failure);
+            self.debug_display(&failure.error);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoing_server_errors_never_carry_a_token_or_password() {
+    let capture = capture();
+    let mut shown = Shown::default();
+    for broken in [
+        Broken::ScriptsUnknown,
+        Broken::SetUnknown,
+        Broken::ScriptsArity,
+        Broken::SetArity,
+        Broken::NoPerm,
+    ] {
+        let nodes = broken_servers(broken);
+        let url_sets: Vec<Vec<String>> = if broken == Broken::NoPerm {
+            ["noscripts", "noset"]
+                .iter()
+                .map(|user| {
+                    nodes
+                        .urls()
+                        .iter()
+                        .map(|url| {
+                            url.replace("redis://", &format!("redis://{user}:{USER_PASSWORD}@"))
+                        })
+                        .collect()
+                })
+                .collect()
+        } else {
+            vec![nodes.urls()]
+        };
+        let before = shown.outputs.len();
+        for urls in &url_sets {
+            for mode in [ScriptMode::Eval, ScriptMode::Functions] {
+                exercise(urls, mode, &mut shown).await;
+            }
+        }
+        let outputs = shown.outputs[before..].join("\n");
+        // The servers were broken as meant, and said so.
+        let expected = match broken {
+            Broken::ScriptsUnknown | Broken::SetUnknown => "unknown command",
+            Broken::ScriptsArity | Broken::SetArity => "wrong number of arguments",
+            Broken::NoPerm => "NoPerm",
+        };
+        assert!(
+            outputs.contains(expected),
+            "{broken:?}: no `{expected}` in:\n{outputs}"
+        );
+        if matches!(broken, Broken::ScriptsUnknown | Broken::SetUnknown) {
+            // An unknown command echoes its arguments: the token was there,
+            // and was scrubbed.
+            assert!(
+                outputs.contains("***"),
+                "{broken:?}: nothing redacted in:\n{outputs}"
+            );
+        }
+        for output in &shown.outputs[before..] {
+            assert_eq!(
+                token_like(output),
+                None,
+                "{broken:?}: token-like text in:\n{output}"
+            );
+        }
+    }
+
+    let logs = capture.text();
+    assert!(shown.tokens.len() >= 6, "{}", shown.tokens.len());
+    for output in shown.outputs.iter().chain([&logs]) {
+        for secret in shown
+            .tokens
+            .iter()
+            .map(String::as_str)
+            .chain([USER_PASSWORD])
+        {
+            assert!(
+                !output.contains(secret),
+                "secret `{secret}` shown in:\n{output}"
+            );
+        }
+    }
+}

@@ -120,7 +120,8 @@ async fn the_host_name_is_verified() {
     // the server listens too.
     let options = ServerOptions::new()
         .arg("--bind")
-        .arg("127.0.0.1 127.0.0.2");
+        .arg("127.0.0.1")
+        .arg("127.0.0.2");
     let Some(nodes) = tls_nodes_with(1, options) else {
         return;
     };

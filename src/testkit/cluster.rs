@@ -1,6 +1,6 @@
 //! A real Redis Cluster on loopback ports: `redis-server` processes in
-//! cluster mode, joined with `CLUSTER ADDSLOTSRANGE` / `MEET` / `REPLICATE`,
-//! and queried for which master owns a key.
+//! cluster mode, joined with `CLUSTER ADDSLOTSRANGE` (`ADDSLOTS` before
+//! 7.0) / `MEET` / `REPLICATE`, and queried for which master owns a key.
 
 use std::time::{Duration, Instant};
 
@@ -109,13 +109,14 @@ impl RedisCluster {
         }
         for (i, server) in self.servers.iter().take(masters).enumerate() {
             let (first, last) = slot_range(i, masters);
-            command(
-                server,
-                redis::cmd("CLUSTER")
-                    .arg("ADDSLOTSRANGE")
-                    .arg(first)
-                    .arg(last),
-            )?;
+            let mut add = redis::cmd("CLUSTER");
+            if server.version().at_least(7, 0) {
+                add.arg("ADDSLOTSRANGE").arg(first).arg(last);
+            } else {
+                // No ADDSLOTSRANGE before 7.0: every slot by name.
+                add.arg("ADDSLOTS").arg((first..=last).collect::<Vec<_>>());
+            }
+            command(server, &add)?;
         }
         let first = &self.servers[0];
         let bus = first.bus_port().ok_or_else(|| not_a_member(first))?;

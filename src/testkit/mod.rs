@@ -9,8 +9,10 @@
 //! Every process is killed when its handle drops — including when a test
 //! fails or panics.
 //!
-//! The binary is `$QUORUMLOCK_REDIS_SERVER` if set, else `redis-server` on
-//! `PATH`.
+//! The binary is `$QUORUMLOCK_REDIS_SERVER` if set (a `redis-server` or a
+//! `valkey-server`), else `redis-server` on `PATH`, else `valkey-server`.
+//! Its version is asked once ([`server_version`]), and a server is given
+//! only options its version knows: Redis 6.2 and later, and Valkey.
 //!
 //! With the `tls` feature too, [`ServerOptions::tls`] starts servers that
 //! speak TLS only, with certificates signed by [`test_ca`].
@@ -222,29 +224,44 @@ impl ServerOptions {
     /// The options for one start attempt: cluster membership turned into
     /// plain arguments with a concrete bus port, so that a restart replays
     /// exactly the same command line.
-    fn resolve(&self) -> Result<(Self, Option<u16>), TestkitError> {
+    ///
+    /// Returns the options, the port to listen on, and a cluster member's
+    /// bus port. The bus port is explicit (`cluster-port`, 7.0+), because
+    /// the default (port + 10000) overflows for ports above 55535, where
+    /// the OS hands out most free ports; before 7.0, which has no
+    /// `cluster-port`, the port is chosen 10000 below a free bus port.
+    fn resolve(&self, version: &ServerVersion) -> Result<(Self, u16, Option<u16>), TestkitError> {
         let Some(node_timeout) = self.cluster_node_timeout else {
-            return Ok((self.clone(), None));
+            return Ok((self.clone(), free_port()?, None));
         };
-        // Explicit, because the default (port + 10000) overflows for ports
-        // above 55535, where the OS hands out most free ports.
-        let bus_port = free_port()?;
+        let (port, bus_port, explicit_bus) = if version.at_least(7, 0) {
+            (free_port()?, free_port()?, true)
+        } else {
+            let (port, bus_port) = port_below_bus()?;
+            (port, bus_port, false)
+        };
         let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             "nodes.conf",
-            "--cluster-port",
-            &bus_port.to_string(),
-            "--cluster-node-timeout",
-            &node_timeout.as_millis().to_string(),
-            // A dead master takes down its own slots only, not the whole
-            // cluster: the partial failures the tests are about.
-            "--cluster-require-full-coverage",
-            "no",
         ]
         .map(str::to_owned)
         .into();
+        if explicit_bus {
+            args.extend(["--cluster-port".to_owned(), bus_port.to_string()]);
+        }
+        args.extend(
+            [
+                "--cluster-node-timeout",
+                &node_timeout.as_millis().to_string(),
+                // A dead master takes down its own slots only, not the whole
+                // cluster: the partial failures the tests are about.
+                "--cluster-require-full-coverage",
+                "no",
+            ]
+            .map(str::to_owned),
+        );
         if self.tls {
             args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
         }
@@ -255,7 +272,7 @@ impl ServerOptions {
             cluster_node_timeout: None,
             tls: self.tls,
         };
-        Ok((resolved, Some(bus_port)))
+        Ok((resolved, port, Some(bus_port)))
     }
 }
 
@@ -269,6 +286,7 @@ pub struct RedisServer {
     /// The cluster bus port, for cluster members.
     bus_port: Option<u16>,
     binary: PathBuf,
+    version: ServerVersion,
     options: ServerOptions,
     process: Mutex<Option<Process>>,
     // Declared last: removed after the process is gone.
@@ -299,6 +317,7 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     pub fn start_with(options: ServerOptions) -> Result<Self, TestkitError> {
         let binary = find_redis_server()?;
+        let version = version_of(&binary)?;
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-redis-")
             .tempdir()?;
@@ -309,17 +328,17 @@ impl RedisServer {
         }
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
-            let (options, bus_port) = options.resolve()?;
+            let (options, port, bus_port) = options.resolve(&version)?;
             if bus_port == Some(port) {
                 continue;
             }
-            match spawn(&binary, port, dir.path(), &options) {
+            match spawn(&binary, &version, port, dir.path(), &options) {
                 Ok(process) => {
                     return Ok(Self {
                         port,
                         bus_port,
                         binary,
+                        version,
                         options,
                         process: Mutex::new(Some(process)),
                         dir,
@@ -354,6 +373,11 @@ impl RedisServer {
             return tls::client(&self.url());
         }
         redis::Client::open(self.url())
+    }
+
+    /// The version of the server binary it runs.
+    pub fn version(&self) -> &ServerVersion {
+        &self.version
     }
 
     /// The cluster bus port of a cluster member.
@@ -416,7 +440,13 @@ impl RedisServer {
     /// As [`RedisServer::start`]; also if another process took the port.
     pub fn restart(&self) -> Result<(), TestkitError> {
         self.kill();
-        let process = spawn(&self.binary, self.port, self.dir.path(), &self.options)?;
+        let process = spawn(
+            &self.binary,
+            &self.version,
+            self.port,
+            self.dir.path(),
+            &self.options,
+        )?;
         *self.process() = Some(process);
         Ok(())
     }
@@ -480,7 +510,99 @@ impl RedisNodes {
 
 server_set!(RedisNodes, "servers");
 
-/// Finds the `redis-server` binary: the environment variable, then `PATH`.
+/// A server binary's product and version, as its `--version` prints them
+/// (`Redis server v=7.2.6 …`, `Valkey server v=8.0.1 …`).
+///
+/// The testkit passes a server only the options its version supports;
+/// tests use it to skip what a version lacks (Functions before 7.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerVersion {
+    /// `redis` or `valkey` (lowercase, as the binary names itself).
+    pub product: String,
+    /// `[major, minor, patch]`.
+    pub version: [u32; 3],
+}
+
+impl ServerVersion {
+    /// Whether this is version `major.minor` or later.
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        self.version[..2] >= [major, minor][..]
+    }
+
+    /// Whether the server has Redis Functions (`FCALL`, `FUNCTION LOAD`):
+    /// 7.0 and later.
+    pub fn has_functions(&self) -> bool {
+        self.at_least(7, 0)
+    }
+
+    /// Parses the output of `redis-server --version`. Valkey 7.2 names no
+    /// product (`Server v=7.2.7 …`): it is then told by the binary's name.
+    fn parse(output: &str, binary: &Path) -> Option<Self> {
+        let mut product = output.split_whitespace().next()?.to_ascii_lowercase();
+        if product == "server" {
+            let name = binary.file_name().unwrap_or_default().to_string_lossy();
+            product = if name.starts_with("valkey") {
+                "valkey"
+            } else {
+                "redis"
+            }
+            .to_owned();
+        }
+        let number = output
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("v="))?;
+        let mut parts = number.split('.').map(|p| p.parse::<u32>().ok());
+        let version = [
+            parts.next()??,
+            parts.next()??,
+            parts.next().flatten().unwrap_or(0),
+        ];
+        Some(Self { product, version })
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [major, minor, patch] = self.version;
+        write!(f, "{} {major}.{minor}.{patch}", self.product)
+    }
+}
+
+/// The version of the server binary the testkit starts (see
+/// [`find_redis_server`]), asked once per binary.
+///
+/// # Errors
+///
+/// [`TestkitError::NotFound`] without a binary, [`TestkitError::Io`] if it
+/// cannot run, and [`TestkitError::StartFailed`] if its `--version` output
+/// names no version.
+pub fn server_version() -> Result<ServerVersion, TestkitError> {
+    version_of(&find_redis_server()?)
+}
+
+fn version_of(binary: &Path) -> Result<ServerVersion, TestkitError> {
+    static VERSIONS: Mutex<Vec<(PathBuf, ServerVersion)>> = Mutex::new(Vec::new());
+    let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, version)) = versions.iter().find(|(path, _)| path == binary) {
+        return Ok(version.clone());
+    }
+    let output = Command::new(binary)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = ServerVersion::parse(&text, binary).ok_or_else(|| TestkitError::StartFailed {
+        port: 0,
+        reason: format!("`{} --version` names no version", binary.display()),
+        log: format!("{text}{}", String::from_utf8_lossy(&output.stderr)),
+    })?;
+    versions.push((binary.to_owned(), version.clone()));
+    Ok(version)
+}
+
+/// Finds the server binary: the environment variable, then `redis-server`
+/// on `PATH`, then `valkey-server` on `PATH`.
 pub fn find_redis_server() -> Result<PathBuf, TestkitError> {
     if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
         let path = PathBuf::from(path);
@@ -492,13 +614,21 @@ pub fn find_redis_server() -> Result<PathBuf, TestkitError> {
             })
         };
     }
-    std::env::var_os("PATH")
+    let path: Vec<PathBuf> = std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("redis-server"))
-        .find(|candidate| candidate.is_file())
+        .collect();
+    ["redis-server", "valkey-server"]
+        .iter()
+        .find_map(|name| {
+            path.iter()
+                .map(|dir| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
         .ok_or_else(|| TestkitError::NotFound {
-            looked: format!("not on PATH and {REDIS_SERVER_ENV} is unset"),
+            looked: format!(
+                "neither redis-server nor valkey-server is on PATH, and {REDIS_SERVER_ENV} is unset"
+            ),
         })
 }
 
@@ -507,9 +637,28 @@ fn free_port() -> Result<u16, TestkitError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A free port `p` with `p + 10000` free too (a cluster member's default
+/// bus port, before `cluster-port` existed): the bus port is asked of the
+/// OS, the port taken 10000 below it.
+fn port_below_bus() -> Result<(u16, u16), TestkitError> {
+    for _ in 0..64 {
+        let bus_port = free_port()?;
+        let Some(port) = bus_port.checked_sub(10_000).filter(|&p| p >= 1024) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok((port, bus_port));
+        }
+    }
+    Err(TestkitError::Cluster(
+        "no free port with a free bus port 10000 above it".to_owned(),
+    ))
+}
+
 /// Starts one process and waits for its "ready" log line.
 fn spawn(
     binary: &Path,
+    version: &ServerVersion,
     port: u16,
     dir: &Path,
     options: &ServerOptions,
@@ -531,9 +680,11 @@ fn spawn(
         .arg("--logfile")
         .arg("")
         .arg("--save")
-        .arg("")
-        .arg("--enable-debug-command")
-        .arg("local");
+        .arg("");
+    // DEBUG is off by default from 7.0 on, and the option unknown before.
+    if version.at_least(7, 0) {
+        cmd.args(["--enable-debug-command", "local"]);
+    }
     if options.persistent {
         cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
     } else {
@@ -542,10 +693,27 @@ fn spawn(
     cmd.args(&options.args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn()?;
 
     let log = Arc::new(Mutex::new(VecDeque::with_capacity(LOG_LINES)));
+    // What the server says on stderr (a configuration it rejects, before
+    // any log line) goes to the log too, and the last of it into the
+    // reason of a failed start.
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().map(|stderr| {
+        let (log, said) = (log.clone(), said.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !line.trim().is_empty() {
+                    said.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(line.clone());
+                }
+                push_line(&log, line);
+            }
+        })
+    });
     let (ready_tx, ready_rx) = mpsc::channel();
     if let Some(stdout) = child.stdout.take() {
         let log = log.clone();
@@ -556,11 +724,7 @@ fn spawn(
                 if line.contains("Ready to accept connections") {
                     let _ = ready_tx.send(());
                 }
-                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
-                if log.len() == LOG_LINES {
-                    log.pop_front();
-                }
-                log.push_back(line);
+                push_line(&log, line);
             }
         });
     }
@@ -571,13 +735,32 @@ fn spawn(
     };
     let _ = child.kill();
     let _ = child.wait();
+    // The process is gone: its stderr is at its end.
+    if let Some(reader) = stderr {
+        let _ = reader.join();
+    }
     let log = join_log(&log);
+    let said = said.lock().unwrap_or_else(|e| e.into_inner());
     let reason = if log.contains("Address already in use") {
         "port in use".to_owned()
-    } else {
+    } else if said.is_empty() {
         failure.to_owned()
+    } else {
+        // A rejected configuration: the directive and why, e.g.
+        // `>>> 'enable-debug-command "local"'` and `Bad directive or wrong
+        // number of arguments`.
+        let tail = said.len().saturating_sub(2);
+        format!("{failure}: {}", said[tail..].join(" "))
     };
     Err(TestkitError::StartFailed { port, reason, log })
+}
+
+fn push_line(log: &Mutex<VecDeque<String>>, line: String) {
+    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() == LOG_LINES {
+        log.pop_front();
+    }
+    log.push_back(line);
 }
 
 fn join_log(log: &Mutex<VecDeque<String>>) -> String {
@@ -586,4 +769,31 @@ fn join_log(log: &Mutex<VecDeque<String>>) -> String {
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_read_from_what_each_server_prints() {
+        let redis_server = Path::new("/usr/bin/redis-server");
+        let parse = |text| ServerVersion::parse(text, redis_server).expect("a version");
+        let redis = parse("Redis server v=6.2.16 sha=00000000:0 malloc=jemalloc-5.1.0 bits=64");
+        assert_eq!(redis.version, [6, 2, 16]);
+        assert_eq!(redis.to_string(), "redis 6.2.16");
+        assert!(!redis.at_least(7, 0) && redis.at_least(6, 2) && !redis.has_functions());
+        let valkey = parse("Valkey server v=8.0.1 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64");
+        assert_eq!(valkey.to_string(), "valkey 8.0.1");
+        assert!(valkey.at_least(7, 0) && valkey.has_functions());
+        assert!(parse("Redis server v=7.0.15").at_least(7, 0));
+        let old_valkey = Path::new("/opt/valkey/bin/valkey-server");
+        let valkey = ServerVersion::parse("Server v=7.2.7 sha=00000000:0", old_valkey);
+        assert_eq!(valkey.expect("a version").to_string(), "valkey 7.2.7");
+        assert_eq!(ServerVersion::parse("no version here", redis_server), None);
+        assert_eq!(
+            ServerVersion::parse("Redis server v=x.y", redis_server),
+            None
+        );
+    }
 }

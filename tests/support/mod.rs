@@ -106,3 +106,32 @@ pub async fn until_subscribed(urls: &[String], channel: &str) {
     })
     .await;
 }
+
+/// Whether a node refused a call for want of an ACL permission. A command
+/// the user may not run is a NOPERM error on every server; a command a
+/// script may not run is a script error with no code of its own on some
+/// (`ERR`, or Redis 6.2's `@user_script:`), worded differently by each
+/// version, all of them naming a permission or saying "can't run".
+pub fn is_acl_refusal(error: &quorumlock::NodeError) -> bool {
+    let quorumlock::NodeError::Redis(e) = error else {
+        return false;
+    };
+    match e.kind() {
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        | redis::ErrorKind::Extension => {
+            let text = e.to_string().to_ascii_lowercase();
+            text.contains("permission") || text.contains("can't run this command")
+        }
+        _ => false,
+    }
+}
+
+/// Asserts that `err` failed on some node, and on every failing node for
+/// want of an ACL permission.
+pub fn assert_acl_refusals(err: &quorumlock::Error) {
+    assert!(!err.node_failures().is_empty(), "{err}");
+    for failure in err.node_failures() {
+        assert!(is_acl_refusal(&failure.error), "{failure}");
+    }
+}
