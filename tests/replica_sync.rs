@@ -94,7 +94,10 @@ async fn an_acknowledged_lock_is_on_the_replica_when_it_is_granted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_write_is_not_a_yes_and_is_cleaned_up() {
     let (master, replica) = master_and_replica().await;
-    let locks = synced(&master, Duration::from_millis(200));
+    // Long enough for a healthy replica on a loaded machine to acknowledge
+    // the first lock (200 ms was not, in CI); the paused replica below
+    // never acknowledges, whatever the timeout.
+    let locks = synced(&master, Duration::from_secs(2));
     let ttl = Duration::from_secs(30);
     let guard = no_hang("lock", locks.lock("jobs:held", ttl))
         .await
