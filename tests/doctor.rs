@@ -74,7 +74,7 @@ async fn a_healthy_set_has_nothing_unsafe_and_is_left_as_it_was() {
         assert!(
             node.server
                 .as_deref()
-                .is_some_and(|s| s.starts_with("redis ")),
+                .is_some_and(|s| s.starts_with("redis ") || s.starts_with("valkey ")),
             "{report}"
         );
         assert!(node.latency.is_some(), "{report}");
@@ -382,6 +382,13 @@ async fn a_user_with_only_the_lock_commands_gets_notes_not_an_unreachable_node()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_not_loaded_or_of_another_version_are_reported() {
+    let version = quorumlock::testkit::server_version().expect("server version");
+    if !version.has_functions() {
+        println!(
+            "SKIP functions_not_loaded_or_of_another_version_are_reported: {version} has no Redis Functions (7.0+)"
+        );
+        return;
+    }
     let missing = RedisServer::start().expect("server");
     let old = RedisServer::start().expect("server");
     let current = RedisServer::start().expect("server");
