@@ -200,10 +200,7 @@ impl Held {
             let first = s.lost.is_none();
             if first {
                 s.lost = Some(reason);
-                // A lock given up after its deadline had passed was lost to
-                // expiry first.
-                let expired = reason == LossReason::Released && Instant::now() >= s.deadline;
-                metrics::ended(if expired { LossReason::Expired } else { reason });
+                metrics::ended(reason, s.deadline);
             }
             // The value changes either way; waking nobody is skipped (the
             // notification costs eight mutexes on every release). A waiter

@@ -49,10 +49,17 @@ pub(crate) fn granted() {
     imp::held(1.0);
 }
 
-/// A held lock stopped being held: released, or lost for `reason`.
-pub(crate) fn ended(reason: LossReason) {
+/// A held lock stopped being held: released, or lost for `reason`. A lock
+/// given up at or after its `deadline` had passed was lost to expiry first.
+/// Without the feature this reads no clock.
+pub(crate) fn ended(reason: LossReason, deadline: tokio::time::Instant) {
+    if !cfg!(feature = "metrics") {
+        return;
+    }
     imp::held(-1.0);
+    let expired = reason == LossReason::Released && tokio::time::Instant::now() >= deadline;
     let reason = match reason {
+        LossReason::Released if expired => "expired",
         LossReason::Released => return,
         LossReason::Expired => "expired",
         LossReason::TokenGone => "token_gone",
