@@ -3,15 +3,14 @@
 //! leader`: who leads now.
 
 use std::ffi::OsString;
-use std::io;
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{Error, Leadership, Retry};
-use tokio::process::{Child, Command};
+use quorumlock::{Error, Retry};
+use tokio::process::Command;
 
 use crate::duration::parse_duration;
-use crate::exec::{Outcome, exit_status, supervise};
+use crate::exec::{Outcome, exit_status, run_command};
 use crate::exit;
 use crate::nodes::NodeArgs;
 use crate::signals::{Signals, signal_status};
@@ -63,12 +62,8 @@ pub(crate) struct ElectArgs {
 
 pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
     let locks = args.nodes.manager("elect", Retry::default())?;
-    let mut signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(e) => {
-            eprintln!("quorumlock: cannot install signal handlers: {e}");
-            return Ok(exit::INTERNAL);
-        }
+    let Some(mut signals) = Signals::install_or_report() else {
+        return Ok(exit::INTERNAL);
     };
     let election = locks.election(&args.name);
     let value = args
@@ -88,25 +83,22 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
                 break signal_status(received);
             }
         };
-        let outcome = match spawn(&args, &leadership) {
-            Ok(child) => {
-                let what = format!("the leadership of `{name}` (term {})", leadership.term());
-                supervise(child, &what, leadership.lost(), &mut signals, args.grace).await
-            }
-            Err(e) => {
-                let program = args
-                    .command
-                    .first()
-                    .map(|p| p.to_string_lossy())
-                    .unwrap_or_default();
-                eprintln!("quorumlock: cannot run `{program}`: {e}");
-                Outcome::NotRun(if e.kind() == io::ErrorKind::NotFound {
-                    exit::NOT_FOUND
-                } else {
-                    exit::CANNOT_RUN
-                })
-            }
+        let term = leadership.term();
+        let environment = |command: &mut Command| {
+            command
+                .env(ELECTION_ENV, &args.name)
+                .env(TERM_ENV, term.to_string());
         };
+        let what = format!("the leadership of `{name}` (term {term})");
+        let outcome = run_command(
+            &args.command,
+            environment,
+            &what,
+            leadership.lost(),
+            &mut signals,
+            args.grace,
+        )
+        .await;
         match outcome {
             Outcome::Exited(status) => {
                 if let Err(e) = leadership.resign().await {
@@ -139,21 +131,6 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
 fn campaign_failed(name: &str, err: &Error) -> u8 {
     eprintln!("quorumlock: cannot campaign for `{name}`: {err}");
     exit::classify(err)
-}
-
-fn spawn(args: &ElectArgs, leadership: &Leadership) -> io::Result<Child> {
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
-    let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env(ELECTION_ENV, &args.name)
-        .env(TERM_ENV, leadership.term().to_string())
-        // Its own process group, so that stopping it reaches its children.
-        .process_group(0);
-    command.spawn()
 }
 
 #[derive(Debug, Args)]

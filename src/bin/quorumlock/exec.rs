@@ -80,12 +80,8 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
         (false, Wait::Forever) => Retry::forever(),
     };
     let locks = args.nodes.manager("exec", retry)?;
-    let mut signals = match Signals::install() {
-        Ok(signals) => signals,
-        Err(e) => {
-            eprintln!("quorumlock: cannot install signal handlers: {e}");
-            return Ok(exit::INTERNAL);
-        }
+    let Some(mut signals) = Signals::install_or_report() else {
+        return Ok(exit::INTERNAL);
     };
 
     let resource = args.resource.as_str();
@@ -108,25 +104,23 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     };
     guard.auto_extend();
 
-    let status = match spawn(&args, &guard) {
-        Ok(child) => {
-            let what = format!("the lock on `{resource}`");
-            supervise(child, &what, guard.lost(), &mut signals, args.grace).await
-        }
-        Err(e) => {
-            let program = args
-                .command
-                .first()
-                .map(|p| p.to_string_lossy())
-                .unwrap_or_default();
-            eprintln!("quorumlock: cannot run `{program}`: {e}");
-            Outcome::NotRun(if e.kind() == io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_RUN
-            })
-        }
+    let environment = |command: &mut Command| {
+        command.env(RESOURCE_ENV, guard.resource());
+        match guard.fence() {
+            Some(fence) => command.env(FENCE_ENV, fence.to_string()),
+            None => command.env_remove(FENCE_ENV),
+        };
     };
+    let what = format!("the lock on `{resource}`");
+    let status = run_command(
+        &args.command,
+        environment,
+        &what,
+        guard.lost(),
+        &mut signals,
+        args.grace,
+    )
+    .await;
 
     let status = match status {
         Outcome::Exited(status) => match guard.release().await {
@@ -172,22 +166,43 @@ async fn acquire(
     }
 }
 
-fn spawn(args: &ExecArgs, guard: &LockGuard) -> io::Result<Child> {
-    let (program, rest) = args
-        .command
+/// Starts `command` (the program, then its arguments) in its own process
+/// group, with `environment` applied, and [`supervise`]s it; a command that
+/// cannot be started is reported and not run.
+pub(crate) async fn run_command(
+    command: &[OsString],
+    environment: impl FnOnce(&mut Command),
+    what: &str,
+    lost: impl Future<Output = LossReason>,
+    signals: &mut Signals,
+    grace: Duration,
+) -> Outcome {
+    match spawn(command, environment) {
+        Ok(child) => supervise(child, what, lost, signals, grace).await,
+        Err(e) => {
+            let program = command
+                .first()
+                .map(|p| p.to_string_lossy())
+                .unwrap_or_default();
+            eprintln!("quorumlock: cannot run `{program}`: {e}");
+            Outcome::NotRun(if e.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_RUN
+            })
+        }
+    }
+}
+
+fn spawn(command: &[OsString], environment: impl FnOnce(&mut Command)) -> io::Result<Child> {
+    let (program, rest) = command
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command given"))?;
     let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env(RESOURCE_ENV, guard.resource())
-        // Its own process group, so that stopping it reaches its children
-        // too (as timeout(1) does).
-        .process_group(0);
-    match guard.fence() {
-        Some(fence) => command.env(FENCE_ENV, fence.to_string()),
-        None => command.env_remove(FENCE_ENV),
-    };
+    // Its own process group, so that stopping it reaches its children too
+    // (as timeout(1) does).
+    command.args(rest).process_group(0);
+    environment(&mut command);
     command.spawn()
 }
 

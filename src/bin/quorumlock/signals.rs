@@ -25,6 +25,14 @@ impl Signals {
         })
     }
 
+    /// [`install`](Self::install), or `None` after saying on stderr why
+    /// it failed (the subcommand then exits with [`exit::INTERNAL`]).
+    pub(crate) fn install_or_report() -> Option<Self> {
+        Self::install()
+            .inspect_err(|e| eprintln!("quorumlock: cannot install signal handlers: {e}"))
+            .ok()
+    }
+
     /// The next signal received. Cancel safe.
     pub(crate) async fn recv(&mut self) -> Signal {
         tokio::select! {
