@@ -5,19 +5,17 @@
 //! runs under the lock), never by sleeping; timeouts only turn a hang into
 //! a failure.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+mod cli_support;
+
+use cli_support::{
+    NODE_TIMEOUT, Running, assert_status, finish, output, quorumlock, stderr, stdout,
+};
+use std::process::{Command, Stdio};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use quorumlock::testkit::RedisNodes;
-
-/// A bound that turns a hang into a test failure; not a timing assertion.
-const HANG_GUARD: Duration = Duration::from_secs(60);
 
 // The statuses `quorumlock exec --help` documents.
 const USAGE: i32 = 2;
@@ -26,19 +24,9 @@ const BUSY: i32 = 75;
 const LOST: i32 = 124;
 const NOT_FOUND: i32 = 127;
 
-fn quorumlock() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
-    command.env_remove("QUORUMLOCK_NODES");
-    command
-}
-
 fn nodes_arg(nodes: &RedisNodes) -> String {
     nodes.urls().join(",")
 }
-
-/// A node timeout that a loaded test machine does not run into; it bounds
-/// waiting for a node, it asserts nothing about speed.
-const NODE_TIMEOUT: &str = "5s";
 
 /// `quorumlock exec --nodes … <extra…> RESOURCE -- <command…>`.
 fn exec(nodes: &RedisNodes, extra: &[&str], resource: &str, command: &[&str]) -> Command {
@@ -50,143 +38,6 @@ fn exec(nodes: &RedisNodes, extra: &[&str], resource: &str, command: &[&str]) ->
         .arg("--")
         .args(command);
     cmd
-}
-
-/// Runs to completion and collects the output, failing the test on a hang.
-fn output(mut cmd: Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn quorumlock");
-    finish(child)
-}
-
-/// Waits for a spawned quorumlock, failing the test (and killing it, by
-/// its pid) if it hangs.
-fn finish(child: Child) -> Output {
-    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(out) => out.expect("wait for quorumlock"),
-        Err(_) => {
-            let _ = kill(pid, Signal::SIGKILL);
-            panic!("quorumlock hung for {HANG_GUARD:?}");
-        }
-    }
-}
-
-fn status(out: &Output) -> i32 {
-    out.status
-        .code()
-        .unwrap_or_else(|| panic!("killed by a signal: {out:?}"))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts the exit status, showing the output when it differs.
-#[track_caller]
-fn assert_status(out: &Output, expected: i32) {
-    assert_eq!(
-        status(out),
-        expected,
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(out),
-        stderr(out)
-    );
-    assert!(
-        !stderr(out).contains("panicked"),
-        "quorumlock panicked:\n{}",
-        stderr(out)
-    );
-}
-
-/// A quorumlock running a command, with the command's first line read.
-struct Running {
-    /// `None` once handed to `finish`.
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Running {
-    /// Spawns `cmd` and waits until the command under the lock prints its
-    /// first line (which it does only once the lock is held).
-    fn start(mut cmd: Command) -> (Self, String) {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn quorumlock");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut running = Self {
-            child: Some(child),
-            stdin,
-            lines,
-        };
-        let first = match running.lines.recv_timeout(HANG_GUARD) {
-            Ok(line) => line,
-            Err(_) => {
-                running.kill();
-                let out = running.finish();
-                panic!("the command never started: {}", stderr(&out));
-            }
-        };
-        (running, first)
-    }
-
-    fn pid(&self) -> Pid {
-        let child = self.child.as_ref().expect("running");
-        Pid::from_raw(i32::try_from(child.id()).expect("pid"))
-    }
-
-    /// Lets a command blocked in `read` finish, by closing its stdin.
-    fn close_stdin(&mut self) {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.flush();
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-        }
-    }
-
-    fn finish(mut self) -> Output {
-        self.close_stdin();
-        finish(self.child.take().expect("running"))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Only if a test failed half-way: never leave a holder behind.
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A holder: runs `sh` that prints `started`, then waits for stdin to close.

@@ -4,31 +4,17 @@
 //! it runs as leader), never by sleeping; timeouts only turn a hang into a
 //! failure.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+mod cli_support;
+
+use cli_support::{NODE_TIMEOUT, Running, assert_status, finish, quorumlock, stderr};
+use std::process::{Command, Stdio};
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use quorumlock::testkit::{RedisNodes, ServerOptions};
-
-/// A bound that turns a hang into a test failure; not a timing assertion.
-const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// The statuses `quorumlock elect --help` and `leader --help` document.
 const NO_LEADER: i32 = 1;
 const LOST: i32 = 124;
-
-/// A node timeout that a loaded test machine does not run into.
-const NODE_TIMEOUT: &str = "5s";
-
-fn quorumlock() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
-    command.env_remove("QUORUMLOCK_NODES");
-    command
-}
 
 /// `quorumlock elect --nodes … <extra…> NAME -- <command…>`.
 fn elect(nodes: &RedisNodes, extra: &[&str], name: &str, command: &[&str]) -> Command {
@@ -40,38 +26,6 @@ fn elect(nodes: &RedisNodes, extra: &[&str], name: &str, command: &[&str]) -> Co
         .arg("--")
         .args(command);
     cmd
-}
-
-/// Waits for a spawned quorumlock, killing it (by its pid) on a hang.
-fn finish(child: Child) -> Output {
-    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(out) => out.expect("wait for quorumlock"),
-        Err(_) => {
-            let _ = kill(pid, Signal::SIGKILL);
-            panic!("quorumlock hung for {HANG_GUARD:?}");
-        }
-    }
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[track_caller]
-fn assert_status(out: &Output, expected: i32) {
-    assert_eq!(
-        out.status.code(),
-        Some(expected),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(out)
-    );
-    assert!(!stderr(out).contains("panicked"), "{}", stderr(out));
 }
 
 /// `quorumlock leader NAME`: its status and its output.
@@ -89,113 +43,6 @@ fn leader(nodes: &RedisNodes, name: &str) -> (i32, String) {
         out.status.code().expect("exit status"),
         String::from_utf8_lossy(&out.stdout).trim().to_owned(),
     )
-}
-
-/// A running `quorumlock elect`, its command's output read line by line.
-struct Running {
-    /// `None` once handed to `finish`.
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    /// quorumlock's own messages, line by line.
-    errors: mpsc::Receiver<String>,
-}
-
-/// Sends each line `from` reads to a channel.
-fn forward(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, lines) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(from).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    lines
-}
-
-impl Running {
-    fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn quorumlock");
-        let stdin = child.stdin.take();
-        let lines = forward(child.stdout.take().expect("stdout"));
-        let errors = forward(child.stderr.take().expect("stderr"));
-        Self {
-            child: Some(child),
-            stdin,
-            lines,
-            errors,
-        }
-    }
-
-    /// quorumlock's messages up to and including the first containing
-    /// `text` (they are then no longer in `finish`'s output).
-    fn errors_until(&self, text: &str) -> Vec<String> {
-        let mut seen = Vec::new();
-        loop {
-            match self.errors.recv_timeout(HANG_GUARD) {
-                Ok(line) => {
-                    let found = line.contains(text);
-                    seen.push(line);
-                    if found {
-                        return seen;
-                    }
-                }
-                Err(_) => panic!("quorumlock never said {text:?}: {seen:?}"),
-            }
-        }
-    }
-
-    /// The command's next line of output.
-    fn next_line(&self) -> String {
-        self.lines
-            .recv_timeout(HANG_GUARD)
-            .expect("the command printed no line")
-    }
-
-    /// Whether the command has printed anything more by now (without
-    /// waiting).
-    fn printed(&self) -> Option<String> {
-        self.lines.try_recv().ok()
-    }
-
-    fn pid(&self) -> Pid {
-        let child = self.child.as_ref().expect("running");
-        Pid::from_raw(i32::try_from(child.id()).expect("pid"))
-    }
-
-    /// Lets a command blocked in `read` finish, by closing its stdin.
-    fn close_stdin(&mut self) {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = stdin.flush();
-        }
-    }
-
-    /// Waits for quorumlock to exit; its output's stderr holds the
-    /// messages not read yet.
-    fn finish(mut self) -> Output {
-        self.close_stdin();
-        let mut out = finish(self.child.take().expect("running"));
-        // The process is gone: the channel ends once its pipe is drained.
-        let rest: Vec<String> = self.errors.iter().collect();
-        out.stderr = rest.join("\n").into_bytes();
-        out
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Only if a test failed half-way: never leave a leader behind.
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A command that says it leads, with its term, and waits for stdin.
