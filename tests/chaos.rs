@@ -99,6 +99,32 @@ impl Grant {
     fn window(&self) -> (Instant, Instant) {
         (self.t_ok, self.believed_until.min(self.release_called))
     }
+
+    /// A plain lock on resource 0 as `client` saw it: asked for at `t_inv`,
+    /// granted at `t_ok`, trusted until its deadline (it is not extended)
+    /// or until `release_called`.
+    fn of(
+        client: usize,
+        guard: &LockGuard,
+        (t_inv, t_ok): (Instant, Instant),
+        release_called: Instant,
+        ttl: Duration,
+    ) -> Self {
+        Grant {
+            client,
+            resource: 0,
+            token: guard.token().as_str().to_owned(),
+            fence: None,
+            t_inv,
+            t_ok,
+            started: guard.started(),
+            deadline: guard.deadline(),
+            believed_until: guard.deadline(),
+            release_called,
+            wrote: false,
+            ttl,
+        }
+    }
 }
 
 /// What happened to one operation.
@@ -1056,6 +1082,22 @@ enum Restart {
     Persistent,
 }
 
+/// B's side of a two-client scenario: single attempts on `control` until
+/// one is granted (a failed attempt's invocation is not B's). Returns the
+/// guard, when the granted attempt was called and when it returned.
+async fn until_granted(b_locks: &Redlock, ttl: Duration) -> (LockGuard, Instant, Instant) {
+    support::no_hang("B locks, sooner or later", async {
+        loop {
+            let b_inv = Instant::now();
+            if let Ok(b) = b_locks.try_lock("control", ttl).await {
+                break (b, b_inv, Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
 /// A holds the lock on all 3 nodes; 2 of them restart; B then tries. Returns
 /// what the checker says about the two grants.
 async fn restart_scenario(mode: Restart) -> Report {
@@ -1099,57 +1141,14 @@ async fn restart_scenario(mode: Restart) -> Report {
     }
     // B retries with single attempts, so its invocation time is the start of
     // the attempt that succeeded.
-    let (b, b_inv, b_ok) = support::no_hang("B locks, sooner or later", async {
-        loop {
-            let b_inv = Instant::now();
-            if let Ok(b) = b_locks.try_lock("control", ttl).await {
-                break (b, b_inv, Instant::now());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let (b, b_inv, b_ok) = until_granted(&b_locks, ttl).await;
     let a_release = Instant::now();
-    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
-        client,
-        resource: 0,
-        token: token.to_owned(),
-        fence: None,
-        t_inv,
-        t_ok,
-        started,
-        deadline,
-        believed_until: deadline,
-        release_called,
-        wrote: false,
-        ttl,
-    };
     let history = History {
         grants: vec![
-            grant(
-                0,
-                a.token().as_str(),
-                t_inv,
-                a_ok,
-                a.started(),
-                a.deadline(),
-                a_release,
-            ),
-            grant(
-                1,
-                b.token().as_str(),
-                b_inv,
-                b_ok,
-                b.started(),
-                b.deadline(),
-                Instant::now(),
-            ),
+            Grant::of(0, &a, (t_inv, a_ok), a_release, ttl),
+            Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl),
         ],
-        ops: Vec::new(),
-        outages: Vec::new(),
-        losses: Vec::new(),
-        stalls: Vec::new(),
-        faults: Vec::new(),
+        ..History::default()
     };
     let _ = a.release().await;
     let _ = b.release().await;
@@ -1273,40 +1272,10 @@ async fn eviction_scenario(policy: &str) -> (quorumlock::Report, Report, Option<
     let b = b_locks.try_lock("control", ttl).await;
     let b_ok = Instant::now();
     let a_release = Instant::now();
-    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
-        client,
-        resource: 0,
-        token: token.to_owned(),
-        fence: None,
-        t_inv,
-        t_ok,
-        started,
-        deadline,
-        believed_until: deadline,
-        release_called,
-        wrote: false,
-        ttl,
-    };
-    let mut grants = vec![grant(
-        0,
-        a.token().as_str(),
-        t_inv,
-        a_ok,
-        a.started(),
-        a.deadline(),
-        a_release,
-    )];
+    let mut grants = vec![Grant::of(0, &a, (t_inv, a_ok), a_release, ttl)];
     let error = match b {
         Ok(b) => {
-            grants.push(grant(
-                1,
-                b.token().as_str(),
-                b_inv,
-                b_ok,
-                b.started(),
-                b.deadline(),
-                Instant::now(),
-            ));
+            grants.push(Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl));
             let _ = b.release().await;
             None
         }
@@ -1402,51 +1371,12 @@ async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
     let t_inv = Instant::now();
     let a = a_locks.lock("control", ttl).await.expect("A locks");
     let a_ok = Instant::now();
-    let (b, b_inv, b_ok) = support::no_hang("B locks, sooner or later", async {
-        loop {
-            let b_inv = Instant::now();
-            if let Ok(b) = b_locks.try_lock("control", ttl).await {
-                break (b, b_inv, Instant::now());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let (b, b_inv, b_ok) = until_granted(&b_locks, ttl).await;
     let a_release = Instant::now();
-    let grant = |client, token: &str, t_inv, t_ok, started, deadline, release_called| Grant {
-        client,
-        resource: 0,
-        token: token.to_owned(),
-        fence: None,
-        t_inv,
-        t_ok,
-        started,
-        deadline,
-        believed_until: deadline,
-        release_called,
-        wrote: false,
-        ttl,
-    };
     let history = History {
         grants: vec![
-            grant(
-                0,
-                a.token().as_str(),
-                t_inv,
-                a_ok,
-                a.started(),
-                a.deadline(),
-                a_release,
-            ),
-            grant(
-                1,
-                b.token().as_str(),
-                b_inv,
-                b_ok,
-                b.started(),
-                b.deadline(),
-                Instant::now(),
-            ),
+            Grant::of(0, &a, (t_inv, a_ok), a_release, ttl),
+            Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl),
         ],
         ..History::default()
     };
