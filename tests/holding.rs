@@ -269,29 +269,45 @@ async fn renewals_are_batched_per_node_not_per_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_keep_renewing_while_a_node_hangs() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    // The healthy nodes must answer a 1,000-lock call within the node
-    // timeout on a loaded 2-core machine (a debug build encodes it): 1 s,
-    // not the default 250 ms; and a round of 2,500 locks may take seconds
-    // there, so the ttl leaves renewal rounds about 2 s (half the window).
-    let node_timeout = Duration::from_secs(1);
-    let ttl = 4 * node_timeout;
+    // A hung node never answers within the test: its calls wait for the
+    // node timeout, which is longer than the locks live. A renewer that
+    // waited for it before the next chunk of a round would lose that
+    // chunk's locks; one that moves on once a quorum answered keeps them.
+    let node_timeout = Duration::from_secs(60);
+    // Renewal rounds gather the locks whose renewal windows are open at
+    // once (a sixth of the ttl wide): a long ttl puts all of them, taken
+    // within a few seconds, in one round of several chunks, and leaves a
+    // loaded machine (where a healthy node may take 0.9 s over a 1,000-lock
+    // call) seconds for the chunks one after the other.
+    let ttl = Duration::from_secs(12);
     let locks = builder(&nodes)
         .node_timeout(node_timeout)
         .build()
         .expect("config");
     // More locks than one script call renews: several chunks per round.
     const LOCKS: usize = 2_500;
+    const TASKS: usize = 50;
+    let takers = (0..TASKS).map(|t| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let mut guards = Vec::with_capacity(LOCKS / TASKS);
+            for i in (t..LOCKS).step_by(TASKS) {
+                let guard = locks.lock(&format!("hang:{i}"), ttl).await.expect("lock");
+                guards.push(guard);
+            }
+            guards
+        })
+    });
     let mut guards = Vec::with_capacity(LOCKS);
-    for i in 0..LOCKS {
-        let guard = locks.lock(&format!("hang:{i}"), ttl).await.expect("lock");
-        guard.auto_extend();
-        guards.push(guard);
+    for taken in futures::future::join_all(takers).await {
+        guards.extend(taken.expect("taker"));
     }
-    // Every chunk's call to the paused node waits for its timeout; the
-    // chunks after it must not. Paused for more than a ttl: every lock
-    // renews while it hangs.
+    for guard in &guards {
+        guard.auto_extend();
+    }
+    // Hung for more than a ttl: every lock renews while it hangs.
     nodes[2].pause().expect("pause");
-    tokio::time::sleep(ttl + 2 * node_timeout).await;
+    tokio::time::sleep(ttl + Duration::from_secs(2)).await;
     nodes[2].resume().expect("resume");
     let lost = guards.iter().filter(|g| g.loss_reason().is_some()).count();
     assert_eq!(lost, 0, "locks lost while one node of three hung");
