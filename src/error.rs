@@ -157,6 +157,26 @@ pub enum Error {
         failures: Vec<NodeFailure>,
     },
 
+    /// A semaphore is held on some nodes with another permit count than
+    /// this call's (callers of one semaphore must agree on its count), and
+    /// too few nodes granted a permit. Nothing was taken. Not retryable:
+    /// change a semaphore's count only once no permit of the old count is
+    /// held (or use a new name). See [`Semaphore`](crate::Semaphore).
+    #[error(
+        "semaphore `{semaphore}` is held with {theirs} permits on {nodes} node(s), but this call counts {ours}: callers of one semaphore must agree on its permit count"
+    )]
+    #[non_exhaustive]
+    PermitsMismatch {
+        /// The semaphore's name.
+        semaphore: String,
+        /// This call's permit count.
+        ours: u32,
+        /// The count the nodes hold (as text: it is what a node stored).
+        theirs: String,
+        /// How many nodes answered with another count.
+        nodes: usize,
+    },
+
     /// An argument to a call was rejected before any I/O.
     #[error("invalid argument: {0}")]
     InvalidArgument(#[from] ArgumentError),
@@ -352,6 +372,19 @@ pub enum ArgumentError {
     CrossSlot {
         /// The keys of the request.
         keys: Vec<String>,
+    },
+    /// A semaphore with no permits: nobody could ever hold one.
+    #[error("a semaphore needs at least one permit")]
+    NoPermits,
+    /// A semaphore with more permits than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS) (every acquire touches every
+    /// permit's key on each node).
+    #[error("{permits} permits exceed the maximum of {max}")]
+    TooManyPermits {
+        /// The requested permit count.
+        permits: u32,
+        /// The largest accepted permit count.
+        max: u32,
     },
     /// The time-to-live is shorter than one millisecond (Redis' resolution).
     #[error("the ttl must be at least 1ms")]

@@ -372,7 +372,15 @@ async fn give_up(core: &Core, held: &Held, in_flight: Option<&InFlight>) -> Roun
     held.mark_lost(LossReason::Released);
     held.confirmations.clear();
     let holding = &held.holding;
-    let round = release_everywhere(core, &holding.keys, &holding.token, None, in_flight).await;
+    let round = release_everywhere(
+        core,
+        &holding.keys,
+        &holding.shape,
+        &holding.token,
+        None,
+        in_flight,
+    )
+    .await;
     tracing::debug!(
         resource = %held.resource,
         released = round.tally.yes(),

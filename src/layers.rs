@@ -18,7 +18,10 @@ const LAYERS: [(&str, &[&str]); 5] = [
     ("wire", &["node", "probe"]),
     ("round", &["calls", "elect", "primitive", "round", "tasks"]),
     ("holding", &["guard", "lease", "renew", "wakeup"]),
-    ("entry", &["builder", "doctor", "election", "redlock"]),
+    (
+        "entry",
+        &["builder", "doctor", "election", "redlock", "semaphore"],
+    ),
 ];
 
 /// Modules outside the layers: the test kit (a feature for tests, on top

@@ -419,6 +419,7 @@ pub(crate) mod tests {
             keys: Arc::new(["r".into()]),
             token: Token::generate().expect("random source"),
             fence: None,
+            shape: crate::request::Shape::Lock,
         };
         Arc::new(Held::new("r".into(), holding, Instant::now(), deadline, 3))
     }

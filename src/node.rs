@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
 use crate::quorum::{Answer, Vote};
-use crate::request::channel;
+use crate::request::{Permits, Shape, channel};
 use crate::scripts::{self, Lua, ScriptMode};
 
 /// How long one connection attempt may take before it is abandoned (and
@@ -126,14 +126,28 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// One lock to extend on a node: its keys, token and new ttl, and for a
-/// fenced lock its counter's key and fence.
+/// One lock to extend on a node: its keys, token and new ttl, for a
+/// fenced lock its counter's key and fence, and what it is (a lock, a
+/// permit).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Extension<'a> {
     pub(crate) keys: &'a [Arc<str>],
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) fence: Option<(&'a str, u64)>,
+    pub(crate) shape: &'a Shape,
+}
+
+/// A node's answer to a semaphore permit's acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PermitReply {
+    /// The slot was free and is now ours.
+    Granted,
+    /// The slot is taken; these slots are free on this node.
+    Taken(Vec<u32>),
+    /// The semaphore is held on this node with another permit count (as
+    /// its limit key reads).
+    OtherCount(String),
 }
 
 /// What a node did with one lock's extension.
@@ -474,11 +488,17 @@ impl Node {
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
+        shape: &Shape,
         token: &str,
         announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
+        if let Shape::Permit(permits) = shape {
+            return self
+                .release_permit(keys, permits, token, announce, deadline)
+                .await;
+        }
         // One key (most locks): no allocation for the list.
         let (one, many): ([&str; 1], Vec<&str>);
         let keys: &[&str] = match keys {
@@ -539,17 +559,27 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<Vec<ExtendReply>, NodeError> {
         let deadline: Deadline = deadline.into();
-        let groups: Vec<Vec<usize>> = if self.is_cluster() {
-            let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+        // One call per kind of holding (its own script), and on a cluster
+        // per hash slot as well.
+        let permit = |lock: &Extension<'_>| matches!(lock.shape, Shape::Permit(_));
+        let groups: Vec<(bool, Vec<usize>)> = if self.is_cluster() || locks.iter().any(permit) {
+            let mut groups: HashMap<(bool, Option<Slot>), Vec<usize>> = HashMap::new();
             for (i, lock) in locks.iter().enumerate() {
                 let key = lock.keys.first().map_or("", |k| &**k);
-                by_slot.entry(Slot::for_key(key)).or_default().push(i);
+                let slot = self.is_cluster().then(|| Slot::for_key(key));
+                groups.entry((permit(lock), slot)).or_default().push(i);
             }
-            by_slot.into_values().collect()
+            groups
+                .into_iter()
+                .map(|((permit, _), group)| (permit, group))
+                .collect()
         } else {
-            vec![(0..locks.len()).collect()]
+            vec![(false, (0..locks.len()).collect())]
         };
-        let calls = groups.iter().map(|group| async move {
+        let calls = groups.iter().map(|(permit, group)| async move {
+            if *permit {
+                return self.extend_permits(locks, group, deadline).await;
+            }
             let mut keys: Vec<&str> = Vec::new();
             let mut numbers: Vec<[String; 3]> = Vec::with_capacity(group.len());
             for &i in group {
@@ -587,12 +617,147 @@ impl Node {
             }
         });
         let mut answers = vec![ExtendReply::Refused; locks.len()];
-        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+        for ((_, group), answer) in groups.iter().zip(futures::future::join_all(calls).await) {
             for (&i, extended) in group.iter().zip(answer?) {
                 answers[i] = extended;
             }
         }
         Ok(answers)
+    }
+
+    /// Extends the semaphore permits `group` of `locks` in one call (see
+    /// `semaphore_extend.lua`): one answer per permit, in `group`'s order.
+    async fn extend_permits(
+        &self,
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let mut keys: Vec<&str> = Vec::with_capacity(2 * group.len());
+        let mut ttls: Vec<String> = Vec::with_capacity(group.len());
+        for &i in group {
+            let lock = &locks[i];
+            let Shape::Permit(permits) = lock.shape else {
+                return Err(NodeError::UnexpectedReply(
+                    "a lock among permits".to_owned(),
+                ));
+            };
+            keys.extend(lock.keys.first().map(|k| &**k));
+            keys.push(&permits.limit_key);
+            ttls.push(lock.ttl_ms.to_string());
+        }
+        let mut args: Vec<&str> = Vec::with_capacity(3 * group.len());
+        for (&i, ttl) in group.iter().zip(&ttls) {
+            let lock = &locks[i];
+            let count = match lock.shape {
+                Shape::Permit(permits) => &*permits.count,
+                Shape::Lock => "",
+            };
+            args.extend([lock.token, ttl.as_str(), count]);
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
+        match self
+            .script(&scripts::SEMAPHORE_EXTEND, &keys, &args, &tokens, deadline)
+            .await?
+        {
+            Value::Array(items) if items.len() == group.len() => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(0) => Ok(ExtendReply::Refused),
+                    Value::Int(1) => Ok(ExtendReply::Extended),
+                    Value::Int(2) => Ok(ExtendReply::Restored),
+                    other => Err(unexpected(other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A semaphore's acquire of permit `slot` (see
+    /// `semaphore_acquire.lua`).
+    pub(crate) async fn acquire_permit(
+        &self,
+        permits: &Permits,
+        slot: u32,
+        token: &str,
+        ttl_ms: u64,
+        deadline: impl Into<Deadline>,
+    ) -> Result<PermitReply, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let mut keys: Vec<&str> = Vec::with_capacity(1 + permits.slots.len());
+        keys.push(&permits.limit_key);
+        keys.extend(permits.slots.iter().map(|k| &**k));
+        let (slot_arg, ttl) = (slot.to_string(), ttl_ms.to_string());
+        let args = [slot_arg.as_str(), token, ttl.as_str(), &permits.count];
+        // Never sent twice, as a lock's SET NX (see `acquire`): the script
+        // call is a write, and `script` does not resend writes.
+        let reply = self
+            .script(
+                &scripts::SEMAPHORE_ACQUIRE,
+                &keys,
+                &args,
+                &[token],
+                deadline,
+            )
+            .await?;
+        let Value::Array(items) = &reply else {
+            return Err(unexpected(&reply));
+        };
+        match items.as_slice() {
+            [Value::Int(1)] => Ok(PermitReply::Granted),
+            [Value::Int(0), free @ ..] => free
+                .iter()
+                .map(|slot| match slot {
+                    Value::Int(i) => u32::try_from(*i).map_err(|_| unexpected(slot)),
+                    other => Err(unexpected(other)),
+                })
+                .collect::<Result<Vec<u32>, _>>()
+                .map(PermitReply::Taken),
+            [Value::Int(-1), count] => match count {
+                Value::BulkString(bytes) => Ok(PermitReply::OtherCount(
+                    String::from_utf8_lossy(bytes).into_owned(),
+                )),
+                Value::SimpleString(text) => Ok(PermitReply::OtherCount(text.clone())),
+                other => Err(unexpected(other)),
+            },
+            _ => Err(unexpected(&reply)),
+        }
+    }
+
+    /// Token-checked release of a semaphore permit (see
+    /// `semaphore_release.lua`).
+    async fn release_permit(
+        &self,
+        keys: &[Arc<str>],
+        permits: &Permits,
+        token: &str,
+        announce: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
+        let Some(slot) = keys.first() else {
+            return Ok(false);
+        };
+        let mut script_keys: Vec<&str> = Vec::with_capacity(2 + permits.slots.len());
+        script_keys.extend([&**slot, &*permits.limit_key]);
+        script_keys.extend(permits.slots.iter().map(|k| &**k));
+        let channel = channel(slot);
+        let mut args = vec![token, &*permits.count];
+        if let Some(release) = announce {
+            args.extend([release, channel.as_str()]);
+        }
+        match self
+            .script(
+                &scripts::SEMAPHORE_RELEASE,
+                &script_keys,
+                &args,
+                &[token],
+                deadline,
+            )
+            .await?
+        {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// A pub/sub connection of its own (not the shared one), made within
@@ -786,7 +951,10 @@ impl Node {
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         // Every script but release writes a lock (or its counter).
-        if self.replica_sync.is_some() && lua.function != scripts::RELEASE.function {
+        if self.replica_sync.is_some()
+            && lua.function != scripts::RELEASE.function
+            && lua.function != scripts::SEMAPHORE_RELEASE.function
+        {
             return match self.synced_script(lua, keys, args, secrets, deadline).await {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::health::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
 use crate::node::{Extension, Node};
+use crate::request::Shape;
 use crate::scripts::ScriptMode;
 use crate::token::Token;
 
@@ -360,11 +361,15 @@ async fn access(
         token,
         ttl_ms: PROBE_TTL_MS,
         fence: None,
+        shape: &Shape::Lock,
     };
     if let Err(e) = node.extend(extension, deadline()).await {
         note("extend (script: GET, PEXPIRE, SET)", e);
     }
-    if let Err(e) = node.release(keys, token, None, deadline()).await {
+    if let Err(e) = node
+        .release(keys, &Shape::Lock, token, None, deadline())
+        .await
+    {
         note(RELEASE, e);
     }
     match node
@@ -372,7 +377,10 @@ async fn access(
         .await
     {
         Ok(_) => {
-            if let Err(e) = node.release(keys, token, None, deadline()).await {
+            if let Err(e) = node
+                .release(keys, &Shape::Lock, token, None, deadline())
+                .await
+            {
                 note(RELEASE, e);
             }
         }

@@ -19,7 +19,7 @@ use crate::metrics;
 use crate::renew::Renewer;
 use crate::request::{Fencing, Limits, Request};
 use crate::retry::{Next, Retry, jitter_unit};
-use crate::round::{Core, attempt};
+use crate::round::{Acquire, Core, attempt};
 use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
 
 /// A distributed lock manager over N independent Redis nodes.
@@ -499,6 +499,17 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(resource, ttl).await?;
+        self.hold_while(guard, work).await
+    }
+
+    /// The holding half of `with_lock` and its kin: keeps `guard`
+    /// auto-extended while the future `work` builds runs, and releases it
+    /// when that completes; [`Error::Lost`] instead if it is lost first.
+    pub(crate) async fn hold_while<F, Fut, T>(&self, guard: LockGuard, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
         guard.auto_extend();
         let lost = guard.lost();
         let work = work(guard.lease());
@@ -564,8 +575,14 @@ impl Redlock {
         }
     }
 
+    /// Whether some node is a Redis Cluster, where one script's keys must
+    /// share a hash slot.
+    pub(crate) fn has_cluster_node(&self) -> bool {
+        self.inner.core.nodes.iter().any(|node| node.is_cluster())
+    }
+
     /// Validates a call's arguments into a request. No I/O.
-    fn request(
+    pub(crate) fn request(
         &self,
         resources: &[&str],
         ttl: Duration,
@@ -575,21 +592,21 @@ impl Redlock {
         let limits = Limits {
             prefix: &self.inner.key_prefix,
             drift_factor: core.drift_factor,
-            cluster: core.nodes.iter().any(|node| node.is_cluster()),
+            cluster: self.has_cluster_node(),
         };
         Request::new(resources, ttl, fencing, limits)
     }
 
     /// One attempt on the round engine; a grant becomes a guard.
-    async fn attempt(&self, request: &Request) -> Result<LockGuard, Error> {
+    pub(crate) async fn attempt<A: Acquire>(&self, acquire: &A) -> Result<LockGuard, Error> {
         self.startup_check();
         let core = &self.inner.core;
-        let grant = attempt(core, request).await?;
+        let grant = attempt(core, acquire).await?;
         Ok(LockGuard::new(
             core.clone(),
             self.inner.renewer.clone(),
-            request.resource.clone(),
-            (request.ttl, request.ttl_ms),
+            acquire.resource().clone(),
+            acquire.ttl(),
             grant,
         ))
     }
@@ -602,7 +619,31 @@ impl Redlock {
         attempts: &mut u32,
     ) -> Result<LockGuard, Error> {
         let span = lock_span(&request, "lock");
-        async {
+        let request = &request;
+        self.retry(&request.resource, &request.keys, attempts, || {
+            self.attempt(request)
+        })
+        .instrument(span)
+        .await
+    }
+
+    /// Runs `attempt` until it grants or the retry policy gives up,
+    /// counting the attempts in `attempts`. Between attempts it waits out
+    /// the policy's delay, or less when a release of `keys` is announced
+    /// (with [`WakeOnRelease`](crate::WakeOnRelease) on). Errors name
+    /// `resource`.
+    pub(crate) async fn retry<F, Fut>(
+        &self,
+        resource: &str,
+        keys: &[Arc<str>],
+        attempts: &mut u32,
+        mut attempt: F,
+    ) -> Result<LockGuard, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<LockGuard, Error>>,
+    {
+        {
             let started = Instant::now();
             let mut schedule = self.inner.retry.schedule(started);
             let wakeups = self.inner.wakeups.as_ref();
@@ -611,7 +652,7 @@ impl Redlock {
             let mut woken = false;
             loop {
                 *attempts += 1;
-                let error = match self.attempt(&request).await {
+                let error = match attempt().await {
                     Ok(guard) => return Ok(guard),
                     Err(e) if e.is_retryable() => e,
                     Err(e) => return Err(e),
@@ -624,7 +665,7 @@ impl Redlock {
                         if let (None, Some(wakeups), Error::Contended { .. }) =
                             (&waiter, wakeups, &error)
                         {
-                            waiter = Some(wakeups.waiter(&self.inner.core, &request.keys));
+                            waiter = Some(wakeups.waiter(&self.inner.core, keys));
                         }
                         woken = match &waiter {
                             Some(waiter) => pause(waiter, delay, collided).await,
@@ -637,7 +678,7 @@ impl Redlock {
                     Next::AttemptsExhausted => return Err(error),
                     Next::DeadlinePassed => {
                         return Err(Error::WaitTimeout {
-                            resource: request.resource.to_string(),
+                            resource: resource.to_owned(),
                             waited: started.elapsed(),
                             attempts: schedule.attempts_made(),
                             last: Box::new(error),
@@ -646,8 +687,6 @@ impl Redlock {
                 }
             }
         }
-        .instrument(span)
-        .await
     }
 }
 

@@ -36,6 +36,29 @@ pub(crate) enum Kind {
     Many,
 }
 
+/// What a holding is on the nodes beyond its keys and token: how a node
+/// extends, restores and releases it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A lock (plain, fenced or multi-resource): `extend.lua`,
+    /// `release.lua`.
+    Lock,
+    /// A semaphore's permit: a lock on one slot key, beside the semaphore's
+    /// limit key (`semaphore_*.lua`).
+    Permit(Arc<Permits>),
+}
+
+/// A semaphore on the nodes: its keys and permit count.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Permits {
+    /// Holds the permit count on a node while a permit is held there.
+    pub(crate) limit_key: Arc<str>,
+    /// One key per permit slot, slot `i` at `i`.
+    pub(crate) slots: Keys,
+    /// The permit count, as the limit key holds it.
+    pub(crate) count: Arc<str>,
+}
+
 /// Whether a request wants a fencing token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fencing {

@@ -19,7 +19,7 @@ use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node};
 use crate::quorum::{Answer, Decision, Shortfall, Tally, Vote, Window};
-use crate::request::Keys;
+use crate::request::{Keys, Shape};
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -59,6 +59,7 @@ pub(crate) struct Holding {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) fence: Option<(Arc<str>, u64)>,
+    pub(crate) shape: Shape,
 }
 
 impl Holding {
@@ -69,6 +70,7 @@ impl Holding {
             token: self.token.as_str(),
             ttl_ms,
             fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
+            shape: &self.shape,
         }
     }
 
@@ -366,6 +368,7 @@ impl Drop for AllAnswered {
 pub(crate) async fn release_everywhere(
     core: &Core,
     keys: &[Arc<str>],
+    shape: &Shape,
     token: &Token,
     skip: Option<&[bool]>,
     in_flight: Option<&InFlight>,
@@ -390,7 +393,8 @@ pub(crate) async fn release_everywhere(
             if let Some(in_flight) = in_flight {
                 in_flight.answered(i).await;
             }
-            node.release(keys, token.as_str(), announce, deadline).await
+            node.release(keys, shape, token.as_str(), announce, deadline)
+                .await
         },
     )
     .await
@@ -419,6 +423,12 @@ pub(crate) trait Acquire: Sync {
 
     /// The requested ttl, in milliseconds too.
     fn ttl(&self) -> (Duration, u64);
+
+    /// What a grant is on the nodes beyond its keys: a lock unless said
+    /// otherwise.
+    fn shape(&self) -> Shape {
+        Shape::Lock
+    }
 
     /// Node `node`'s request in the attempt with `token`. Owned, so that a
     /// request still in flight at the decision can be followed.
@@ -473,6 +483,7 @@ pub(crate) async fn attempt<A: Acquire>(
     let cleanup = Cleanup {
         core: Some(core.clone()),
         keys: acquire.keys().clone(),
+        shape: acquire.shape(),
         token: token.clone(),
     };
     let (round, stragglers) = fan_out(
@@ -504,6 +515,7 @@ pub(crate) async fn attempt<A: Acquire>(
                     keys: acquire.keys().clone(),
                     token,
                     fence,
+                    shape: acquire.shape(),
                 },
                 window,
                 round,
@@ -556,6 +568,7 @@ struct Cleanup {
     /// `None` once disarmed.
     core: Option<Arc<Core>>,
     keys: Keys,
+    shape: Shape,
     token: Token,
 }
 
@@ -577,10 +590,10 @@ impl Cleanup {
         {
             return;
         }
-        let (keys, token) = (self.keys.clone(), self.token.clone());
+        let (keys, shape, token) = (self.keys.clone(), self.shape.clone(), self.token.clone());
         let background = core.background.clone();
         let task = background.spawn(async move {
-            release_everywhere(&core, &keys, &token, skip.as_deref(), None).await;
+            release_everywhere(&core, &keys, &shape, &token, skip.as_deref(), None).await;
         });
         // Dropping the JoinHandle detaches the task; it still completes.
         if let Some(task) = task {
@@ -596,10 +609,10 @@ impl Drop for Cleanup {
         };
         // Cancelled mid-attempt: we do not know which nodes refused, so
         // release everywhere. Without a runtime the keys expire by ttl.
-        let (keys, token) = (self.keys.clone(), self.token.clone());
+        let (keys, shape, token) = (self.keys.clone(), self.shape.clone(), self.token.clone());
         let background = core.background.clone();
         background.spawn(async move {
-            release_everywhere(&core, &keys, &token, None, None).await;
+            release_everywhere(&core, &keys, &shape, &token, None, None).await;
         });
     }
 }

@@ -232,3 +232,129 @@ redis.register_function('quorumlock_elect_leader', function(KEYS, ARGV)
   end
   return {holder, record[2], record[3], record[4]}
 end)
+
+redis.register_function('quorumlock_semaphore_acquire', function(KEYS, ARGV)
+  -- A semaphore's acquire on one node: permit slot ARGV[1] (0-based) of a
+  -- semaphore of ARGV[4] permits. Each slot is a lock of its own; KEYS[1] is
+  -- the semaphore's limit key, which holds its permit count for as long as
+  -- any of its permits is held on this node, and KEYS[2 .. ARGV[4] + 1] are
+  -- its slot keys (slot i at KEYS[i + 2]). ARGV[2] = token, ARGV[3] = ttl in
+  -- ms. Returns:
+  --   {1}            the slot was free and now holds our token (SET NX PX);
+  --                  the limit key lives at least as long as it;
+  --   {0, i, j, ...} the slot is taken: the slots this node sees free;
+  --   {-1, count}    the semaphore is held here with another permit count
+  --                  (`count`, as the limit key holds it): nothing touched.
+  local limit = redis.pcall('GET', KEYS[1])
+  if type(limit) == 'table' and limit.err then
+    -- Another type under the limit key: not a semaphore of ours. Any other
+    -- error (e.g. NOPERM from an ACL) must surface.
+    if not string.find(limit.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(limit.err)
+    end
+    return {-1, 'a value that is not a permit count'}
+  end
+  if limit and limit ~= ARGV[4] then
+    return {-1, limit}
+  end
+  local slot = tonumber(ARGV[1]) + 2
+  if redis.call('SET', KEYS[slot], ARGV[2], 'NX', 'PX', ARGV[3]) then
+    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+      redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
+    end
+    return {1}
+  end
+  local free = {0}
+  for i = 2, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 0 then
+      free[#free + 1] = i - 2
+    end
+  end
+  return free
+end)
+
+redis.register_function('quorumlock_semaphore_extend', function(KEYS, ARGV)
+  -- Token-checked extend of one or many semaphore permits in one call (the
+  -- permit counterpart of extend.lua; auto-extension batches every due
+  -- permit of a node). Per permit, ARGV holds its token, its ttl in ms and
+  -- its semaphore's permit count; KEYS holds its slot key, then its
+  -- semaphore's limit key. A permit is a lock on its slot, so where the slot
+  -- key is gone (it expired early, the node restarted empty) it is set
+  -- again, as the acquire would set it: only while the limit key is absent
+  -- or holds the same count. Where the permit holds, the limit key is made
+  -- to live at least as long as it.
+  -- Returns one status per permit:
+  --   0 the slot holds another value, or the semaphore is held here with
+  --     another permit count: nothing of that permit is touched;
+  --   1 the slot held our token and got the new ttl;
+  --   2 the slot was absent and was set again (our token, the new ttl).
+  local out = {}
+  local k = 0
+  for a = 1, #ARGV, 3 do
+    local token, ttl, count = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    local slot, limit_key = KEYS[k + 1], KEYS[k + 2]
+    k = k + 2
+    local status = 0
+    local value = redis.pcall('GET', slot)
+    local limit = redis.pcall('GET', limit_key)
+    local wrongtype = false
+    for _, reply in ipairs({value, limit}) do
+      if type(reply) == 'table' and reply.err then
+        if not string.find(reply.err, 'WRONGTYPE', 1, true) then
+          return redis.error_reply(reply.err)
+        end
+        wrongtype = true
+      end
+    end
+    if wrongtype or (limit and limit ~= count) then
+      status = 0
+    elseif value == token then
+      status = 1
+      redis.call('PEXPIRE', slot, ttl)
+    elseif not value then
+      status = 2
+      redis.call('SET', slot, token, 'PX', ttl)
+    end
+    if status ~= 0 and redis.call('PTTL', limit_key) < tonumber(ttl) then
+      redis.call('SET', limit_key, count, 'PX', ttl)
+    end
+    out[#out + 1] = status
+  end
+  return out
+end)
+
+redis.register_function('quorumlock_semaphore_release', function(KEYS, ARGV)
+  -- Token-checked release of one semaphore permit: delete its slot key only
+  -- while it holds our token, and the semaphore's limit key once no permit
+  -- of it is held on this node any more (only while it holds our permit
+  -- count: a limit key of another count belongs to other holders).
+  -- KEYS[1] = the slot key, KEYS[2] = the limit key, KEYS[3 ..] = every slot
+  -- key of the semaphore. ARGV[1] = token, ARGV[2] = the permit count.
+  -- ARGV[3], if given, is an id of this release, published on the channel
+  -- ARGV[4] when the slot key is deleted, for waiters that subscribe instead
+  -- of polling. Returns 1 if our permit was deleted, else 0.
+  local released = 0
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) == 'table' and value.err then
+    -- A key of another type is simply not ours; any other error surfaces.
+    if not string.find(value.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(value.err)
+    end
+  elseif value == ARGV[1] then
+    released = redis.call('DEL', KEYS[1])
+    if released == 1 and ARGV[3] then
+      -- Best effort, as the lock's release.
+      redis.pcall('PUBLISH', ARGV[4], ARGV[3])
+    end
+  end
+  for i = 3, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      return released
+    end
+  end
+  local limit = redis.pcall('GET', KEYS[2])
+  if limit == ARGV[2] then
+    redis.call('DEL', KEYS[2])
+  end
+  return released
+end)

@@ -103,7 +103,7 @@ impl Lua {
 
 /// Every script: its function name and its text. The function library is
 /// generated from this list (see the tests).
-const SCRIPTS: [(&str, &str); 7] = [
+const SCRIPTS: [(&str, &str); 10] = [
     ("quorumlock_release", include_str!("release.lua")),
     ("quorumlock_extend", include_str!("extend.lua")),
     ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
@@ -120,6 +120,18 @@ const SCRIPTS: [(&str, &str); 7] = [
         include_str!("elect_proclaim.lua"),
     ),
     ("quorumlock_elect_leader", include_str!("elect_leader.lua")),
+    (
+        "quorumlock_semaphore_acquire",
+        include_str!("semaphore_acquire.lua"),
+    ),
+    (
+        "quorumlock_semaphore_extend",
+        include_str!("semaphore_extend.lua"),
+    ),
+    (
+        "quorumlock_semaphore_release",
+        include_str!("semaphore_release.lua"),
+    ),
 ];
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -147,6 +159,20 @@ pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> =
 /// Election: the lock key's holder and its value, read atomically.
 pub(crate) static ELECT_LEADER: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(SCRIPTS[6].0, SCRIPTS[6].1));
+
+/// Semaphore: take one permit slot if free (and the permit count agrees),
+/// else report the free slots.
+pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[7].0, SCRIPTS[7].1));
+
+/// Semaphore: extend (or restore) one permit or a batch, token-checked.
+pub(crate) static SEMAPHORE_EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[8].0, SCRIPTS[8].1));
+
+/// Semaphore: token-checked release of a permit, and of the limit key with
+/// the node's last permit.
+pub(crate) static SEMAPHORE_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[9].0, SCRIPTS[9].1));
 
 #[cfg(test)]
 mod tests {
