@@ -20,7 +20,14 @@ const LAYERS: [(&str, &[&str]); 5] = [
     ("holding", &["guard", "lease", "renew", "wakeup"]),
     (
         "entry",
-        &["builder", "doctor", "election", "redlock", "semaphore"],
+        &[
+            "builder",
+            "doctor",
+            "election",
+            "redlock",
+            "rwlock",
+            "semaphore",
+        ],
     ),
 ];
 

@@ -227,6 +227,7 @@ mod builder;
 mod doctor;
 mod election;
 mod redlock;
+mod rwlock;
 mod semaphore;
 
 #[cfg(test)]
@@ -247,6 +248,7 @@ pub use lease::Lease;
 pub use redlock::Redlock;
 pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
+pub use rwlock::{READERS_SUFFIX, RwLock, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 pub use semaphore::{MAX_PERMITS, PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
 pub use token::Token;

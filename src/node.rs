@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
 use crate::quorum::{Answer, Vote};
-use crate::request::{Permits, Shape, channel};
+use crate::request::{Permits, RwKeys, Shape, channel};
 use crate::scripts::{self, Lua, ScriptMode};
 
 /// How long one connection attempt may take before it is abandoned (and
@@ -136,6 +136,24 @@ pub(crate) struct Extension<'a> {
     pub(crate) ttl_ms: u64,
     pub(crate) fence: Option<(&'a str, u64)>,
     pub(crate) shape: &'a Shape,
+}
+
+/// Which extension script serves a holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ScriptKind {
+    Lock,
+    Permit,
+    Rw,
+}
+
+impl ScriptKind {
+    fn of(shape: &Shape) -> Self {
+        match shape {
+            Shape::Lock => Self::Lock,
+            Shape::Permit(_) => Self::Permit,
+            Shape::Read(_) | Shape::Write(_) => Self::Rw,
+        }
+    }
 }
 
 /// A node's answer to a semaphore permit's acquire.
@@ -494,10 +512,17 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        if let Shape::Permit(permits) = shape {
-            return self
-                .release_permit(keys, permits, token, announce, deadline)
-                .await;
+        match shape {
+            Shape::Lock => {}
+            Shape::Permit(permits) => {
+                return self
+                    .release_permit(keys, permits, token, announce, deadline)
+                    .await;
+            }
+            Shape::Read(rw) | Shape::Write(rw) => {
+                let read = matches!(shape, Shape::Read(_));
+                return self.release_rw(rw, read, token, announce, deadline).await;
+            }
         }
         // One key (most locks): no allocation for the list.
         let (one, many): ([&str; 1], Vec<&str>);
@@ -561,24 +586,27 @@ impl Node {
         let deadline: Deadline = deadline.into();
         // One call per kind of holding (its own script), and on a cluster
         // per hash slot as well.
-        let permit = |lock: &Extension<'_>| matches!(lock.shape, Shape::Permit(_));
-        let groups: Vec<(bool, Vec<usize>)> = if self.is_cluster() || locks.iter().any(permit) {
-            let mut groups: HashMap<(bool, Option<Slot>), Vec<usize>> = HashMap::new();
+        let kind = |lock: &Extension<'_>| ScriptKind::of(lock.shape);
+        let mixed = locks.iter().any(|lock| kind(lock) != ScriptKind::Lock);
+        let groups: Vec<(ScriptKind, Vec<usize>)> = if self.is_cluster() || mixed {
+            let mut groups: HashMap<(ScriptKind, Option<Slot>), Vec<usize>> = HashMap::new();
             for (i, lock) in locks.iter().enumerate() {
                 let key = lock.keys.first().map_or("", |k| &**k);
                 let slot = self.is_cluster().then(|| Slot::for_key(key));
-                groups.entry((permit(lock), slot)).or_default().push(i);
+                groups.entry((kind(lock), slot)).or_default().push(i);
             }
             groups
                 .into_iter()
-                .map(|((permit, _), group)| (permit, group))
+                .map(|((kind, _), group)| (kind, group))
                 .collect()
         } else {
-            vec![(false, (0..locks.len()).collect())]
+            vec![(ScriptKind::Lock, (0..locks.len()).collect())]
         };
-        let calls = groups.iter().map(|(permit, group)| async move {
-            if *permit {
-                return self.extend_permits(locks, group, deadline).await;
+        let calls = groups.iter().map(|(kind, group)| async move {
+            match kind {
+                ScriptKind::Lock => {}
+                ScriptKind::Permit => return self.extend_permits(locks, group, deadline).await,
+                ScriptKind::Rw => return self.extend_rw(locks, group, deadline).await,
             }
             let mut keys: Vec<&str> = Vec::new();
             let mut numbers: Vec<[String; 3]> = Vec::with_capacity(group.len());
@@ -651,7 +679,7 @@ impl Node {
             let lock = &locks[i];
             let count = match lock.shape {
                 Shape::Permit(permits) => &*permits.count,
-                Shape::Lock => "",
+                _ => "",
             };
             args.extend([lock.token, ttl.as_str(), count]);
         }
@@ -758,6 +786,93 @@ impl Node {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Extends the reader-writer holds `group` of `locks` in one call (see
+    /// `rw_extend.lua`): one answer per hold, in `group`'s order.
+    async fn extend_rw(
+        &self,
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let mut keys: Vec<&str> = Vec::with_capacity(2 * group.len());
+        let mut modes: Vec<&str> = Vec::with_capacity(group.len());
+        let ttls: Vec<String> = group.iter().map(|&i| locks[i].ttl_ms.to_string()).collect();
+        for &i in group {
+            let (mode, rw) = match locks[i].shape {
+                Shape::Read(rw) => ("r", rw),
+                Shape::Write(rw) => ("w", rw),
+                _ => {
+                    return Err(NodeError::UnexpectedReply(
+                        "a lock among reader-writer holds".to_owned(),
+                    ));
+                }
+            };
+            keys.extend([&*rw.writer, &*rw.readers]);
+            modes.push(mode);
+        }
+        let mut args: Vec<&str> = Vec::with_capacity(3 * group.len());
+        for ((&i, mode), ttl) in group.iter().zip(&modes).zip(&ttls) {
+            args.extend([*mode, locks[i].token, ttl.as_str()]);
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
+        match self
+            .script(&scripts::RW_EXTEND, &keys, &args, &tokens, deadline)
+            .await?
+        {
+            Value::Array(items) if items.len() == group.len() => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(0) => Ok(ExtendReply::Refused),
+                    Value::Int(1) => Ok(ExtendReply::Extended),
+                    Value::Int(2) => Ok(ExtendReply::Restored),
+                    other => Err(unexpected(other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A reader-writer lock's acquire (see `rw_acquire.lua`): whether this
+    /// node admitted the reader (`read`) or the writer. `waiter` names the
+    /// writer's call across its attempts; its mark lives `mark_ms`.
+    pub(crate) async fn acquire_rw(
+        &self,
+        rw: &RwKeys,
+        read: bool,
+        token: &str,
+        ttl_ms: u64,
+        (waiter, mark_ms): (&str, u64),
+        deadline: impl Into<Deadline>,
+    ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
+        let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
+        let mode = if read { "r" } else { "w" };
+        let args = [mode, token, ttl.as_str(), waiter, mark.as_str()];
+        self.flag_script(&scripts::RW_ACQUIRE, &keys, &args, &[token], deadline)
+            .await
+    }
+
+    /// Token-checked release of a reader-writer hold (see `rw_release.lua`).
+    async fn release_rw(
+        &self,
+        rw: &RwKeys,
+        read: bool,
+        token: &str,
+        announce: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
+        let keys = [&*rw.writer, &*rw.readers];
+        let mode = if read { "r" } else { "w" };
+        let channel = channel(if read { &rw.readers } else { &rw.writer });
+        let mut args = vec![mode, token];
+        if let Some(release) = announce {
+            args.extend([release, channel.as_str()]);
+        }
+        self.flag_script(&scripts::RW_RELEASE, &keys, &args, &[token], deadline)
+            .await
     }
 
     /// A pub/sub connection of its own (not the shared one), made within
@@ -954,6 +1069,7 @@ impl Node {
         if self.replica_sync.is_some()
             && lua.function != scripts::RELEASE.function
             && lua.function != scripts::SEMAPHORE_RELEASE.function
+            && lua.function != scripts::RW_RELEASE.function
         {
             return match self.synced_script(lua, keys, args, secrets, deadline).await {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {

@@ -46,6 +46,22 @@ pub(crate) enum Shape {
     /// A semaphore's permit: a lock on one slot key, beside the semaphore's
     /// limit key (`semaphore_*.lua`).
     Permit(Arc<Permits>),
+    /// A reader of a reader-writer lock: its token in the readers set
+    /// (`rw_*.lua`).
+    Read(Arc<RwKeys>),
+    /// The writer of a reader-writer lock: its token in the writer key.
+    Write(Arc<RwKeys>),
+}
+
+/// A reader-writer lock's keys.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RwKeys {
+    /// The writer's token, while a writer holds.
+    pub(crate) writer: Arc<str>,
+    /// The readers: a sorted set of tokens scored with their expiries.
+    pub(crate) readers: Arc<str>,
+    /// The mark of a writer waiting for the readers to leave.
+    pub(crate) waiting: Arc<str>,
 }
 
 /// A semaphore on the nodes: its keys and permit count.

@@ -358,3 +358,114 @@ redis.register_function('quorumlock_semaphore_release', function(KEYS, ARGV)
   end
   return released
 end)
+
+redis.register_function('quorumlock_rw_acquire', function(KEYS, ARGV)
+  -- A reader-writer lock's acquire on one node. KEYS[1] = the writer key (the
+  -- writer's token), KEYS[2] = the readers (a sorted set: each reader's token
+  -- scored with its expiry in ms by this server's clock), KEYS[3] = the
+  -- waiting writer's mark. ARGV[1] = 'r' (read) or 'w' (write), ARGV[2] =
+  -- token, ARGV[3] = ttl in ms, ARGV[4] = the id of the waiting writer (its
+  -- call, across attempts), ARGV[5] = how long its mark lives, in ms.
+  -- Expired readers are removed first (by TIME). A reader is admitted where
+  -- no writer holds and no writer waits; a writer where no writer holds and
+  -- no reader is live. A writer refused only because of readers marks that
+  -- it waits, and new readers are refused while the mark lives (writer
+  -- preference); the mark goes when that writer is admitted, or expires.
+  -- Returns 1 if admitted, 0 if not.
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local ttl = tonumber(ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
+  end
+  if ARGV[1] == 'r' then
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      return 0
+    end
+    redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
+    if redis.call('PTTL', KEYS[2]) < ttl then
+      redis.call('PEXPIRE', KEYS[2], ttl)
+    end
+    return 1
+  end
+  local waiting = redis.call('GET', KEYS[3])
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    if not waiting or waiting == ARGV[4] then
+      redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+    end
+    return 0
+  end
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+  if waiting == ARGV[4] then
+    redis.call('DEL', KEYS[3])
+  end
+  return 1
+end)
+
+redis.register_function('quorumlock_rw_extend', function(KEYS, ARGV)
+  -- Token-checked extend of one or many reader-writer holds in one call (the
+  -- counterpart of extend.lua; auto-extension batches every due hold of a
+  -- node). Per hold, ARGV holds its mode ('r' or 'w'), its token and its ttl
+  -- in ms; KEYS holds its writer key, then its readers key. Where a hold is
+  -- gone (it expired early, the node restarted empty) it is set again only
+  -- where its acquire would be admitted now: a reader where no writer holds,
+  -- a writer where no other writer holds and no reader is live.
+  -- Returns one status per hold: 0 not ours and not restorable (nothing
+  -- touched), 1 held and extended, 2 restored.
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local out = {}
+  local k = 0
+  for a = 1, #ARGV, 3 do
+    local mode, token, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+    local writer_key, readers_key = KEYS[k + 1], KEYS[k + 2]
+    k = k + 2
+    local status = 0
+    redis.call('ZREMRANGEBYSCORE', readers_key, '-inf', now)
+    local writer = redis.call('GET', writer_key)
+    if mode == 'r' then
+      if not writer then
+        if redis.call('ZSCORE', readers_key, token) then
+          status = 1
+        else
+          status = 2
+        end
+        redis.call('ZADD', readers_key, now + ttl, token)
+        if redis.call('PTTL', readers_key) < ttl then
+          redis.call('PEXPIRE', readers_key, ttl)
+        end
+      end
+    elseif writer == token then
+      status = 1
+      redis.call('PEXPIRE', writer_key, ttl)
+    elseif not writer and redis.call('ZCARD', readers_key) == 0 then
+      status = 2
+      redis.call('SET', writer_key, token, 'PX', ttl)
+    end
+    out[#out + 1] = status
+  end
+  return out
+end)
+
+redis.register_function('quorumlock_rw_release', function(KEYS, ARGV)
+  -- Token-checked release of a reader-writer hold on one node. KEYS[1] = the
+  -- writer key, KEYS[2] = the readers key. ARGV[1] = 'r' or 'w', ARGV[2] =
+  -- token. ARGV[3], if given, is an id of this release, published on the
+  -- channel ARGV[4] when the hold is removed, for waiters that subscribe
+  -- instead of polling. Returns 1 if our hold was removed, else 0.
+  local released = 0
+  if ARGV[1] == 'r' then
+    released = redis.call('ZREM', KEYS[2], ARGV[2])
+    if redis.call('ZCARD', KEYS[2]) == 0 then
+      redis.call('DEL', KEYS[2])
+    end
+  elseif redis.call('GET', KEYS[1]) == ARGV[2] then
+    released = redis.call('DEL', KEYS[1])
+  end
+  if released == 1 and ARGV[3] then
+    -- Best effort, as the lock's release.
+    redis.pcall('PUBLISH', ARGV[4], ARGV[3])
+  end
+  return released
+end)

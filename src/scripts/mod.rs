@@ -103,7 +103,7 @@ impl Lua {
 
 /// Every script: its function name and its text. The function library is
 /// generated from this list (see the tests).
-const SCRIPTS: [(&str, &str); 10] = [
+const SCRIPTS: [(&str, &str); 13] = [
     ("quorumlock_release", include_str!("release.lua")),
     ("quorumlock_extend", include_str!("extend.lua")),
     ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
@@ -132,6 +132,9 @@ const SCRIPTS: [(&str, &str); 10] = [
         "quorumlock_semaphore_release",
         include_str!("semaphore_release.lua"),
     ),
+    ("quorumlock_rw_acquire", include_str!("rw_acquire.lua")),
+    ("quorumlock_rw_extend", include_str!("rw_extend.lua")),
+    ("quorumlock_rw_release", include_str!("rw_release.lua")),
 ];
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -173,6 +176,18 @@ pub(crate) static SEMAPHORE_EXTEND: LazyLock<Lua> =
 /// the node's last permit.
 pub(crate) static SEMAPHORE_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(SCRIPTS[9].0, SCRIPTS[9].1));
+
+/// Reader-writer lock: admit a reader or a writer, with writer preference.
+pub(crate) static RW_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[10].0, SCRIPTS[10].1));
+
+/// Reader-writer lock: extend (or restore) holds, token-checked.
+pub(crate) static RW_EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[11].0, SCRIPTS[11].1));
+
+/// Reader-writer lock: token-checked release of a hold.
+pub(crate) static RW_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(SCRIPTS[12].0, SCRIPTS[12].1));
 
 #[cfg(test)]
 mod tests {

@@ -68,6 +68,14 @@ runs=(
 "e|P3 cleanup|cleanup only on the nodes that said yes|fail|-O0|-DPROP_CLEANUP -DCLEANUP_GRANTED_ONLY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "h|P3 cleanup|a release overtakes a late SET (other connection)|fail|-O0|-DPROP_CLEANUP -DREORDER -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "k|P1 mutex|an extension counts a node holding another token|fail|-O0|-DPROP_MUTEX -DEXT_FOREIGN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
+"s1|S1 permits|semaphore.pml: 3 clients, 2 permits, lossy|pass|-O2|"
+"s2|S1 permits|semaphore.pml: clients of 1 and of 2 permits (MIXED)|pass|-O2|-DMIXED"
+"sa|S1 permits|semaphore.pml: nodes count up to 2 holders, majority grant|fail|-O0|-DNAIVE"
+"sb|S1 permits|semaphore.pml: MIXED counts, no limit key|fail|-O0|-DMIXED -DNO_LIMIT"
+"r1|R1 rw exclusion|rwlock.pml: 1 writer, 2 readers, lossy, restoring extensions|pass|-O2|"
+"r2|R1 rw exclusion|rwlock.pml: 2 writers, 1 reader|pass|-O2|-DWRITERS=2"
+"ra|R1 rw exclusion|rwlock.pml: a writer admitted beside readers|fail|-O0|-DNO_READER_CHECK"
+"rb|R1 rw exclusion|rwlock.pml: a reader admitted beside a writer|fail|-O0|-DNO_WRITER_CHECK"
 )
 
 memlim=2048      # MB per verification (the default runs need < 1 GB each)
@@ -99,6 +107,8 @@ pattern() {
         "P2"*) echo 'assert\(\(fence\[h_c\]>last_fence\)\)' ;;
         "P3"*) echo 'assert\(\(\(key\[h_k\]!=tok\[h_c\]\)' ;;
         "P4"*) echo 'assert\(\(tokc\[key\[h_n\]\]==h_c\)\)' ;;
+        "R1"*) echo 'assert\(\(\(writing==0\)&&\(reading==0\)\)\)|assert\(\(writing==0\)\)' ;;
+        "S1"*) echo 'assert\(\(holders<=k\)\)|assert\(\(\(held\[i\]==0\)\|\|\(held\[i\]==k\)\)\)' ;;
         *) echo 'no such property' ;;
     esac
 }
@@ -111,9 +121,13 @@ run_one() {
     cd "$dir"
     t1=$(date +%s)
     result() { echo "$1 ${states:-?} $(( $(date +%s) - t1 )) ${2:-}" >"$dir/result"; }
-    cp "$model" quorumlock.pml
+    # The semaphore's (S*) and the reader-writer lock's (R*) properties
+    # are checked on models of their own.
+    local file=quorumlock.pml
+    case "$prop" in S*) file=semaphore.pml ;; R*) file=rwlock.pml ;; esac
+    cp "$here/$file" "$file"
     # shellcheck disable=SC2086
-    if ! spin $flags -a quorumlock.pml >spin.log 2>&1; then
+    if ! spin $flags -a "$file" >spin.log 2>&1; then
         result ERROR "spin -a: $(grep -m1 -i error spin.log || tail -1 spin.log)"
         return 0
     fi
@@ -137,7 +151,7 @@ run_one() {
         trap - TERM
         if grep -q 'max search depth too small' pan.log && [ "$depth" -lt 10000000 ]; then
             depth=$(( depth * 10 ))     # searched too shallow: again, deeper
-            rm -f quorumlock.pml.trail
+            rm -f "$file.trail"
             continue
         fi
         break
@@ -166,7 +180,7 @@ run_one() {
     fi
     # A counterexample: replay it, and name the property it breaks.
     # shellcheck disable=SC2086
-    spin -t $flags quorumlock.pml >trail.log 2>&1 || true
+    spin -t $flags "$file" >trail.log 2>&1 || true
     detail=$(awk 'sub(/^spin: text of failed assertion: /, "") { print; exit }' trail.log)
     [ -n "$detail" ] || detail=$(grep -m1 'violated\|invalid end state' pan.log || echo "error")
     if [ "${TRAILS:-0}" != 0 ]; then

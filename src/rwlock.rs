@@ -1,0 +1,420 @@
+//! A reader-writer lock over the quorum: [`RwLock`], many readers or one
+//! writer. A thin entry point: reading and writing are each a description
+//! on the round engine ([`RwAttempt`]) with their own scripts
+//! (`rw_*.lua`); holding, extending and releasing are the lock's.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{ArgumentError, Error, NodeError};
+use crate::guard::LockGuard;
+use crate::lease::Lease;
+use crate::metrics;
+use crate::node::Deadline;
+use crate::quorum::Window;
+use crate::redlock::Redlock;
+use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
+use crate::round::{Acquire, Core, Round};
+use crate::token::Token;
+
+/// Appended to a reader-writer lock's key to form its writer key.
+pub const WRITER_SUFFIX: &str = ":writer";
+
+/// Appended to a reader-writer lock's key to form its readers key (a
+/// sorted set of the readers' tokens, scored with their expiries).
+pub const READERS_SUFFIX: &str = ":readers";
+
+/// Appended to a reader-writer lock's key to form the mark of a writer
+/// waiting for the readers to leave.
+pub const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
+
+impl Redlock {
+    /// The reader-writer lock called `name`, on this manager's nodes: see
+    /// [`RwLock`]. No I/O; the name is checked by the calls that use it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let catalog = locks.rwlock("catalog");
+    /// let reading = catalog.read(Duration::from_secs(10)).await?;
+    /// // … many readers at once, never beside a writer …
+    /// reading.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rwlock(&self, name: &str) -> RwLock {
+        RwLock {
+            locks: self.clone(),
+            name: name.into(),
+        }
+    }
+}
+
+/// A reader-writer lock among the clients of the same nodes: any number of
+/// readers at once, or one writer alone. Each hold is a [`LockGuard`] (ttl,
+/// `extend`, `auto_extend`, `lost()`, `release` with per-node outcome,
+/// released in the background when dropped).
+///
+/// # How it works, and why readers and writers exclude each other
+///
+/// Each node keeps a writer key (`<key>:writer`, the writer's token, with
+/// a ttl) and the readers (`<key>:readers`, a sorted set of tokens scored
+/// with their expiries by the node's own clock; expired readers are
+/// removed before every decision). A node admits a reader where no writer
+/// holds, and a writer where no writer holds and no reader is live. Like
+/// the lock, a hold needs a majority of nodes within its validity (the ttl
+/// less the time spent and the drift allowance). A reader's majority and a
+/// writer's majority share a node, which admitted only one of them while
+/// the other was live; two writers' majorities likewise. So, under the
+/// lock's assumptions (see the crate docs), no writer ever holds beside a
+/// reader or another writer, while readers share. The protocol model in
+/// `tests/model` checks this, and that it breaks when a node admits a
+/// writer beside a reader.
+///
+/// # Writers are not starved
+///
+/// A writer that a node refuses only because readers are live leaves a mark
+/// there (`<key>:writer-waiting`), and the node admits no new reader while
+/// the mark lives: the readers present finish (or their ttl passes) and the
+/// writer gets in. The mark lives for the writer's ttl after each of its
+/// attempts, and goes when that writer is admitted; a writer that gives up
+/// (or whose process dies) blocks new readers for at most its ttl. Readers
+/// already holding keep renewing; a writer waits at most until they are
+/// done.
+///
+/// # Redis Cluster
+///
+/// All keys of one lock must share a hash slot: use a hash-tagged name
+/// such as `{catalog}`. Others are refused before any I/O.
+///
+/// Holds carry no fencing token.
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    locks: Redlock,
+    name: Arc<str>,
+}
+
+/// Reading or writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
+impl RwLock {
+    /// The lock's name (its key, before the manager's prefix).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Takes the lock for reading, retrying with the manager's [retry
+    /// policy](crate::Retry) while a writer holds it or waits for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`]: [`Error::InvalidArgument`] (an empty name, a
+    /// bad ttl, a name without hash tag on a Redis Cluster),
+    /// [`Error::Contended`], [`Error::Unavailable`],
+    /// [`Error::ValidityExpired`], [`Error::WaitTimeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Redlock::lock`] is.
+    pub fn read(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        self.retrying(Mode::Read, ttl)
+    }
+
+    /// Takes the lock for writing, retrying with the manager's retry policy
+    /// while readers or another writer hold it; see *Writers are not
+    /// starved*.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Redlock::lock`] is. The writer's mark expires by
+    /// itself.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let writing = locks.rwlock("catalog").write(Duration::from_secs(10)).await?;
+    /// // … alone: no reader, no other writer …
+    /// writing.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        self.retrying(Mode::Write, ttl)
+    }
+
+    /// One attempt to read: [`Error::Contended`] at once while a writer
+    /// holds or waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), without the wait.
+    pub fn try_read(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        self.once(Mode::Read, ttl)
+    }
+
+    /// One attempt to write: [`Error::Contended`] at once while readers or
+    /// a writer hold (a refusal because of readers still leaves the
+    /// writer's mark, for the writer's ttl).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), without the wait.
+    pub fn try_write(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        self.once(Mode::Write, ttl)
+    }
+
+    /// Runs `work` while reading: acquires, auto-extends, releases when it
+    /// completes — as [`Redlock::with_lock`] does for a lock.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`read`](Self::read), and [`Error::Lost`] when the hold was
+    /// lost before `work` completed (`work` is then dropped).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn render() -> String { String::new() }
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let page = locks
+    ///     .rwlock("catalog")
+    ///     .with_read(Duration::from_secs(10), |_lease| render())
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_read<F, Fut, T>(&self, ttl: Duration, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.read(ttl).await?;
+        self.locks.hold_while(guard, work).await
+    }
+
+    /// Runs `work` while writing: acquires, auto-extends, releases when it
+    /// completes.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_read`](Self::with_read).
+    pub async fn with_write<F, Fut, T>(&self, ttl: Duration, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.write(ttl).await?;
+        self.locks.hold_while(guard, work).await
+    }
+
+    fn retrying(
+        &self,
+        mode: Mode,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
+        async move {
+            let started = Instant::now();
+            let mut attempts = 0;
+            let result = match request {
+                Ok(request) => {
+                    let span = span(&request, "wait");
+                    // Woken by a writer's release (a reader or writer may
+                    // then get in) and by a reader's (a writer may).
+                    let keys: Keys =
+                        Arc::from([request.rw.writer.clone(), request.rw.readers.clone()]);
+                    let request = &request;
+                    locks
+                        .retry(&request.name, &keys, &mut attempts, || {
+                            locks.attempt(request)
+                        })
+                        .instrument(span)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
+            result
+        }
+    }
+
+    fn once(
+        &self,
+        mode: Mode,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
+        async move {
+            let started = Instant::now();
+            let result = match request {
+                Ok(request) => {
+                    let span = span(&request, "try");
+                    locks.attempt(&request).instrument(span).await
+                }
+                Err(error) => Err(error),
+            };
+            let attempts = u32::from(!matches!(result, Err(Error::InvalidArgument(_))));
+            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
+            result
+        }
+    }
+
+    /// Validates the name and `ttl` into a request. No I/O.
+    fn request(&self, mode: Mode, ttl: Duration) -> Result<RwAttempt, Error> {
+        // The name, prefix and ttl are checked as a lock's.
+        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?;
+        let key = lock
+            .keys
+            .first()
+            .cloned()
+            .unwrap_or_else(|| self.name.clone());
+        let rw = Arc::new(RwKeys {
+            writer: Arc::from(format!("{key}{WRITER_SUFFIX}")),
+            readers: Arc::from(format!("{key}{READERS_SUFFIX}")),
+            waiting: Arc::from(format!("{key}{WRITER_WAITING_SUFFIX}")),
+        });
+        if self.locks.has_cluster_node() && !same_slot(&[&rw.writer, &rw.readers, &rw.waiting]) {
+            return Err(ArgumentError::CrossSlot {
+                keys: [&rw.writer, &rw.readers, &rw.waiting]
+                    .iter()
+                    .map(|k| k.to_string())
+                    .collect(),
+            }
+            .into());
+        }
+        let held = match mode {
+            Mode::Read => rw.readers.clone(),
+            Mode::Write => rw.writer.clone(),
+        };
+        Ok(RwAttempt {
+            name: self.name.clone(),
+            keys: Arc::from([held]),
+            rw,
+            mode,
+            ttl: lock.ttl,
+            ttl_ms: lock.ttl_ms,
+            waiter: Token::generate()?,
+        })
+    }
+}
+
+fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
+    tracing::debug_span!(
+        "quorumlock",
+        op,
+        rwlock = %request.name,
+        mode = ?request.mode,
+        ttl_ms = request.ttl_ms
+    )
+}
+
+/// A validated read or write request: one attempt at a time on the round
+/// engine, the same request for every attempt of one call (so a waiting
+/// writer's mark keeps its id).
+#[derive(Debug)]
+struct RwAttempt {
+    name: Arc<str>,
+    /// What a hold is found under: the readers key or the writer key.
+    keys: Keys,
+    rw: Arc<RwKeys>,
+    mode: Mode,
+    ttl: Duration,
+    ttl_ms: u64,
+    /// The id of this call's writer mark.
+    waiter: Token,
+}
+
+impl Acquire for RwAttempt {
+    type Answer = bool;
+
+    fn resource(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    fn ttl(&self) -> (Duration, u64) {
+        (self.ttl, self.ttl_ms)
+    }
+
+    fn shape(&self) -> Shape {
+        match self.mode {
+            Mode::Read => Shape::Read(self.rw.clone()),
+            Mode::Write => Shape::Write(self.rw.clone()),
+        }
+    }
+
+    fn call(
+        &self,
+        core: &Arc<Core>,
+        node: usize,
+        token: &Token,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
+        let (core, token, waiter) = (core.clone(), token.clone(), self.waiter.clone());
+        let (rw, read, ttl_ms) = (self.rw.clone(), self.mode == Mode::Read, self.ttl_ms);
+        async move {
+            let Some(server) = core.nodes.get(node) else {
+                return Err(NodeError::UnexpectedReply("no such node".to_owned()));
+            };
+            // The writer's mark outlives its attempt by a ttl: long enough
+            // for its next attempt to refresh it.
+            server
+                .acquire_rw(
+                    &rw,
+                    read,
+                    token.as_str(),
+                    ttl_ms,
+                    (waiter.as_str(), ttl_ms),
+                    deadline,
+                )
+                .await
+        }
+    }
+
+    async fn complete(
+        &self,
+        _core: &Arc<Core>,
+        _round: &Round<bool>,
+        _window: &Window,
+    ) -> Result<Option<(Arc<str>, u64)>, Error> {
+        Ok(None)
+    }
+}
