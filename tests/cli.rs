@@ -486,3 +486,63 @@ fn doctor_passes_healthy_nodes_and_fails_one_server_listed_twice() {
     assert!(unsafe_rows[0].contains("run_id"), "{text}");
     assert!(!text.contains(PASSWORD) && !stderr(&out).contains(PASSWORD));
 }
+
+#[test]
+fn status_shows_a_semaphores_permits_and_a_rwlocks_readers() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let locks = quorumlock::Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .expect("config");
+    let ttl = std::time::Duration::from_secs(30);
+    let (permits, readers) = runtime.block_on(async {
+        let semaphore = locks.semaphore("sem", 3);
+        let a = semaphore.try_acquire(ttl).await.expect("permit");
+        let b = semaphore.try_acquire(ttl).await.expect("permit");
+        let rw = locks.rwlock("doc");
+        let r1 = rw.try_read(ttl).await.expect("read");
+        let r2 = rw.try_read(ttl).await.expect("read");
+        (vec![a, b], vec![r1, r2])
+    });
+    let status = |extra: &[&str], resource: &str| {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", &nodes_arg(&nodes)])
+            .args(["--node-timeout", NODE_TIMEOUT])
+            .args(extra)
+            .arg(resource);
+        output(cmd)
+    };
+    let out = status(&["--semaphore", "3"], "sem");
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: 2 of 3 permits held"), "{text}");
+    assert!(text.contains("(count 3)"), "{text}");
+    for permit in &permits {
+        let token = permit.token().as_str();
+        assert!(text.contains(&format!("{}…", &token[..4])), "{text}");
+        assert!(
+            !text.contains(&token[..8]),
+            "more than 4 characters:\n{text}"
+        );
+    }
+    let out = status(&["--rwlock"], "doc");
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: read — 2 readers"), "{text}");
+    assert!(text.matches("readers 2").count() >= 2, "{text}");
+
+    runtime.block_on(async {
+        for guard in permits.into_iter().chain(readers) {
+            guard.release().await.expect("release");
+        }
+    });
+    let out = status(&["--semaphore", "3"], "sem");
+    assert_status(&out, 1);
+    let out = status(&["--rwlock"], "doc");
+    assert_status(&out, 1);
+    assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
+    let out = status(&["--semaphore", "0"], "sem");
+    assert_status(&out, USAGE);
+}

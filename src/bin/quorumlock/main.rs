@@ -15,6 +15,7 @@ mod exit;
 mod nodes;
 mod signals;
 mod status;
+mod status_many;
 
 use std::process::ExitCode;
 

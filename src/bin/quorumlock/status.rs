@@ -14,12 +14,22 @@ use crate::nodes::{NodeArgs, usage_error};
 /// How long one node may take to connect and answer, unless
 /// `--node-timeout` says otherwise. Longer than the locking default: a
 /// status probe also pays for a fresh connection.
-const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
+
+    /// Look at a semaphore of this many permits instead of a lock: the
+    /// permits each node holds.
+    #[arg(long, value_name = "PERMITS", conflicts_with = "rwlock")]
+    pub(crate) semaphore: Option<u32>,
+
+    /// Look at a reader-writer lock instead of a lock: the writer and the
+    /// readers each node holds.
+    #[arg(long)]
+    pub(crate) rwlock: bool,
 
     /// The resource to look at.
     pub(crate) resource: String,
@@ -52,6 +62,12 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     let locks = args.nodes.manager("status", Retry::none())?;
     let quorum = locks.quorum();
     let key = format!("{}{}", args.nodes.prefix, args.resource);
+    if let Some(permits) = args.semaphore {
+        return crate::status_many::semaphore(&args, &locks, &key, permits).await;
+    }
+    if args.rwlock {
+        return crate::status_many::rwlock(&args, &locks, &key).await;
+    }
     let fence_key = format!("{key}{FENCE_SUFFIX}");
     let timeout = args.nodes.node_timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT);
 
@@ -202,7 +218,7 @@ fn describe(probe: &Probe) -> String {
 
 /// The first four characters of a token: enough to tell grants apart,
 /// too little to release or extend someone else's lock.
-fn short(token: &str) -> String {
+pub(crate) fn short(token: &str) -> String {
     let prefix: String = token.chars().take(4).collect();
     format!("{prefix}…")
 }
