@@ -330,6 +330,59 @@ fn show(start: Instant, g: &Grant) -> String {
     )
 }
 
+/// How a grant of a semaphore or a reader-writer lock may share its
+/// resource with others holding at the same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Share {
+    /// A writer: with nobody.
+    Alone,
+    /// A reader: with readers only.
+    Reader,
+    /// A permit of a semaphore of this many permits: with fewer others.
+    Permit(usize),
+}
+
+/// Checks the windows of a semaphore's or a reader-writer lock's grants
+/// (all of one resource) against their sharing rules: at the moment each
+/// window opens, the windows open then (including it) must be allowed side
+/// by side — at most `L` permits; a writer alone; readers among readers.
+/// (The most crowded moment of any set of windows is the opening of one.)
+fn check_sharing(start: Instant, grants: &[(Grant, Share)]) -> Report {
+    let mut report = Report::default();
+    for (i, (a, share)) in grants.iter().enumerate() {
+        let (a_from, a_to) = a.window();
+        if a_from >= a_to {
+            continue;
+        }
+        let open: Vec<&(Grant, Share)> = grants
+            .iter()
+            .enumerate()
+            .filter(|&(j, (b, _))| {
+                let (b_from, b_to) = b.window();
+                j != i && b_from <= a_from && a_from < b_to
+            })
+            .map(|(_, g)| g)
+            .collect();
+        let broken = match share {
+            Share::Permit(limit) => open.len() + 1 > *limit,
+            Share::Alone => !open.is_empty(),
+            Share::Reader => open.iter().any(|(_, s)| *s == Share::Alone),
+        };
+        if broken {
+            let mut text = format!(
+                "{} holders at once ({share:?} opening):\n    {}",
+                open.len() + 1,
+                show(start, a)
+            );
+            for (b, s) in &open {
+                text.push_str(&format!("\n    {s:?} {}", show(start, b)));
+            }
+            report.flag(text);
+        }
+    }
+    report
+}
+
 /// Checks a history: per grant, the deadline is never overstated; per
 /// resource, believed-held windows never overlap, the counter equals the
 /// writes, fences increase in grant order; no grant succeeds inside a
@@ -1595,4 +1648,197 @@ async fn the_checker_sees_each_kind_of_violation() {
     lost.stalls.push((ms(10), ms(40)));
     assert!(check(t0, &lost, &[0], Duration::MAX).violations.is_empty());
     assert_eq!(stalled_losses(&lost), 1);
+}
+
+// ------------------------------------------- semaphore and reader-writer lock
+
+/// Records one grant of a semaphore or reader-writer lock as the checker
+/// sees it: asked for at `t_inv`, held from when the call returned until
+/// release was called.
+fn shared_grant(
+    client: usize,
+    guard: &LockGuard,
+    t_inv: Instant,
+    t_ok: Instant,
+    ttl: Duration,
+) -> Grant {
+    Grant::of(client, guard, (t_inv, t_ok), Instant::now(), ttl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_rwlock_windows_hold_their_rules_while_nodes_restart() {
+    // Persistent nodes, one at a time killed and restarted at once.
+    let nodes =
+        Arc::new(RedisNodes::start_with(5, ServerOptions::new().persistent()).expect("nodes"));
+    let locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(
+            Retry::forever()
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(10))
+                .wait(Duration::from_secs(60)),
+        )
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(3);
+    let start = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let chaos = {
+        let (nodes, done) = (nodes.clone(), done.clone());
+        // Every node once, then some: the holders keep going until then.
+        tokio::spawn(async move {
+            for restart in 0..8 {
+                let i = restart % nodes.len();
+                nodes[i].kill();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                nodes[i].restart().expect("restart");
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    const PERMITS: usize = 3;
+    let permits: Arc<Mutex<Vec<(Grant, Share)>>> = Arc::default();
+    let rw: Arc<Mutex<Vec<(Grant, Share)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for client in 0..15 {
+        let (semaphore, permits) = (
+            locks.semaphore("chaos:sem", PERMITS as u32),
+            permits.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let t_inv = Instant::now();
+                let guard = semaphore
+                    .acquire(ttl)
+                    .await
+                    .expect("a permit, sooner or later");
+                let t_ok = Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let grant = shared_grant(client, &guard, t_inv, t_ok, ttl);
+                permits
+                    .lock()
+                    .expect("grants")
+                    .push((grant, Share::Permit(PERMITS)));
+                guard.release().await.expect("release with a majority up");
+            }
+        }));
+    }
+    for client in 0..10 {
+        let (lock, rw) = (locks.rwlock("chaos:rw"), rw.clone());
+        let writer = client % 3 == 0;
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rounds = 0;
+            while rounds < 2 || !done.load(Ordering::SeqCst) {
+                rounds += 1;
+                let t_inv = Instant::now();
+                let guard = if writer {
+                    lock.write(ttl).await
+                } else {
+                    lock.read(ttl).await
+                }
+                .expect("a hold, sooner or later");
+                let t_ok = Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let grant = shared_grant(client, &guard, t_inv, t_ok, ttl);
+                let share = if writer { Share::Alone } else { Share::Reader };
+                rw.lock().expect("grants").push((grant, share));
+                guard.release().await.expect("release with a majority up");
+            }
+        }));
+    }
+    for task in tasks {
+        support::no_hang("the tasks", task).await.expect("task");
+    }
+    chaos.await.expect("chaos");
+    for (grants, tasks) in [(&permits, 15), (&rw, 10)] {
+        let grants = grants.lock().expect("grants");
+        assert!(grants.len() >= 2 * tasks, "{}", grants.len());
+        let report = check_sharing(start, &grants);
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_counting_holders_per_node_is_flagged_and_ours_refuses_the_third() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let ttl = Duration::from_secs(10);
+    // The naive design: each node admits up to 2 holders of any token, a
+    // holder needs a majority. A on nodes {0, 1}, B on {1, 2}, C on {0, 2}.
+    let admit = redis::Script::new(
+        "if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then \
+           redis.call('SADD', KEYS[1], ARGV[1]) return 1 end return 0",
+    );
+    let start = Instant::now();
+    let mut grants = Vec::new();
+    for (client, on) in [[0, 1], [1, 2], [0, 2]].into_iter().enumerate() {
+        let token = format!("naive-token-{client}");
+        let t_inv = Instant::now();
+        let mut yes = 0;
+        for i in on {
+            let mut c = support::conn(&nodes[i].url()).await;
+            let admitted: i64 = admit
+                .key("naive")
+                .arg(&token)
+                .arg(2)
+                .invoke_async(&mut c)
+                .await
+                .expect("admit");
+            yes += admitted;
+        }
+        assert_eq!(yes, 2, "a majority of 3");
+        let t_ok = Instant::now();
+        let deadline = t_ok + ttl;
+        grants.push((
+            Grant {
+                client,
+                resource: 0,
+                token,
+                fence: None,
+                t_inv,
+                t_ok,
+                started: t_inv,
+                deadline,
+                believed_until: deadline,
+                release_called: deadline,
+                wrote: false,
+                ttl,
+            },
+            Share::Permit(2),
+        ));
+    }
+    let report = check_sharing(start, &grants);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.contains("3 holders at once")),
+        "the checker missed three holders of two permits: {report:?}"
+    );
+    // quorumlock's semaphore, the same three clients on the same nodes:
+    // the third is refused.
+    let locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(2))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let a = locks
+        .semaphore("ours", 2)
+        .try_acquire(ttl)
+        .await
+        .expect("A");
+    let b = locks
+        .semaphore("ours", 2)
+        .try_acquire(ttl)
+        .await
+        .expect("B");
+    assert!(matches!(
+        locks.semaphore("ours", 2).try_acquire(ttl).await,
+        Err(Error::Contended { .. })
+    ));
+    a.release().await.expect("release");
+    b.release().await.expect("release");
 }
