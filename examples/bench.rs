@@ -1,6 +1,7 @@
 //! The benchmark: quorumlock against the floor — the same round trips done
 //! raw with the `redis` crate — on 1, 3 and 5 nodes; lock handoffs under
-//! contention (polling against wake-up on release); and the cost of holding
+//! contention (polling against wake-up on release); a semaphore's permit and
+//! a reader-writer lock's read against the lock; and the cost of holding
 //! 10,000 auto-extended locks. `--only replica` measures what replica sync
 //! (`RedlockBuilder::replica_sync`) costs, on 3 masters with a replica each
 //! (not part of a default run).
@@ -112,7 +113,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|contention|replica, or --profile floor|library|library-wake"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|replica, or --profile floor|library|library-wake"
                 )
                 .into());
             }
@@ -149,6 +150,10 @@ async fn run() -> Result<(), BoxError> {
             continue;
         }
         speed_rows(&urls[..n], plan, &mut report).await?;
+    }
+    if runs("primitives") {
+        let n = urls.len().min(5);
+        primitive_rows(&urls[..n], plan, &mut report).await?;
     }
     for n in [1, 3, 5] {
         if n > urls.len() || !runs("contention") {
@@ -310,13 +315,22 @@ async fn library_cycle(locks: &Redlock, key: &str) -> bool {
 enum Side {
     Floor(Arc<Vec<ConnectionManager>>),
     Library(Redlock),
+    /// A permit of a semaphore of [`PERMITS`] permits (one per key).
+    Permit(Redlock),
+    /// A reader of a reader-writer lock (one per key).
+    Read(Redlock),
 }
+
+/// Permits of the semaphores in the primitives rows.
+const PERMITS: u32 = 8;
 
 impl Side {
     fn name(&self) -> &'static str {
         match self {
             Side::Floor(_) => "floor",
             Side::Library(_) => "lib",
+            Side::Permit(_) => "permit",
+            Side::Read(_) => "read",
         }
     }
 
@@ -324,6 +338,14 @@ impl Side {
         match self {
             Side::Floor(conns) => floor_cycle(conns, key).await,
             Side::Library(locks) => library_cycle(locks, key).await,
+            Side::Permit(locks) => match locks.semaphore(key, PERMITS).acquire(TTL).await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            },
+            Side::Read(locks) => match locks.rwlock(key).read(TTL).await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            },
         }
     }
 }
@@ -455,6 +477,72 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
     if let Side::Library(locks) = &sides[1] {
         locks.settle().await;
     }
+    Ok(())
+}
+
+/// The semaphore's permit and the reader-writer lock's read against the
+/// lock, on the same nodes and manager, interleaved: acquire+release p50
+/// of one task and cycles/s of 64 tasks (each on keys of its own, so the
+/// primitive's cost is measured, not contention). Reported as notes.
+async fn primitive_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<(), BoxError> {
+    let n = urls.len();
+    progress(&format!(
+        "N={n}: semaphore and reader-writer lock against the lock"
+    ));
+    let locks = Redlock::new(urls)?;
+    let sides = [
+        Side::Library(locks.clone()),
+        Side::Permit(locks.clone()),
+        Side::Read(locks.clone()),
+    ];
+    let mut scratch = Vec::new();
+    for side in &sides {
+        latency_block(side, 50, 2_000_000, &mut scratch).await;
+    }
+    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+    let mut failures = [0, 0, 0];
+    let mut offset = 0;
+    while samples[0].len() < plan.latency_cycles / 2 {
+        for (s, side) in sides.iter().enumerate() {
+            failures[s] += latency_block(side, plan.latency_block, offset, &mut samples[s]).await;
+        }
+        offset += plan.latency_block;
+    }
+    let p50 = samples.map(|mut s| {
+        s.sort_unstable();
+        micros(percentile(&s, 50.0))
+    });
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..plan.rounds {
+        for (s, side) in sides.iter().enumerate() {
+            let (rate, failed) = throughput(side, 64, plan.round, 100 + round).await;
+            rates[s].push(rate);
+            failures[s] += failed;
+        }
+    }
+    let rates = rates.map(|mut r| median(&mut r));
+    for (s, what) in [
+        (1, format!("semaphore permit (L = {PERMITS})")),
+        (2, "rwlock read".to_owned()),
+    ] {
+        report.notes.push(format!(
+            "N={n}: {what} acquire+release p50 {:.0} µs vs lock {:.0} µs ({:.2}x); \
+             64 tasks {:.0} vs {:.0} cycles/s ({:.2}x of the lock's)",
+            p50[s],
+            p50[0],
+            p50[s] / p50[0],
+            rates[s],
+            rates[0],
+            rates[s] / rates[0]
+        ));
+    }
+    if failures.iter().any(|&f| f > 0) {
+        report.notes.push(format!(
+            "N={n}: failed primitive cycles: lock {}, permit {}, read {}",
+            failures[0], failures[1], failures[2]
+        ));
+    }
+    locks.settle().await;
     Ok(())
 }
 
