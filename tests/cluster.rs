@@ -453,6 +453,63 @@ async fn hash_tags_make_fenced_and_multi_resource_locks_work_on_a_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_rwlocks_need_hash_tags_on_a_cluster_and_work_with_them() {
+    let cluster = RedisCluster::start(3).expect("cluster");
+    let standalone = RedisNodes::start(2).expect("nodes");
+    let locks = on_cluster(&cluster)
+        .nodes(standalone.urls())
+        .build()
+        .expect("config");
+    // Untagged: the keys of one semaphore or rwlock land in different
+    // slots, refused before any I/O.
+    let errors = [
+        locks
+            .semaphore("api", 3)
+            .try_acquire(TTL)
+            .await
+            .expect_err("cross-slot"),
+        locks
+            .rwlock("catalog")
+            .try_read(TTL)
+            .await
+            .expect_err("cross-slot"),
+    ];
+    for err in errors {
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument(quorumlock::ArgumentError::CrossSlot { .. })
+            ),
+            "{err}"
+        );
+    }
+    // Tagged: they work, renewals and releases included.
+    let semaphore = locks.semaphore("{api}", 2);
+    let a = semaphore.try_acquire(TTL).await.expect("permit");
+    let b = semaphore.try_acquire(TTL).await.expect("permit");
+    assert!(matches!(
+        semaphore.try_acquire(TTL).await,
+        Err(Error::Contended { .. })
+    ));
+    a.extend(TTL).await.expect("extend");
+    let rw = locks.rwlock("{catalog}");
+    let r = rw.try_read(TTL).await.expect("read");
+    assert!(matches!(
+        rw.try_write(TTL).await,
+        Err(Error::Contended { .. })
+    ));
+    r.extend(TTL).await.expect("extend");
+    for guard in [a, b, r] {
+        guard.release().await.expect("release");
+    }
+    let w = rw
+        .try_write(TTL)
+        .await
+        .expect("write once the reader is gone");
+    w.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_renewal_on_a_cluster_splits_by_slot() {
     let cluster = RedisCluster::start(3).expect("cluster");
     let locks = on_cluster(&cluster).build().expect("config");
