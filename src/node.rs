@@ -717,8 +717,9 @@ impl Node {
         keys.extend(permits.slots.iter().map(|k| &**k));
         let (slot_arg, ttl) = (slot.to_string(), ttl_ms.to_string());
         let args = [slot_arg.as_str(), token, ttl.as_str(), &permits.count];
-        // Never sent twice, as a lock's SET NX (see `acquire`): the script
-        // call is a write, and `script` does not resend writes.
+        // Sent again if the connection dropped (as every script): the
+        // script finds a grant that had landed and grants it again, so a
+        // node never says "no" to a token it holds.
         let reply = self
             .script(
                 &scripts::SEMAPHORE_ACQUIRE,

@@ -245,6 +245,8 @@ redis.register_function('quorumlock_semaphore_acquire', function(KEYS, ARGV)
   --   {0, i, j, ...} the slot is taken: the slots this node sees free;
   --   {-1, count}    the semaphore is held here with another permit count
   --                  (`count`, as the limit key holds it): nothing touched.
+  -- Idempotent: sent again after the connection dropped, a grant that had
+  -- landed finds its own token in the slot and is granted again.
   local limit = redis.pcall('GET', KEYS[1])
   if type(limit) == 'table' and limit.err then
     -- Another type under the limit key: not a semaphore of ours. Any other
@@ -262,6 +264,9 @@ redis.register_function('quorumlock_semaphore_acquire', function(KEYS, ARGV)
     if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
       redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
     end
+    return {1}
+  end
+  if redis.pcall('GET', KEYS[slot]) == ARGV[2] then
     return {1}
   end
   local free = {0}
@@ -371,11 +376,19 @@ redis.register_function('quorumlock_rw_acquire', function(KEYS, ARGV)
   -- no reader is live. A writer refused only because of readers marks that
   -- it waits, and new readers are refused while the mark lives (writer
   -- preference); the mark goes when that writer is admitted, or expires.
-  -- Returns 1 if admitted, 0 if not.
+  -- Returns 1 if admitted, 0 if not. Idempotent: sent again after the
+  -- connection dropped, a hold that had landed finds its own token and is
+  -- admitted again.
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   local ttl = tonumber(ARGV[3])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if ARGV[1] == 'r' and redis.call('ZSCORE', KEYS[2], ARGV[2]) then
+    return 1
+  end
+  if ARGV[1] == 'w' and redis.call('GET', KEYS[1]) == ARGV[2] then
+    return 1
+  end
   if redis.call('EXISTS', KEYS[1]) == 1 then
     return 0
   end

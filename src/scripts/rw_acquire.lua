@@ -9,11 +9,19 @@
 -- no reader is live. A writer refused only because of readers marks that
 -- it waits, and new readers are refused while the mark lives (writer
 -- preference); the mark goes when that writer is admitted, or expires.
--- Returns 1 if admitted, 0 if not.
+-- Returns 1 if admitted, 0 if not. Idempotent: sent again after the
+-- connection dropped, a hold that had landed finds its own token and is
+-- admitted again.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if ARGV[1] == 'r' and redis.call('ZSCORE', KEYS[2], ARGV[2]) then
+  return 1
+end
+if ARGV[1] == 'w' and redis.call('GET', KEYS[1]) == ARGV[2] then
+  return 1
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end

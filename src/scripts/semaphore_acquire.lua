@@ -9,6 +9,8 @@
 --   {0, i, j, ...} the slot is taken: the slots this node sees free;
 --   {-1, count}    the semaphore is held here with another permit count
 --                  (`count`, as the limit key holds it): nothing touched.
+-- Idempotent: sent again after the connection dropped, a grant that had
+-- landed finds its own token in the slot and is granted again.
 local limit = redis.pcall('GET', KEYS[1])
 if type(limit) == 'table' and limit.err then
   -- Another type under the limit key: not a semaphore of ours. Any other
@@ -26,6 +28,9 @@ if redis.call('SET', KEYS[slot], ARGV[2], 'NX', 'PX', ARGV[3]) then
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
   end
+  return {1}
+end
+if redis.pcall('GET', KEYS[slot]) == ARGV[2] then
   return {1}
 end
 local free = {0}
