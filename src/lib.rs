@@ -83,6 +83,15 @@
 //! attempt, and leadership an auto-extended lock, so leadership guarantees
 //! what the lock does, under the same assumptions; see [`Election`].
 //!
+//! # Semaphores and reader-writer locks
+//!
+//! [`Redlock::semaphore`] gives a [`Semaphore`]: at most `L` holders at
+//! once, each permit a Redlock mutex on a slot of its own (a majority-
+//! counting semaphore would admit more than `L`; see [`Semaphore`] for why
+//! this one does not). [`Redlock::rwlock`] gives an [`RwLock`]: readers
+//! share, a writer is alone, and a waiting writer holds new readers back.
+//! Both hand out [`LockGuard`]s, held, extended and released like a lock's.
+//!
 //! # Keys
 //!
 //! The Redis key is the resource name verbatim (an optional prefix can be
