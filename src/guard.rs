@@ -255,7 +255,11 @@ impl LockGuard {
             )
             .await;
             confirm(held, id, &round, &stragglers);
-            follow_into(core, held, id, "extend", stragglers, None);
+            let pending: Vec<usize> = stragglers.nodes().collect();
+            let in_flight =
+                (!pending.is_empty()).then(|| Arc::new(InFlight::new(core.nodes.len(), pending)));
+            *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
+            follow_into(core, held, id, "extend", stragglers, in_flight);
             match held.settle_extension(round.decision, &round.tally, &window) {
                 Extended::Yes => {
                     metrics::extension("extended");
@@ -371,6 +375,16 @@ impl LockGuard {
 async fn give_up(core: &Core, held: &Held, in_flight: Option<&InFlight>) -> Round {
     held.mark_lost(LossReason::Released);
     held.confirmations.clear();
+    // An extension still in flight could restore what this release removes:
+    // let it land first (each request ends by its node timeout).
+    let extending = held
+        .extending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(extending) = extending {
+        extending.all_answered().await;
+    }
     let holding = &held.holding;
     let round = release_everywhere(
         core,

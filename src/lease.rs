@@ -4,8 +4,8 @@
 //! owned, cloneable view of a held lock.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::{Error, LossReason, NodeFailure};
 use crate::metrics;
 use crate::quorum::{Decision, Tally, Window};
-use crate::round::Holding;
+use crate::round::{Holding, InFlight};
 use crate::token::Token;
 
 /// Shared by a guard, its leases, and the renewer.
@@ -28,6 +28,11 @@ pub(crate) struct Held {
     pub(crate) confirmations: Confirmations,
     /// Set once the lock was handed to the renewer.
     auto_extended: AtomicBool,
+    /// The nodes an explicit extension's requests were still in flight to
+    /// when it was decided: a release waits for them, or a restore that
+    /// lands after it (a script reloaded on NOSCRIPT, say) would set the
+    /// key again.
+    pub(crate) extending: Mutex<Option<Arc<InFlight>>>,
 }
 
 /// What an extension's (or renewal's) decided round means for the lock.
@@ -145,6 +150,7 @@ impl Held {
             status,
             confirmations: Confirmations::new(nodes),
             auto_extended: AtomicBool::new(false),
+            extending: Mutex::new(None),
         }
     }
 

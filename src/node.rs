@@ -627,22 +627,8 @@ impl Node {
                     [locks[i].token, ttl.as_str(), n.as_str(), fence.as_str()]
                 })
                 .collect();
-            let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
-            match self
-                .script(&scripts::EXTEND, &keys, &args, &tokens, deadline)
-                .await?
-            {
-                Value::Array(items) if items.len() == group.len() => items
-                    .iter()
-                    .map(|item| match item {
-                        Value::Int(0) => Ok(ExtendReply::Refused),
-                        Value::Int(1) => Ok(ExtendReply::Extended),
-                        Value::Int(2) => Ok(ExtendReply::Restored),
-                        other => Err(unexpected(other)),
-                    })
-                    .collect::<Result<Vec<_>, _>>(),
-                other => Err(unexpected(&other)),
-            }
+            self.extend_script(&scripts::EXTEND, &keys, &args, locks, group, deadline)
+                .await
         });
         let mut answers = vec![ExtendReply::Refused; locks.len()];
         for ((_, group), answer) in groups.iter().zip(futures::future::join_all(calls).await) {
@@ -651,6 +637,33 @@ impl Node {
             }
         }
         Ok(answers)
+    }
+
+    /// Runs the extension script `lua` for `group` of `locks` (its `keys`
+    /// and `args` already laid out): one status per entry, in `group`'s
+    /// order (0 refused, 1 extended, 2 restored).
+    async fn extend_script(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
+        match self.script(lua, keys, args, &tokens, deadline).await? {
+            Value::Array(items) if items.len() == group.len() => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(0) => Ok(ExtendReply::Refused),
+                    Value::Int(1) => Ok(ExtendReply::Extended),
+                    Value::Int(2) => Ok(ExtendReply::Restored),
+                    other => Err(unexpected(other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Extends the semaphore permits `group` of `locks` in one call (see
@@ -683,22 +696,15 @@ impl Node {
             };
             args.extend([lock.token, ttl.as_str(), count]);
         }
-        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
-        match self
-            .script(&scripts::SEMAPHORE_EXTEND, &keys, &args, &tokens, deadline)
-            .await?
-        {
-            Value::Array(items) if items.len() == group.len() => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(0) => Ok(ExtendReply::Refused),
-                    Value::Int(1) => Ok(ExtendReply::Extended),
-                    Value::Int(2) => Ok(ExtendReply::Restored),
-                    other => Err(unexpected(other)),
-                })
-                .collect(),
-            other => Err(unexpected(&other)),
-        }
+        self.extend_script(
+            &scripts::SEMAPHORE_EXTEND,
+            &keys,
+            &args,
+            locks,
+            group,
+            deadline,
+        )
+        .await
     }
 
     /// A semaphore's acquire of permit `slot` (see
@@ -817,41 +823,27 @@ impl Node {
         for ((&i, mode), ttl) in group.iter().zip(&modes).zip(&ttls) {
             args.extend([*mode, locks[i].token, ttl.as_str()]);
         }
-        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
-        match self
-            .script(&scripts::RW_EXTEND, &keys, &args, &tokens, deadline)
-            .await?
-        {
-            Value::Array(items) if items.len() == group.len() => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(0) => Ok(ExtendReply::Refused),
-                    Value::Int(1) => Ok(ExtendReply::Extended),
-                    Value::Int(2) => Ok(ExtendReply::Restored),
-                    other => Err(unexpected(other)),
-                })
-                .collect(),
-            other => Err(unexpected(&other)),
-        }
+        self.extend_script(&scripts::RW_EXTEND, &keys, &args, locks, group, deadline)
+            .await
     }
 
     /// A reader-writer lock's acquire (see `rw_acquire.lua`): whether this
-    /// node admitted the reader (`read`) or the writer. `waiter` names the
-    /// writer's call across its attempts; its mark lives `mark_ms`.
+    /// node admitted the reader (`read`) or the writer. A refused writer's
+    /// mark (its call's id, across its attempts) lives `mark_ms`.
     pub(crate) async fn acquire_rw(
         &self,
         rw: &RwKeys,
         read: bool,
         token: &str,
         ttl_ms: u64,
-        (waiter, mark_ms): (&str, u64),
+        mark_ms: u64,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
         let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
         let mode = if read { "r" } else { "w" };
-        let args = [mode, token, ttl.as_str(), waiter, mark.as_str()];
+        let args = [mode, token, ttl.as_str(), &*rw.waiter, mark.as_str()];
         self.flag_script(&scripts::RW_ACQUIRE, &keys, &args, &[token], deadline)
             .await
     }
@@ -865,10 +857,10 @@ impl Node {
         announce: Option<&str>,
         deadline: Deadline,
     ) -> Result<bool, NodeError> {
-        let keys = [&*rw.writer, &*rw.readers];
+        let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
         let mode = if read { "r" } else { "w" };
         let channel = channel(if read { &rw.readers } else { &rw.writer });
-        let mut args = vec![mode, token];
+        let mut args = vec![mode, token, &*rw.waiter];
         if let Some(release) = announce {
             args.extend([release, channel.as_str()]);
         }

@@ -541,16 +541,11 @@ impl Redlock {
         request: Result<Request, Error>,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
-        async move {
-            let started = Instant::now();
+        measured(request, async move |request| {
             let mut attempts = 0;
-            let result = match request {
-                Ok(request) => this.lock_with_retry(request, &mut attempts).await,
-                Err(error) => Err(error),
-            };
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+            let result = this.lock_with_retry(request, &mut attempts).await;
+            (result, attempts)
+        })
     }
 
     /// The future of a single-attempt entry point.
@@ -560,19 +555,10 @@ impl Redlock {
         op: &'static str,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let this = self.clone();
-        async move {
-            let started = Instant::now();
-            let result = match request {
-                Ok(request) => {
-                    let span = lock_span(&request, op);
-                    this.attempt(&request).instrument(span).await
-                }
-                Err(error) => Err(error),
-            };
-            let attempts = u32::from(!matches!(result, Err(Error::InvalidArgument(_))));
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+        measured(request, async move |request| {
+            let span = lock_span(&request, op);
+            (this.attempt(&request).instrument(span).await, 1)
+        })
     }
 
     /// Whether some node is a Redis Cluster, where one script's keys must
@@ -688,6 +674,22 @@ impl Redlock {
             }
         }
     }
+}
+
+/// An acquisition, reported to metrics: `body` runs a validated request and
+/// says how many attempts it made; a request refused before any I/O made
+/// none.
+pub(crate) async fn measured<R>(
+    request: Result<R, Error>,
+    body: impl AsyncFnOnce(R) -> (Result<LockGuard, Error>, u32),
+) -> Result<LockGuard, Error> {
+    let started = Instant::now();
+    let (result, attempts) = match request {
+        Ok(request) => body(request).await,
+        Err(error) => (Err(error), 0),
+    };
+    metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
+    result
 }
 
 /// Sleeps `delay`, or less when the waiter's turn comes with a release;

@@ -62,6 +62,8 @@ pub(crate) struct RwKeys {
     pub(crate) readers: Arc<str>,
     /// The mark of a writer waiting for the readers to leave.
     pub(crate) waiting: Arc<str>,
+    /// The id a writer's mark holds: one per call, across its attempts.
+    pub(crate) waiter: Arc<str>,
 }
 
 /// A semaphore on the nodes: its keys and permit count.

@@ -332,6 +332,13 @@ impl InFlight {
             .is_some_and(|flag| flag.load(Ordering::Acquire))
     }
 
+    /// Resolves once every request has answered or timed out.
+    pub(crate) async fn all_answered(&self) {
+        for node in 0..self.pending.len() {
+            self.answered(node).await;
+        }
+    }
+
     /// Resolves once `node`'s request has answered or timed out.
     async fn answered(&self, node: usize) {
         while self.pending(node) {

@@ -7,16 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::metrics;
 use crate::node::Deadline;
 use crate::quorum::Window;
-use crate::redlock::Redlock;
+use crate::redlock::{Redlock, measured};
 use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -248,29 +246,21 @@ impl RwLock {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        async move {
-            let started = Instant::now();
+        measured(request, async move |request| {
+            let span = span(&request, "wait");
+            // Woken by a writer's release (a reader or writer may then get
+            // in) and by a reader's (a writer may).
+            let keys: Keys = Arc::from([request.rw.writer.clone(), request.rw.readers.clone()]);
+            let request = &request;
             let mut attempts = 0;
-            let result = match request {
-                Ok(request) => {
-                    let span = span(&request, "wait");
-                    // Woken by a writer's release (a reader or writer may
-                    // then get in) and by a reader's (a writer may).
-                    let keys: Keys =
-                        Arc::from([request.rw.writer.clone(), request.rw.readers.clone()]);
-                    let request = &request;
-                    locks
-                        .retry(&request.name, &keys, &mut attempts, || {
-                            locks.attempt(request)
-                        })
-                        .instrument(span)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+            let result = locks
+                .retry(&request.name, &keys, &mut attempts, || {
+                    locks.attempt(request)
+                })
+                .instrument(span)
+                .await;
+            (result, attempts)
+        })
     }
 
     fn once(
@@ -279,19 +269,10 @@ impl RwLock {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        async move {
-            let started = Instant::now();
-            let result = match request {
-                Ok(request) => {
-                    let span = span(&request, "try");
-                    locks.attempt(&request).instrument(span).await
-                }
-                Err(error) => Err(error),
-            };
-            let attempts = u32::from(!matches!(result, Err(Error::InvalidArgument(_))));
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+        measured(request, async move |request| {
+            let span = span(&request, "try");
+            (locks.attempt(&request).instrument(span).await, 1)
+        })
     }
 
     /// Validates the name and `ttl` into a request. No I/O.
@@ -307,6 +288,7 @@ impl RwLock {
             writer: Arc::from(format!("{key}{WRITER_SUFFIX}")),
             readers: Arc::from(format!("{key}{READERS_SUFFIX}")),
             waiting: Arc::from(format!("{key}{WRITER_WAITING_SUFFIX}")),
+            waiter: Arc::from(Token::generate()?.as_str()),
         });
         if self.locks.has_cluster_node() && !same_slot(&[&rw.writer, &rw.readers, &rw.waiting]) {
             return Err(ArgumentError::CrossSlot {
@@ -328,7 +310,6 @@ impl RwLock {
             mode,
             ttl: lock.ttl,
             ttl_ms: lock.ttl_ms,
-            waiter: Token::generate()?,
         })
     }
 }
@@ -355,8 +336,6 @@ struct RwAttempt {
     mode: Mode,
     ttl: Duration,
     ttl_ms: u64,
-    /// The id of this call's writer mark.
-    waiter: Token,
 }
 
 impl Acquire for RwAttempt {
@@ -388,7 +367,7 @@ impl Acquire for RwAttempt {
         token: &Token,
         deadline: Deadline,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
-        let (core, token, waiter) = (core.clone(), token.clone(), self.waiter.clone());
+        let (core, token) = (core.clone(), token.clone());
         let (rw, read, ttl_ms) = (self.rw.clone(), self.mode == Mode::Read, self.ttl_ms);
         async move {
             let Some(server) = core.nodes.get(node) else {
@@ -397,14 +376,7 @@ impl Acquire for RwAttempt {
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
             server
-                .acquire_rw(
-                    &rw,
-                    read,
-                    token.as_str(),
-                    ttl_ms,
-                    (waiter.as_str(), ttl_ms),
-                    deadline,
-                )
+                .acquire_rw(&rw, read, token.as_str(), ttl_ms, ttl_ms, deadline)
                 .await
         }
     }

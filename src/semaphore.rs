@@ -10,16 +10,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::RngExt;
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::metrics;
 use crate::node::{Deadline, PermitReply};
 use crate::quorum::{Answer, Vote, Window};
-use crate::redlock::Redlock;
+use crate::redlock::{Redlock, measured};
 use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -185,26 +183,18 @@ impl Semaphore {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let (this, request) = (self.clone(), self.request(ttl));
-        async move {
-            let started = Instant::now();
+        measured(request, async move |request| {
+            let span = span(&request, "acquire");
+            let (locks, slots) = (this.locks.clone(), request.permits.slots.clone());
             let mut attempts = 0;
-            let result = match request {
-                Ok(request) => {
-                    let span = span(&request, "acquire");
-                    let slots = request.permits.slots.clone();
-                    let locks = this.locks.clone();
-                    locks
-                        .retry(&request.name, &slots, &mut attempts, || {
-                            this.attempt(&request)
-                        })
-                        .instrument(span)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+            let result = locks
+                .retry(&request.name, &slots, &mut attempts, || {
+                    this.attempt(&request)
+                })
+                .instrument(span)
+                .await;
+            (result, attempts)
+        })
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -238,19 +228,10 @@ impl Semaphore {
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
         let (this, request) = (self.clone(), self.request(ttl));
-        async move {
-            let started = Instant::now();
-            let result = match request {
-                Ok(request) => {
-                    let span = span(&request, "try_acquire");
-                    this.attempt(&request).instrument(span).await
-                }
-                Err(error) => Err(error),
-            };
-            let attempts = u32::from(!matches!(result, Err(Error::InvalidArgument(_))));
-            metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-            result
-        }
+        measured(request, async move |request| {
+            let span = span(&request, "try_acquire");
+            (this.attempt(&request).instrument(span).await, 1)
+        })
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry

@@ -11,38 +11,10 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions, server_version};
 use quorumlock::{
-    ArgumentError, Error, FUNCTIONS_LIBRARY, MAX_PERMITS, Redlock, Retry, ScriptMode, WakeOnRelease,
+    ArgumentError, Error, FUNCTIONS_LIBRARY, MAX_PERMITS, Redlock, Retry, ScriptMode,
 };
-use support::{builder, conn, no_hang};
+use support::{builder, conn, keys_left, no_hang, patient, until_no_keys_left};
 use tokio::time::Instant;
-
-/// Every key on every running node whose name starts with `prefix`.
-async fn keys_left(nodes: &RedisNodes, prefix: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for server in nodes {
-        if !server.is_running() {
-            continue;
-        }
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query_async(&mut conn(&server.url()).await)
-            .await
-            .expect("KEYS");
-        out.extend(keys);
-    }
-    out
-}
-
-/// Waits until no key starting with `prefix` is left on any node (a node
-/// that was down during a release keeps the permit until its ttl passes).
-async fn until_no_keys_left(nodes: &RedisNodes, prefix: &str) {
-    no_hang("keys to vanish", async {
-        while !keys_left(nodes, prefix).await.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
 
 /// The slot key holding `token` on a majority of `nodes`, if any.
 async fn slot_of(nodes: &RedisNodes, name: &str, permits: u32, token: &str) -> Option<String> {
@@ -53,23 +25,6 @@ async fn slot_of(nodes: &RedisNodes, name: &str, permits: u32, token: &str) -> O
         }
     }
     None
-}
-
-/// A manager that keeps trying (a contended semaphore of 50 tasks), with
-/// a node timeout a loaded machine meets.
-fn patient(nodes: &RedisNodes) -> Redlock {
-    Redlock::builder()
-        .nodes(nodes.urls())
-        .node_timeout(Duration::from_secs(1))
-        .retry(
-            Retry::forever()
-                .delay(Duration::from_millis(5))
-                .jitter(Duration::from_millis(10))
-                .wait(Duration::from_secs(60)),
-        )
-        .wake_on_release(WakeOnRelease::Subscribe)
-        .build()
-        .expect("config")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{Redlock, RedlockBuilder, Retry};
+use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
 /// A bound that turns a hang into a test failure; not a timing assertion.
@@ -134,4 +134,49 @@ pub fn assert_acl_refusals(err: &quorumlock::Error) {
     for failure in err.node_failures() {
         assert!(is_acl_refusal(&failure.error), "{failure}");
     }
+}
+
+/// Every key on every running node whose name starts with `prefix`.
+pub async fn keys_left(nodes: &RedisNodes, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for server in nodes {
+        if !server.is_running() {
+            continue;
+        }
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn(&server.url()).await)
+            .await
+            .expect("KEYS");
+        out.extend(keys);
+    }
+    out
+}
+
+/// Waits until no key starting with `prefix` is left on any node (a node
+/// that was down during a release keeps its key until its ttl passes).
+pub async fn until_no_keys_left(nodes: &RedisNodes, prefix: &str) {
+    no_hang("keys to vanish", async {
+        while !keys_left(nodes, prefix).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// A manager that keeps trying (many tasks contending), woken by
+/// releases, with a node timeout a loaded machine meets.
+pub fn patient(nodes: &RedisNodes) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(
+            Retry::forever()
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(10))
+                .wait(Duration::from_secs(60)),
+        )
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config")
 }
