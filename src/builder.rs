@@ -522,13 +522,12 @@ impl RedlockBuilder {
         }
         let announce = self.wake_on_release == WakeOnRelease::Subscribe;
         Ok(Redlock::from_manager(Manager {
-            core: Arc::new(Core {
+            core: Arc::new(Core::new(
                 nodes,
-                node_timeout: self.node_timeout,
-                drift_factor: self.drift_factor,
+                self.node_timeout,
+                self.drift_factor,
                 announce,
-                background: Default::default(),
-            }),
+            )),
             retry: self.retry,
             key_prefix: self.key_prefix,
             script_mode: self.script_mode,

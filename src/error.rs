@@ -273,7 +273,7 @@ impl fmt::Display for NodeFailure {
 }
 
 /// What went wrong on one node.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum NodeError {
     /// The node did not answer within the per-node timeout (or the

@@ -12,12 +12,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::calls::Stragglers;
+use crate::coalesce::Op;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Held, Lease, RoundId};
 use crate::metrics;
+use crate::node::ExtendReply;
 use crate::quorum::{Answer, Vote, Window};
 use crate::renew::Renewer;
-use crate::request::checked_ttl;
+use crate::request::{Shape, checked_ttl};
 use crate::round::{Core, Grant, InFlight, Round, Until, fan_out, follow, release_everywhere};
 
 /// A held lock.
@@ -248,8 +250,23 @@ impl LockGuard {
                 |i, _, deadline| {
                     let (core, held) = (core.clone(), held.clone());
                     async move {
-                        let lock = held.holding.extension(ttl_ms);
-                        core.nodes[i].extend(lock, deadline).await
+                        let holding = &held.holding;
+                        if let (Shape::Lock, [key], None) =
+                            (&holding.shape, &*holding.keys, &holding.fence)
+                        {
+                            // With whatever else is bound for this node
+                            // meanwhile.
+                            let op = Op::Extend { ttl_ms };
+                            let token = &holding.token;
+                            return match core.lanes.send(i, op, key, token, deadline).await? {
+                                1 => Ok(ExtendReply::Extended),
+                                2 => Ok(ExtendReply::Restored),
+                                _ => Ok(ExtendReply::Refused),
+                            };
+                        }
+                        core.nodes[i]
+                            .extend(holding.extension(ttl_ms), deadline)
+                            .await
                     }
                 },
             )

@@ -16,7 +16,10 @@ const LAYERS: [(&str, &[&str]); 5] = [
         ],
     ),
     ("wire", &["node", "probe"]),
-    ("round", &["calls", "elect", "primitive", "round", "tasks"]),
+    (
+        "round",
+        &["calls", "coalesce", "elect", "primitive", "round", "tasks"],
+    ),
     ("holding", &["guard", "lease", "renew", "wakeup"]),
     (
         "entry",

@@ -170,6 +170,9 @@
 //! 3. **Round**
 //!    - `calls` — the poller of one fan-out's requests, under one timer.
 //!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
+//!    - `coalesce` — group commit per node: plain locks' acquires, releases
+//!      and extensions that meet a call in flight go out together as one
+//!      script call once it answers; a lone request goes out at once.
 //!    - `round` — the engine: one request to every node, votes, decision, the
 //!      requests still in flight, releases, cleanup; the `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
@@ -222,6 +225,7 @@ mod node;
 mod probe;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
+mod coalesce;
 mod elect;
 mod primitive;
 mod round;

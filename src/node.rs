@@ -138,6 +138,39 @@ pub(crate) struct Extension<'a> {
     pub(crate) shape: &'a Shape,
 }
 
+/// One plain (one-key, unfenced) lock's request to a node, alone or in a
+/// batch with others (see `batch.lua` and `coalesce.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Single<'a> {
+    pub(crate) op: SingleOp<'a>,
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a str,
+}
+
+/// What a [`Single`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SingleOp<'a> {
+    /// `SET key token NX PX ttl`: 1 granted, 0 refused.
+    Acquire { ttl_ms: u64 },
+    /// Token-checked delete, announced with this release id on the key's
+    /// channel when given: 1 deleted, 0 not ours.
+    Release { announce: Option<&'a str> },
+    /// Token-checked extension (or restore): 1 extended, 2 restored, 0
+    /// refused.
+    Extend { ttl_ms: u64 },
+}
+
+impl SingleOp<'_> {
+    /// Its op in `batch.lua`.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Acquire { .. } => "a",
+            Self::Release { .. } => "r",
+            Self::Extend { .. } => "e",
+        }
+    }
+}
+
 /// Which extension script serves a holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ScriptKind {
@@ -536,6 +569,17 @@ impl Node {
                 &many
             }
         };
+        self.release_lock(keys, token, announce, deadline).await
+    }
+
+    /// Token-checked delete of a lock's keys (`release.lua`).
+    async fn release_lock(
+        &self,
+        keys: &[&str],
+        token: &str,
+        announce: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
         let reply = match announce {
             Some(release) => {
                 let channels: Vec<String> = keys.iter().map(|k| channel(k)).collect();
@@ -637,6 +681,132 @@ impl Node {
             }
         }
         Ok(answers)
+    }
+
+    /// One plain lock's request on its own, as it was sent before batching
+    /// (so that a deployment with only those scripts loaded keeps working
+    /// while nothing is concurrent): `SET NX PX` for an acquire (never sent
+    /// twice: a SET that landed before the connection dropped would answer
+    /// "no" the second time, and a node that said "no" is skipped by the
+    /// cleanup of a failed attempt), `release.lua` and `extend.lua` for the
+    /// others. Its status as `batch.lua` answers it.
+    pub(crate) async fn single(
+        &self,
+        request: Single<'_>,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let Single { key, token, .. } = request;
+        match request.op {
+            SingleOp::Acquire { ttl_ms } => {
+                let granted = self.acquire(key, token, ttl_ms, deadline).await?;
+                Ok(u8::from(granted))
+            }
+            SingleOp::Release { announce } => {
+                let released = self.release_lock(&[key], token, announce, deadline).await?;
+                Ok(u8::from(released))
+            }
+            SingleOp::Extend { ttl_ms } => {
+                let ttl = ttl_ms.to_string();
+                let args = [token, ttl.as_str(), "1", "0"];
+                match self
+                    .script(&scripts::EXTEND, &[key], &args, &[token], deadline)
+                    .await?
+                {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Int(status @ 0..=2)] => Ok(*status as u8),
+                        _ => Err(unexpected(&Value::Array(items))),
+                    },
+                    other => Err(unexpected(&other)),
+                }
+            }
+        }
+    }
+
+    /// Many plain locks' requests in one script call (`batch.lua`), one
+    /// answer per request, in order; on a cluster one call per hash slot
+    /// among them, all in parallel. An error of the whole call is the
+    /// `Err`; a request whose own command failed gets its error in its
+    /// place. Every request of a batch is idempotent for its own token, so
+    /// a call whose connection dropped goes out once more.
+    pub(crate) async fn batch(
+        &self,
+        requests: &[Single<'_>],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let groups: Vec<Vec<usize>> = if self.is_cluster() {
+            let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
+            for (i, request) in requests.iter().enumerate() {
+                let slot = Slot::for_key(request.key);
+                match slots.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(i),
+                    None => slots.push((slot, vec![i])),
+                }
+            }
+            slots.into_iter().map(|(_, group)| group).collect()
+        } else {
+            vec![(0..requests.len()).collect()]
+        };
+        let calls = groups
+            .iter()
+            .map(|group| self.batch_call(requests, group, deadline));
+        let mut answers: Vec<Option<Result<u8, NodeError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+            for (&i, status) in group.iter().zip(answer?) {
+                answers[i] = Some(status);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(unexpected(&Value::Nil))))
+            .collect())
+    }
+
+    /// One `batch.lua` call for `group` of `requests` (on a cluster, all
+    /// in one hash slot).
+    async fn batch_call(
+        &self,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let mut keys: Vec<&str> = Vec::with_capacity(group.len());
+        let mut numbers: Vec<String> = Vec::with_capacity(group.len());
+        for &i in group {
+            let request = &requests[i];
+            keys.push(request.key);
+            numbers.push(match request.op {
+                SingleOp::Acquire { ttl_ms } | SingleOp::Extend { ttl_ms } => ttl_ms.to_string(),
+                SingleOp::Release { announce } => channel_if(announce, request.key),
+            });
+        }
+        let mut args: Vec<&str> = Vec::with_capacity(group.len() * 4);
+        for (&i, number) in group.iter().zip(&numbers) {
+            let request = &requests[i];
+            let (arg, channel) = match request.op {
+                SingleOp::Release { announce } => (announce.unwrap_or(""), number.as_str()),
+                _ => (number.as_str(), ""),
+            };
+            args.extend([request.op.code(), request.token, arg, channel]);
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        match self
+            .script(&scripts::BATCH, &keys, &args, &tokens, deadline)
+            .await?
+        {
+            Value::Array(items) if items.len() == group.len() => Ok(items
+                .into_iter()
+                .zip(group)
+                .map(|(item, &i)| match item {
+                    Value::Int(status @ 0..=2) => Ok(status as u8),
+                    Value::ServerError(error) => {
+                        Err(self.redact(NodeError::Redis(error.into()), &[requests[i].token]))
+                    }
+                    other => Err(unexpected(&other)),
+                })
+                .collect()),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Runs the extension script `lua` for `group` of `locks` (its `keys`
@@ -1442,6 +1612,11 @@ pub(crate) struct Deadline {
 }
 
 impl Deadline {
+    /// When the call must have answered.
+    pub(crate) fn at(&self) -> Instant {
+        self.at
+    }
+
     /// A deadline that the caller enforces, e.g. with one timer for all the
     /// calls of a fan-out ([`Stragglers`](crate::calls::Stragglers)). A
     /// call given it runs unbounded unless its caller stops polling it.
@@ -1467,7 +1642,10 @@ impl From<Instant> for Deadline {
 /// long it was given. Not an `async fn`, which would hold `call` twice (as
 /// its argument, and inside the timeout): a node request is moved whole
 /// into its fan-out, so its size is paid on every request.
-fn within<T, F>(deadline: Deadline, call: F) -> impl Future<Output = Result<T, NodeError>>
+pub(crate) fn within<T, F>(
+    deadline: Deadline,
+    call: F,
+) -> impl Future<Output = Result<T, NodeError>>
 where
     F: Future<Output = Result<T, NodeError>>,
 {
@@ -1479,6 +1657,11 @@ where
         tokio::time::timeout_at(deadline.at, call)
             .map(move |answer| answer.unwrap_or(Err(NodeError::Timeout(given)))),
     )
+}
+
+/// The channel a release of `key` is announced on, if it is announced.
+fn channel_if(announce: Option<&str>, key: &str) -> String {
+    announce.map(|_| channel(key)).unwrap_or_default()
 }
 
 fn unexpected(value: &Value) -> NodeError {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
 use crate::node::Deadline;
 use crate::quorum::{Answer, Decision, Vote, Window};
@@ -75,14 +76,14 @@ impl Acquire for Request {
         let (keys, fence_key) = (self.keys.clone(), self.fence_key.clone());
         let (kind, ttl_ms) = (self.kind, self.ttl_ms);
         async move {
-            let Some(node) = core.nodes.get(node) else {
+            let i = node;
+            let Some(node) = core.nodes.get(i) else {
                 return Err(NodeError::UnexpectedReply("no such node".to_owned()));
             };
-            let token = token.as_str();
             match (kind, &*keys, fence_key.as_deref()) {
                 (Kind::Fenced, [key], Some(fence_key)) => {
                     let counter = node
-                        .acquire_fenced(key, fence_key, token, ttl_ms, deadline)
+                        .acquire_fenced(key, fence_key, token.as_str(), ttl_ms, deadline)
                         .await?;
                     Ok(
                         counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
@@ -91,10 +92,13 @@ impl Acquire for Request {
                     )
                 }
                 (Kind::Plain, [key], _) => {
-                    Ok(node.acquire(key, token, ttl_ms, deadline).await?.into())
+                    // With whatever else is bound for this node meanwhile.
+                    let op = Op::Acquire { ttl_ms };
+                    let status = core.lanes.send(i, op, key, &token, deadline).await?;
+                    Ok((status == 1).into())
                 }
                 (_, keys, _) => Ok(node
-                    .acquire_many(keys, token, ttl_ms, deadline)
+                    .acquire_many(keys, token.as_str(), ttl_ms, deadline)
                     .await?
                     .into()),
             }

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::calls::Stragglers;
+use crate::coalesce::{Lanes, Op};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node};
@@ -30,7 +31,9 @@ use crate::token::Token;
 /// than the manager.
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Arc<[Node]>,
+    /// Each node's queue of plain lock requests (group commit).
+    pub(crate) lanes: Arc<Lanes>,
     pub(crate) node_timeout: Duration,
     pub(crate) drift_factor: f64,
     /// Whether releases announce themselves on the keys' channels, for the
@@ -40,6 +43,24 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    pub(crate) fn new(
+        nodes: Vec<Node>,
+        node_timeout: Duration,
+        drift_factor: f64,
+        announce: bool,
+    ) -> Self {
+        let nodes: Arc<[Node]> = nodes.into();
+        let background: Arc<Background> = Arc::default();
+        Self {
+            lanes: Lanes::new(nodes.clone(), background.clone()),
+            nodes,
+            node_timeout,
+            drift_factor,
+            announce,
+            background,
+        }
+    }
+
     /// How many nodes must agree: `N / 2 + 1`.
     pub(crate) fn quorum(&self) -> usize {
         crate::quorum::quorum(self.nodes.len())
@@ -386,8 +407,8 @@ pub(crate) async fn release_everywhere(
     // own, under the fan-out's one timer.
     let rounds = if in_flight.is_some() { 2 } else { 1 };
     let deadline = Instant::now() + core.node_timeout * rounds;
-    let id = core.announce.then(release_id);
-    let announce = id.as_deref();
+    let id: Option<Arc<str>> = core.announce.then(|| release_id().into());
+    let (id, announce) = (&id, id.as_deref());
     fan_out(
         &core.nodes,
         Until::AllAnswered,
@@ -399,6 +420,14 @@ pub(crate) async fn release_everywhere(
             }
             if let Some(in_flight) = in_flight {
                 in_flight.answered(i).await;
+            }
+            if let (Shape::Lock, [key]) = (shape, keys) {
+                // With whatever else is bound for this node meanwhile.
+                let op = Op::Release {
+                    announce: id.clone(),
+                };
+                let status = core.lanes.send(i, op, key, token, deadline).await?;
+                return Ok(status == 1);
             }
             node.release(keys, shape, token.as_str(), announce, deadline)
                 .await
@@ -531,6 +560,11 @@ pub(crate) async fn attempt<A: Acquire>(
         }
         Err(error) => {
             tracing::debug!(error = %error, "attempt failed, cleaning up");
+            // Not followed: the cleanup releases those nodes anyway. Dropped
+            // first, since a node's lone request holds its queue (see
+            // `coalesce`) until it is polled to its answer or dropped, and
+            // the cleanup's release may be queued behind it.
+            drop(stragglers);
             // A node that answered "no" certainly did not store our token,
             // and nothing else will: skip it. Every other node — granted,
             // failed, timed out or never heard from — may hold it.

@@ -583,3 +583,37 @@ async fn a_release_on_a_cluster_wakes_a_waiter() {
     );
     next.release().await.expect("release");
 }
+
+/// Concurrent plain locks on a cluster node go out batched per hash slot:
+/// keys of one hash tag share calls, keys on other masters go to theirs,
+/// and every lock is held on the master owning its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_locks_on_a_cluster_are_batched_per_slot() {
+    let cluster = RedisCluster::start(3).expect("cluster");
+    let locks = on_cluster(&cluster).build().expect("config");
+    let tags = one_key_per_master(&cluster);
+    all_grant(&locks, &tags[0], 1).await;
+    let keys: Vec<String> = (0..48)
+        .map(|i| format!("{}:{i}", &tags[i % tags.len()]))
+        .collect();
+    let attempts = keys.iter().map(|key| locks.try_lock(key, TTL));
+    let guards: Vec<_> = no_hang("a burst", futures::future::join_all(attempts))
+        .await
+        .into_iter()
+        .map(|guard| guard.expect("distinct keys"))
+        .collect();
+    for (key, guard) in keys.iter().zip(&guards) {
+        assert_eq!(
+            on_owner(&cluster, key).await.as_deref(),
+            Some(guard.token().as_str()),
+            "{key}"
+        );
+    }
+    let releases = guards.into_iter().map(|guard| guard.release());
+    for released in futures::future::join_all(releases).await {
+        assert_eq!(released.expect("release").released(), 1);
+    }
+    for key in &keys {
+        assert_eq!(on_owner(&cluster, key).await, None, "{key}");
+    }
+}

@@ -118,6 +118,19 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
     let locks = manager(&nodes, ScriptMode::Functions);
     lock_extend_release_every_kind(&locks, ["orders:1", "ledger", "orders:2"]).await;
 
+    // Concurrent plain locks go out batched, through the batch function.
+    let burst = (0..32).map(|i| {
+        let locks = locks.clone();
+        async move {
+            let guard = locks.try_lock(&format!("burst:{i}"), TTL).await?;
+            guard.extend(TTL).await?;
+            guard.release().await
+        }
+    });
+    for released in futures::future::join_all(burst).await {
+        assert_eq!(released.expect("burst").released(), 3);
+    }
+
     // Auto-extension renews through the same functions: wait until a
     // renewal moved the deadline.
     let guard = locks

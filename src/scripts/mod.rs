@@ -10,8 +10,10 @@ use redis::Script;
 
 /// How the library runs its Lua scripts on the nodes.
 ///
-/// Plain acquisition is a `SET NX PX` command in either mode; release,
-/// extension, fenced and multi-resource locks run scripts.
+/// A lone plain acquisition is a `SET NX PX` command in either mode;
+/// concurrent ones bound for the same node go out together as one script
+/// call, and release, extension, fenced and multi-resource locks run
+/// scripts.
 ///
 /// # Examples
 ///
@@ -103,7 +105,7 @@ impl Lua {
 
 /// Every script: its function name and its text. The function library is
 /// generated from this list (see the tests).
-const SCRIPTS: [(&str, &str); 13] = [
+const SCRIPTS: [(&str, &str); 14] = [
     ("quorumlock_release", include_str!("release.lua")),
     ("quorumlock_extend", include_str!("extend.lua")),
     ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
@@ -135,6 +137,7 @@ const SCRIPTS: [(&str, &str); 13] = [
     ("quorumlock_rw_acquire", include_str!("rw_acquire.lua")),
     ("quorumlock_rw_extend", include_str!("rw_extend.lua")),
     ("quorumlock_rw_release", include_str!("rw_release.lua")),
+    ("quorumlock_batch", include_str!("batch.lua")),
 ];
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -188,6 +191,10 @@ pub(crate) static RW_EXTEND: LazyLock<Lua> =
 /// Reader-writer lock: token-checked release of a hold.
 pub(crate) static RW_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(SCRIPTS[12].0, SCRIPTS[12].1));
+
+/// Plain locks: many acquires, releases and extensions of one node in one
+/// call (group commit, see `coalesce.rs`).
+pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[13].0, SCRIPTS[13].1));
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! The proxy's clock fault: a node whose clock runs `rate` times as fast
 //! as the client's, as far as locks can tell — the expiry a `SET … PX`
-//! asks for is divided by `rate`, and the time `TIME` reports advances
+//! (or a plain acquire batched into one script call) asks for is divided
+//! by `rate`, and the time `TIME` reports advances
 //! `rate` times as fast from the first reading. Works on RESP as redis-rs
 //! speaks it: requests are arrays of bulk strings; replies are read one
 //! value at a time to pair each with its request.
@@ -90,13 +91,17 @@ impl Framer {
         let is_time = name.as_deref() == Some(b"TIME");
         if name.as_deref() == Some(b"SET") {
             for i in 3..args.len() {
-                if args[i - 1].eq_ignore_ascii_case(b"PX")
-                    && let Some(ms) = std::str::from_utf8(&args[i])
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                {
-                    let scaled = ((ms as f64) / self.rate).floor().max(1.0) as u64;
-                    args[i] = scaled.to_string().into_bytes();
+                if args[i - 1].eq_ignore_ascii_case(b"PX") {
+                    self.scale(&mut args[i]);
+                }
+            }
+        }
+        // Plain acquires batched into one script call (`batch.lua`): four
+        // arguments an entry, the ttl third after an `a`.
+        if let Some(argv) = batch_argv(&args) {
+            for entry in (argv..args.len()).step_by(4) {
+                if args[entry] == b"a" && entry + 2 < args.len() {
+                    self.scale(&mut args[entry + 2]);
                 }
             }
         }
@@ -104,6 +109,17 @@ impl Framer {
             pending.push_back(is_time);
         }
         Frame::Complete(encode_command(&args))
+    }
+
+    /// A ttl in ms, divided by the rate (at least 1).
+    fn scale(&self, ttl: &mut Vec<u8>) {
+        if let Some(ms) = std::str::from_utf8(ttl)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            let scaled = ((ms as f64) / self.rate).floor().max(1.0) as u64;
+            *ttl = scaled.to_string().into_bytes();
+        }
     }
 
     fn reply_frame(&mut self) -> Frame {
@@ -157,6 +173,25 @@ enum Frame {
 
 /// `\r\n`-terminated line starting at `at`: its content and the index after
 /// the terminator.
+/// Where ARGV starts if `args` call the batch script (EVALSHA of its hash,
+/// EVAL of its text, or FCALL of its function).
+fn batch_argv(args: &[Vec<u8>]) -> Option<usize> {
+    let name = args.first()?.to_ascii_uppercase();
+    let body = args.get(1)?;
+    let batch = &*crate::scripts::BATCH;
+    let is_batch = match &*name {
+        b"EVALSHA" => body.eq_ignore_ascii_case(batch.script.get_hash().as_bytes()),
+        b"EVAL" => body == batch.source.as_bytes(),
+        b"FCALL" => body == batch.function.as_bytes(),
+        _ => false,
+    };
+    if !is_batch {
+        return None;
+    }
+    let keys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+    Some(3 + keys)
+}
+
 fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = buf.get(at..)?;
     let end = rest.windows(2).position(|w| w == b"\r\n")?;
@@ -284,6 +319,30 @@ mod tests {
         let out = requests.feed(b);
         let (args, _) = parse_command(&out).expect("a command");
         assert_eq!(args[5], b"500");
+    }
+
+    #[test]
+    fn batched_acquires_are_scaled_and_the_rest_pass() {
+        let (mut requests, _) = pair(2.0);
+        let hash = crate::scripts::BATCH.script.get_hash().as_bytes().to_vec();
+        let entries: [&[u8]; 8] = [b"a", b"t1", b"1000", b"", b"e", b"t2", b"1000", b""];
+        let mut cmd = vec![
+            b"EVALSHA".to_vec(),
+            hash,
+            b"2".to_vec(),
+            b"k1".to_vec(),
+            b"k2".to_vec(),
+        ];
+        cmd.extend(entries.iter().map(|a| a.to_vec()));
+        let out = requests.feed(&encode_command(&cmd));
+        let (args, _) = parse_command(&out).expect("a command");
+        assert_eq!(args[7], b"500", "the acquire's ttl");
+        assert_eq!(args[11], b"1000", "an extension is not modelled");
+        // Another script's arguments are left alone.
+        cmd[1] = b"0000".to_vec();
+        let out = requests.feed(&encode_command(&cmd));
+        let (args, _) = parse_command(&out).expect("a command");
+        assert_eq!(args[7], b"1000");
     }
 
     #[test]

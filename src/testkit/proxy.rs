@@ -149,8 +149,8 @@ impl FaultProxy {
     /// Makes the node look as if its clock ran `rate` times as fast as the
     /// client's (`1.5`: 50 % fast), for connections opened from now on
     /// (call [`drop_connections`](Self::drop_connections) to make clients
-    /// reconnect): the expiry a `SET … PX ms` asks for becomes
-    /// `ms / rate`, and the time `TIME` reports runs `rate` times as fast
+    /// reconnect): the expiry a `SET … PX ms` (or a plain acquire batched
+    /// with others into one script call) asks for becomes `ms / rate`, and the time `TIME` reports runs `rate` times as fast
     /// from its first reading. `1.0` turns it off.
     ///
     /// What it models: a node that expires plain locks early and whose

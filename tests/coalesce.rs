@@ -1,0 +1,337 @@
+//! Group commit: concurrent plain-lock requests bound for one node go out
+//! together as one script call, and every request still behaves as if it
+//! had gone alone — granted or refused on its own, in order, with its own
+//! errors, and nothing left behind by callers that gave up.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::join_all;
+use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
+use quorumlock::{Error, Redlock, Retry};
+use support::{builder, conn, keys_left, no_hang, until_no_keys_left, values};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Calls per command on `url` since the last `CONFIG RESETSTAT`.
+async fn command_calls(url: &str) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+async fn reset_stats(nodes: &RedisNodes) {
+    for url in nodes.urls() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn(&url).await)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+}
+
+/// Script calls (EVALSHA, EVAL, FCALL) a node received. (Commands a
+/// script runs are counted under their own names, so SET calls count every
+/// acquire, alone or batched.)
+async fn script_calls(url: &str) -> u64 {
+    let calls = command_calls(url).await;
+    ["evalsha", "eval", "fcall"]
+        .iter()
+        .map(|c| calls.get(*c).copied().unwrap_or(0))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_locks_share_calls_and_every_one_holds_and_releases() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    support::warm(&locks, TTL).await;
+    reset_stats(&nodes).await;
+
+    const TASKS: usize = 64;
+    const CYCLES: usize = 20;
+    let held = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..TASKS).map(|t| {
+        let (locks, held) = (locks.clone(), held.clone());
+        tokio::spawn(async move {
+            for c in 0..CYCLES {
+                let key = format!("batch:{t}:{c}");
+                let guard = locks.try_lock(&key, TTL).await.expect("distinct keys");
+                assert!(guard.confirmed() >= locks.quorum());
+                held.fetch_add(1, Ordering::Relaxed);
+                let summary = guard.release().await.expect("release");
+                assert!(summary.released() >= locks.quorum(), "{summary:?}");
+            }
+        })
+    });
+    for task in join_all(tasks).await {
+        task.expect("task");
+    }
+    assert_eq!(held.load(Ordering::Relaxed), TASKS * CYCLES);
+    locks.settle().await;
+    assert!(keys_left(&nodes, "batch:").await.is_empty());
+
+    // Every node was sent one release per cycle: alone, each is a script
+    // call of its own. Sixty-four tasks at once must have shared calls.
+    let releases = (TASKS * CYCLES) as u64;
+    for url in nodes.urls() {
+        let calls = script_calls(&url).await;
+        assert!(
+            calls < releases,
+            "{url}: {calls} script calls for {releases} releases (and as many acquires): nothing was coalesced"
+        );
+    }
+}
+
+/// Many tasks asking for one key at once land in one batch: each is
+/// granted or refused as if it had gone alone, in order — exactly one
+/// holder per round, its token on the nodes, and the losers' cleanup
+/// leaves the winner's key alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_in_one_batch_is_granted_once() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    support::warm(&locks, TTL).await;
+    reset_stats(&nodes).await;
+
+    const ROUNDS: usize = 30;
+    const CONTENDERS: usize = 8;
+    for round in 0..ROUNDS {
+        let key = format!("same:{round}");
+        let attempts = (0..CONTENDERS).map(|_| locks.try_lock(&key, TTL));
+        let results = no_hang("contenders", join_all(attempts)).await;
+        let mut winners = Vec::new();
+        for result in results {
+            match result {
+                Ok(guard) => winners.push(guard),
+                Err(Error::Contended { .. }) => {}
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        }
+        // One winner at most (a split vote may leave none).
+        assert!(
+            winners.len() <= 1,
+            "round {round}: {} holders",
+            winners.len()
+        );
+        locks.settle().await;
+        if let Some(winner) = winners.pop() {
+            let token = winner.token().as_str().to_owned();
+            let held = values(&nodes, &key)
+                .await
+                .into_iter()
+                .filter(|v| v.as_deref() == Some(token.as_str()))
+                .count();
+            assert!(
+                held >= locks.quorum(),
+                "round {round}: the losers' cleanup took the winner's key"
+            );
+            winner.release().await.expect("release");
+        }
+    }
+    locks.settle().await;
+    assert!(keys_left(&nodes, "same:").await.is_empty());
+}
+
+/// Callers that give up mid-flight (dropped futures) stop waiting at once;
+/// whatever they may have set is removed, and the node's queue keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_callers_leave_nothing_behind_and_the_queue_keeps_going() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    support::warm(&locks, TTL).await;
+
+    let mut dropped = 0;
+    for wave in 0..20u64 {
+        let attempts: Vec<_> = (0..32u64)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let key = format!("dropped:{wave}:{i}");
+                    // Cut short somewhere in flight (or not at all).
+                    let budget = Duration::from_micros((wave * 31 + i * 17) % 400);
+                    match tokio::time::timeout(budget, locks.try_lock(&key, TTL)).await {
+                        Ok(guard) => {
+                            guard
+                                .expect("distinct keys")
+                                .release()
+                                .await
+                                .expect("release");
+                            false
+                        }
+                        Err(_) => true,
+                    }
+                })
+            })
+            .collect();
+        for attempt in attempts {
+            dropped += usize::from(attempt.await.expect("task"));
+        }
+    }
+    println!("{dropped} of 640 attempts were dropped mid-flight");
+    locks.settle().await;
+    until_no_keys_left(&nodes, "dropped:").await;
+    // Every node's queue is idle again: a lone lock goes through.
+    let guard = no_hang("lock after", locks.try_lock("after", TTL))
+        .await
+        .expect("lock");
+    assert_eq!(guard.release().await.expect("release").released(), 3);
+}
+
+/// An entry refused by the server (an ACL without its key) gets its own
+/// error; the entries batched with it are served as if alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_refused_entry_does_not_fail_its_batch() {
+    let server = RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--user")
+            .arg("app")
+            .arg("on")
+            .arg(">app-pw-5d1")
+            .arg("~ok:*")
+            .args_for_lock_user(),
+    )
+    .expect("server");
+    let url = server.url().replace("redis://", "redis://app:app-pw-5d1@");
+    let locks = Redlock::builder()
+        .node(url)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    locks
+        .try_lock("ok:warm", TTL)
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    for round in 0..20 {
+        let attempts = (0..16).map(|i| {
+            let locks = locks.clone();
+            let key = if i % 2 == 0 {
+                format!("ok:{round}:{i}")
+            } else {
+                format!("denied:{round}:{i}")
+            };
+            async move { (key.clone(), locks.try_lock(&key, TTL).await) }
+        });
+        for (key, result) in join_all(attempts).await {
+            match (key.starts_with("ok:"), result) {
+                (true, Ok(guard)) => {
+                    guard.release().await.expect("release");
+                }
+                (false, Err(error)) => support::assert_acl_refusals(&error),
+                (allowed, result) => panic!("{key} (allowed: {allowed}): {:?}", result.err()),
+            }
+        }
+    }
+    locks.settle().await;
+}
+
+/// `ServerOptions` for the lock user's commands (the README's ACL line).
+trait LockUser {
+    fn args_for_lock_user(self) -> Self;
+}
+
+impl LockUser for ServerOptions {
+    fn args_for_lock_user(self) -> Self {
+        [
+            "+set",
+            "+get",
+            "+del",
+            "+pexpire",
+            "+exists",
+            "+incr",
+            "+evalsha",
+            "+eval",
+            "+script|load",
+        ]
+        .into_iter()
+        .fold(self, |options, command| options.arg(command))
+    }
+}
+
+/// Held locks extended while others lock and release around them: the
+/// extensions ride in the same batches and every holder keeps its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extensions_batched_with_others_keep_every_holder() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    support::warm(&locks, TTL).await;
+    let holders = (0..16).map(|h| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let guard = locks
+                .try_lock(&format!("held:{h}"), TTL)
+                .await
+                .expect("lock");
+            for c in 0..20 {
+                guard.extend(TTL).await.expect("extend");
+                let other = locks
+                    .try_lock(&format!("passing:{h}:{c}"), TTL)
+                    .await
+                    .expect("lock");
+                other.release().await.expect("release");
+            }
+            assert_eq!(guard.loss_reason(), None);
+            assert!(guard.confirmed() >= locks.quorum());
+            guard.release().await.expect("release").released()
+        })
+    });
+    for released in join_all(holders).await {
+        assert_eq!(released.expect("task"), 3);
+    }
+    locks.settle().await;
+    assert!(keys_left(&nodes, "held:").await.is_empty());
+    assert!(keys_left(&nodes, "passing:").await.is_empty());
+}
+
+/// A refused attempt returns at its decision: its requests still in flight
+/// are not waited for, and the cleanup queued behind them goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_does_not_wait_for_its_stragglers() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    // A node timeout far past the hang guard: waiting for it fails the test.
+    let client = || {
+        builder(&nodes)
+            .retry(Retry::none())
+            .node_timeout(Duration::from_secs(600))
+            .build()
+            .expect("config")
+    };
+    let (a, b) = (client(), client());
+    support::warm(&a, TTL).await;
+    support::warm(&b, TTL).await;
+    let held = a.try_lock("taken", TTL).await.expect("lock");
+    for _ in 0..20 {
+        let refused = no_hang("a refused attempt", b.try_lock("taken", TTL)).await;
+        assert!(
+            matches!(refused, Err(Error::Contended { .. })),
+            "{refused:?}"
+        );
+    }
+    held.release().await.expect("release");
+    b.settle().await;
+}
