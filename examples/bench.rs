@@ -113,7 +113,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|replica, or --profile floor|library|library-wake"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|replica, or --profile floor|library|library-wake|rslock"
                 )
                 .into());
             }
@@ -220,8 +220,11 @@ async fn profile(side: &str) -> Result<(), BoxError> {
                 .wake_on_release(WakeOnRelease::Subscribe)
                 .build()?,
         ),
+        "rslock" => Side::Rslock(Arc::new(rslock::LockManager::new(urls.clone()))),
         other => {
-            return Err(format!("--profile {other:?}: use floor, library or library-wake").into());
+            return Err(
+                format!("--profile {other:?}: use floor, library, library-wake or rslock").into(),
+            );
         }
     };
     // `BENCH_PROFILE_TASKS=n`: that many tasks for `BENCH_PROFILE_CYCLES`
@@ -231,7 +234,7 @@ async fn profile(side: &str) -> Result<(), BoxError> {
         .and_then(|t| t.parse().ok())
     {
         let period = Duration::from_millis(cycles as u64);
-        let (rate, failed) = throughput(&side, tasks, period, 0).await;
+        let (rate, _, failed) = throughput(&side, tasks, period, 0).await;
         progress(&format!(
             "{tasks} tasks of {} on {} nodes: {rate:.0} cycles/s, {failed} failed",
             side.name(),
@@ -319,6 +322,9 @@ enum Side {
     Permit(Redlock),
     /// A reader of a reader-writer lock (one per key).
     Read(Redlock),
+    /// The peer: rslock's `lock` and `unlock` (it decides once every node
+    /// answered).
+    Rslock(Arc<rslock::LockManager>),
 }
 
 /// Permits of the semaphores in the primitives rows.
@@ -331,6 +337,7 @@ impl Side {
             Side::Library(_) => "lib",
             Side::Permit(_) => "permit",
             Side::Read(_) => "read",
+            Side::Rslock(_) => "rslock",
         }
     }
 
@@ -344,6 +351,13 @@ impl Side {
             },
             Side::Read(locks) => match locks.rwlock(key).read(TTL).await {
                 Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            },
+            Side::Rslock(locks) => match locks.lock(key, TTL).await {
+                Ok(lock) => {
+                    locks.unlock(&lock).await;
+                    true
+                }
                 Err(_) => false,
             },
         }
@@ -364,8 +378,9 @@ async fn latency_block(side: &Side, cycles: usize, offset: usize, into: &mut Vec
     failures
 }
 
-/// Cycles per second of `tasks` concurrent tasks over `period`.
-async fn throughput(side: &Side, tasks: usize, period: Duration, round: usize) -> (f64, u64) {
+/// Cycles per second of `tasks` concurrent tasks over `period`, the
+/// cycles, and the failed cycles.
+async fn throughput(side: &Side, tasks: usize, period: Duration, round: usize) -> (f64, u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -392,17 +407,24 @@ async fn throughput(side: &Side, tasks: usize, period: Duration, round: usize) -
         total += worker.await.unwrap_or(0);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    (total as f64 / elapsed, failures.load(Ordering::Relaxed))
+    (
+        total as f64 / elapsed,
+        total,
+        failures.load(Ordering::Relaxed),
+    )
 }
 
-/// Latency and throughput rows for one node count, floor and library
-/// interleaved.
+/// Latency and throughput rows for one node count: the floor, quorumlock
+/// and rslock interleaved, with the CPU each spends per cycle (the nodes'
+/// from `INFO cpu`, this process's from `getrusage`).
 async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<(), BoxError> {
     let n = urls.len();
     progress(&format!("N={n}: latency and throughput"));
     let floor = Side::Floor(Arc::new(floor_connections(urls).await?));
     let library = Side::Library(Redlock::new(urls)?);
-    let sides = [floor, library];
+    let peer = Side::Rslock(Arc::new(rslock::LockManager::new(urls.to_vec())));
+    let sides = [floor, library, peer];
+    let servers = ServerCpu::new(urls).await?;
 
     // Warm up: connections, script caches, allocator.
     let mut scratch = Vec::new();
@@ -410,74 +432,247 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
         latency_block(side, 100, 1_000_000, &mut scratch).await;
     }
 
-    let mut samples = [Vec::new(), Vec::new()];
-    let mut failures = [0, 0];
+    let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+    let mut failures = [0, 0, 0];
     let mut offset = 0;
     while samples[1].len() < plan.latency_cycles {
-        // ABBA order, so neither side always runs right after the other.
-        let order = if (offset / plan.latency_block).is_multiple_of(2) {
-            [0, 1]
-        } else {
-            [1, 0]
-        };
-        for s in order {
+        // Each side first, second and last in turn, so that none always
+        // runs right after another.
+        let turn = offset / plan.latency_block;
+        for k in 0..3 {
+            let s = (turn + k) % 3;
             failures[s] +=
                 latency_block(&sides[s], plan.latency_block, offset, &mut samples[s]).await;
         }
         offset += plan.latency_block;
     }
-    let [floor_lat, lib_lat] = samples.map(|mut s| {
+    let [floor_lat, lib_lat, peer_lat] = samples.map(|mut s| {
         s.sort_unstable();
         (percentile(&s, 50.0), percentile(&s, 99.0))
     });
     report.row(
         n,
         "lock+release p50, 1 task (µs)",
-        micros(floor_lat.0),
-        micros(lib_lat.0),
+        [micros(floor_lat.0), micros(lib_lat.0), micros(peer_lat.0)],
         Better::Lower,
     );
     report.row(
         n,
         "lock+release p99, 1 task (µs)",
-        micros(floor_lat.1),
-        micros(lib_lat.1),
+        [micros(floor_lat.1), micros(lib_lat.1), micros(peer_lat.1)],
         Better::Lower,
     );
 
     for tasks in CONCURRENCY {
         // Medians: a burst of load from elsewhere on a shared machine skews
-        // one round, not the result. The ratio is the median of the rounds'
+        // one round, not the result. A ratio is the median of the rounds'
         // ratios, each between runs one right after the other.
-        let mut rates = [Vec::new(), Vec::new()];
+        let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+        let mut spent = [Spent::default(); 3];
         for round in 0..plan.rounds {
-            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-            for s in order {
-                let (rate, failed) = throughput(&sides[s], tasks, plan.round, round).await;
+            for k in 0..3 {
+                let s = (round + k) % 3;
+                let (server, client) = (servers.used().await, cpu_time());
+                let (rate, cycles, failed) = throughput(&sides[s], tasks, plan.round, round).await;
+                spent[s].add(cycles, servers.used().await - server, cpu_time() - client);
                 rates[s].push(rate);
                 failures[s] += failed;
             }
         }
-        let mut ratios: Vec<f64> = rates[1].iter().zip(&rates[0]).map(|(l, f)| l / f).collect();
-        report.row_with_ratio(
+        let ratios = |of: usize| -> f64 {
+            let mut r: Vec<f64> = rates[1]
+                .iter()
+                .zip(&rates[of])
+                .map(|(l, o)| l / o)
+                .collect();
+            median(&mut r)
+        };
+        let (vs_floor, vs_peer) = (ratios(0), ratios(2));
+        let medians = rates.clone().map(|mut r| median(&mut r));
+        report.row_with_ratios(
             n,
             &format!("cycles/s, {tasks} tasks"),
-            median(&mut rates[0]),
-            median(&mut rates[1]),
-            median(&mut ratios),
+            medians,
+            [vs_floor, vs_peer],
             Better::Higher,
         );
+        report.row(
+            n,
+            &format!("server CPU µs per cycle, all nodes, {tasks} tasks"),
+            spent.map(|s| s.server_per_cycle()),
+            Better::Lower,
+        );
+        report.row(
+            n,
+            &format!("client CPU µs per cycle, {tasks} tasks"),
+            spent.map(|s| s.client_per_cycle()),
+            Better::Lower,
+        );
+    }
+    if let Some(ceiling) = ceiling(urls, plan).await {
+        let ours = report
+            .rows
+            .iter()
+            .rev()
+            .find(|r| r.nodes == n && r.what == "cycles/s, 256 tasks")
+            .map_or(0.0, |r| r.values[1]);
+        report.notes.push(format!(
+            "N={n}: redis-benchmark ceiling (pipeline 16, SET NX PX then the release script, every node at once): {ceiling:.0} lock cycles/s; quorumlock at 256 tasks reaches {:.2}x of it",
+            ours / ceiling
+        ));
+        report.ceilings.push((n, ceiling));
     }
     if failures.iter().any(|&f| f > 0) {
         report.notes.push(format!(
-            "N={n}: failed cycles: floor {}, quorumlock {}",
-            failures[0], failures[1]
+            "N={n}: failed cycles: floor {}, quorumlock {}, rslock {}",
+            failures[0], failures[1], failures[2]
         ));
     }
     if let Side::Library(locks) = &sides[1] {
         locks.settle().await;
     }
     Ok(())
+}
+
+/// CPU spent by a side over its throughput runs at one concurrency.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spent {
+    cycles: u64,
+    server: Duration,
+    client: Duration,
+}
+
+impl Spent {
+    fn add(&mut self, cycles: u64, server: Duration, client: Duration) {
+        self.cycles += cycles;
+        self.server += server;
+        self.client += client;
+    }
+
+    fn server_per_cycle(&self) -> f64 {
+        micros(self.server) / self.cycles.max(1) as f64
+    }
+
+    fn client_per_cycle(&self) -> f64 {
+        micros(self.client) / self.cycles.max(1) as f64
+    }
+}
+
+/// The nodes' CPU time (`used_cpu_sys` + `used_cpu_user` of `INFO cpu`).
+struct ServerCpu {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+}
+
+impl ServerCpu {
+    async fn new(urls: &[String]) -> Result<Self, BoxError> {
+        let mut conns = Vec::new();
+        for url in urls {
+            let client = redis::Client::open(url.as_str())?;
+            conns.push(client.get_multiplexed_async_connection().await?);
+        }
+        Ok(Self { conns })
+    }
+
+    /// Summed over every node (zero for a node that does not say).
+    async fn used(&self) -> Duration {
+        let mut total = 0.0;
+        for conn in &self.conns {
+            let mut conn = conn.clone();
+            let info: String = redis::cmd("INFO")
+                .arg("cpu")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or_default();
+            for line in info.lines() {
+                if let Some((name, value)) = line.split_once(':')
+                    && (name == "used_cpu_sys" || name == "used_cpu_user")
+                {
+                    total += value.trim().parse::<f64>().unwrap_or(0.0);
+                }
+            }
+        }
+        Duration::from_secs_f64(total)
+    }
+}
+
+/// What the nodes can do at best, measured by `redis-benchmark` (if on
+/// PATH) on every node at once: `SET NX PX`, then the release script, each
+/// with 16 requests pipelined per connection. A lock cycle costs one of
+/// each on every node, so the ceiling is the slowest node's
+/// `1 / (1 / sets + 1 / releases)`. `None` without redis-benchmark, or for
+/// nodes with credentials.
+async fn ceiling(urls: &[String], plan: Plan) -> Option<f64> {
+    let addresses: Vec<(String, String)> = urls
+        .iter()
+        .map(|url| {
+            let rest = url.strip_prefix("redis://")?;
+            if rest.contains('@') {
+                return None;
+            }
+            let (host, port) = rest.trim_end_matches('/').split_once(':')?;
+            Some((host.to_owned(), port.split('/').next()?.to_owned()))
+        })
+        .collect::<Option<_>>()?;
+    let requests = if plan.quick { 50_000 } else { 400_000 };
+    // The release script must be in every node's cache for EVALSHA.
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())
+            .ok()?
+            .get_multiplexed_async_connection()
+            .await
+            .ok()?;
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(include_str!("../src/scripts/release.lua"))
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+    }
+    let sha = RELEASE.get_hash().to_owned();
+    let set = [
+        "SET",
+        "bench:ceiling:__rand_int__",
+        "token",
+        "NX",
+        "PX",
+        "10000",
+    ];
+    let release = ["EVALSHA", &sha, "1", "bench:ceiling:__rand_int__", "token"];
+    let mut per_node = vec![[0.0f64; 2]; addresses.len()];
+    for (c, command) in [&set[..], &release[..]].into_iter().enumerate() {
+        progress(&format!("N={}: redis-benchmark {}", urls.len(), command[0]));
+        let runs: Vec<_> = addresses
+            .iter()
+            .map(|(host, port)| {
+                let mut cmd = tokio::process::Command::new("redis-benchmark");
+                cmd.args(["-h", host, "-p", port, "-c", "32", "-P", "16", "--csv"])
+                    .args(["-n", &requests.to_string(), "-r", "1000000000"])
+                    .args(command)
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true);
+                async move { cmd.output().await }
+            })
+            .collect();
+        for (i, output) in join_all(runs).await.into_iter().enumerate() {
+            let output = output.ok()?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            // `"test","rps",…` then `"SET …","123456.78",…`.
+            let rps = text
+                .lines()
+                .nth(1)?
+                .split(',')
+                .nth(1)?
+                .trim_matches('"')
+                .parse::<f64>()
+                .ok()?;
+            per_node[i][c] = rps;
+        }
+    }
+    per_node
+        .iter()
+        .map(|[set, release]| 1.0 / (1.0 / set + 1.0 / release))
+        .min_by(f64::total_cmp)
 }
 
 /// The semaphore's permit and the reader-writer lock's read against the
@@ -515,7 +710,7 @@ async fn primitive_rows(urls: &[String], plan: Plan, report: &mut Report) -> Res
     let mut rates = [Vec::new(), Vec::new(), Vec::new()];
     for round in 0..plan.rounds {
         for (s, side) in sides.iter().enumerate() {
-            let (rate, failed) = throughput(side, 64, plan.round, 100 + round).await;
+            let (rate, _, failed) = throughput(side, 64, plan.round, 100 + round).await;
             rates[s].push(rate);
             failures[s] += failed;
         }
@@ -621,7 +816,7 @@ async fn replica_sync_cost(plan: Plan, report: &mut Report) -> Result<(), BoxErr
     for round in 0..plan.rounds {
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for s in order {
-            let (rate, failed) = throughput(&sides[s], 16, plan.round, round).await;
+            let (rate, _, failed) = throughput(&sides[s], 16, plan.round, round).await;
             rates[s].push(rate);
             failures[s] += failed;
         }
@@ -935,16 +1130,11 @@ enum Better {
 struct Row {
     nodes: usize,
     what: String,
-    floor: f64,
-    quorumlock: f64,
-    ratio: f64,
+    /// Floor, quorumlock, rslock.
+    values: [f64; 3],
+    /// Quorumlock against the floor and against rslock.
+    ratios: [f64; 2],
     better: Better,
-}
-
-impl Row {
-    fn ratio(&self) -> f64 {
-        self.ratio
-    }
 }
 
 #[derive(Debug)]
@@ -956,6 +1146,8 @@ struct Report {
     rows: Vec<Row>,
     contention: Vec<ContentionRow>,
     held: Option<HeldRow>,
+    /// Per node count, the redis-benchmark ceiling in lock cycles/s.
+    ceilings: Vec<(usize, f64)>,
     notes: Vec<String>,
 }
 
@@ -988,36 +1180,111 @@ impl Report {
             rows: Vec::new(),
             contention: Vec::new(),
             held: None,
+            ceilings: Vec::new(),
             notes: Vec::new(),
         })
     }
 
-    fn row(&mut self, nodes: usize, what: &str, floor: f64, quorumlock: f64, better: Better) {
-        let ratio = if floor == 0.0 {
-            0.0
-        } else {
-            quorumlock / floor
-        };
-        self.row_with_ratio(nodes, what, floor, quorumlock, ratio, better);
+    /// A row whose ratios are of the values themselves.
+    fn row(&mut self, nodes: usize, what: &str, values: [f64; 3], better: Better) {
+        let ratio = |of: f64| if of == 0.0 { 0.0 } else { values[1] / of };
+        self.row_with_ratios(
+            nodes,
+            what,
+            values,
+            [ratio(values[0]), ratio(values[2])],
+            better,
+        );
     }
 
-    fn row_with_ratio(
+    fn row_with_ratios(
         &mut self,
         nodes: usize,
         what: &str,
-        floor: f64,
-        quorumlock: f64,
-        ratio: f64,
+        values: [f64; 3],
+        ratios: [f64; 2],
         better: Better,
     ) {
         self.rows.push(Row {
             nodes,
             what: what.to_owned(),
-            floor,
-            quorumlock,
-            ratio,
+            values,
+            ratios,
             better,
         });
+    }
+
+    /// A row's value for `side` (0 floor, 1 quorumlock, 2 rslock) and its
+    /// ratio against rslock.
+    fn find(&self, nodes: usize, what: &str) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.nodes == nodes && r.what == what)
+    }
+
+    /// The issue's targets, each with whether this run met it.
+    fn targets(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        let vs_peer = |n: usize, what: &str| self.find(n, what).map(|r| r.ratios[1]);
+        if let Some(r) = vs_peer(5, "cycles/s, 256 tasks") {
+            out.push((
+                format!("N=5, 256 tasks: >= 3x rslock's cycles/s ({r:.2}x)"),
+                r >= 3.0,
+            ));
+        }
+        if let (Some(row), Some(&(_, ceiling))) = (
+            self.find(5, "cycles/s, 256 tasks"),
+            self.ceilings.iter().find(|(n, _)| *n == 5),
+        ) {
+            let r = row.values[1] / ceiling;
+            out.push((
+                format!("N=5, 256 tasks: >= 0.7x the pipeline-16 ceiling ({r:.2}x)"),
+                r >= 0.7,
+            ));
+        }
+        for tasks in [16, 64] {
+            if let Some(r) = vs_peer(5, &format!("cycles/s, {tasks} tasks")) {
+                out.push((
+                    format!("N=5, {tasks} tasks: >= 1.5x rslock ({r:.2}x)"),
+                    r >= 1.5,
+                ));
+            }
+        }
+        if let Some(r) = vs_peer(5, "lock+release p50, 1 task (µs)") {
+            out.push((
+                format!("N=5, 1 task: p50 <= 0.9x rslock's ({r:.2}x)"),
+                r <= 0.9,
+            ));
+        }
+        if let Some(r) = vs_peer(5, "server CPU µs per cycle, all nodes, 64 tasks") {
+            out.push((
+                format!("N=5, 64 tasks: server CPU per cycle <= 0.5x rslock's ({r:.2}x)"),
+                r <= 0.5,
+            ));
+        }
+        for n in [1, 3] {
+            let rows: Vec<f64> = CONCURRENCY
+                .iter()
+                .filter_map(|t| vs_peer(n, &format!("cycles/s, {t} tasks")))
+                .collect();
+            if let Some(worst) = rows.iter().copied().min_by(f64::total_cmp) {
+                out.push((
+                    format!("N={n}: not below rslock at any concurrency (worst {worst:.2}x)"),
+                    worst >= 1.0,
+                ));
+            }
+        }
+        if let Some(h) = &self.held {
+            let bytes = h.bytes_per_lock;
+            out.push((
+                format!(
+                    "{} held locks: 0 lost ({}), < 25 % of a core ({:.1} %), < 2 KiB each ({bytes:.0} B)",
+                    h.locks, h.lost, h.cpu_percent
+                ),
+                h.lost == 0 && h.cpu_percent < 25.0 && bytes < 2048.0,
+            ));
+        }
+        out
     }
 
     fn table(&self) -> String {
@@ -1031,22 +1298,31 @@ impl Report {
             if self.plan.quick { "quick" } else { "full" }
         );
         let _ = writeln!(out);
-        let _ = writeln!(out, "| N | measure | floor | quorumlock | ratio |");
-        let _ = writeln!(out, "|---|---|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "| N | measure | floor | rslock | quorumlock | quorumlock / floor | quorumlock / rslock |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
         for row in &self.rows {
             let better = match row.better {
                 Better::Lower => "lower is better",
                 Better::Higher => "higher is better",
             };
+            let [floor, quorumlock, peer] = row.values;
+            let [vs_floor, vs_peer] = row.ratios;
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.0} | {:.0} | {:.2} ({better}) |",
-                row.nodes,
-                row.what,
-                row.floor,
-                row.quorumlock,
-                row.ratio()
+                "| {} | {} | {floor:.0} | {peer:.0} | {quorumlock:.0} | {vs_floor:.2} | {vs_peer:.2} ({better}) |",
+                row.nodes, row.what,
             );
+        }
+        let targets = self.targets();
+        if !targets.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "Targets (issue 13):");
+            for (target, met) in &targets {
+                let _ = writeln!(out, "- [{}] {target}", if *met { "x" } else { " " });
+            }
         }
         if !self.contention.is_empty() {
             let _ = writeln!(out);
@@ -1117,9 +1393,11 @@ impl Report {
                 json!({
                     "nodes": row.nodes,
                     "measure": row.what,
-                    "floor": row.floor,
-                    "quorumlock": row.quorumlock,
-                    "ratio": row.ratio(),
+                    "floor": row.values[0],
+                    "quorumlock": row.values[1],
+                    "rslock": row.values[2],
+                    "ratio": row.ratios[0],
+                    "ratio_vs_rslock": row.ratios[1],
                 })
             })
             .collect();
@@ -1160,6 +1438,8 @@ impl Report {
             "rows": rows,
             "contention": contention,
             "held": held,
+            "ceilings": self.ceilings.iter().map(|(n, c)| json!({"nodes": n, "lock_cycles_per_s": c})).collect::<Vec<_>>(),
+            "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
             "notes": self.notes,
         });
         serde_json::to_string_pretty(&report).unwrap_or_default()
