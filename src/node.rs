@@ -14,7 +14,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -770,28 +770,31 @@ impl Node {
         group: &[usize],
         deadline: Deadline,
     ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
-        let mut keys: Vec<&str> = Vec::with_capacity(group.len());
-        let mut numbers: Vec<String> = Vec::with_capacity(group.len());
-        for &i in group {
-            let request = &requests[i];
-            keys.push(request.key);
-            numbers.push(match request.op {
-                SingleOp::Acquire { ttl_ms } | SingleOp::Extend { ttl_ms } => ttl_ms.to_string(),
-                SingleOp::Release { announce } => channel_if(announce, request.key),
-            });
-        }
-        let mut args: Vec<&str> = Vec::with_capacity(group.len() * 4);
-        for (&i, number) in group.iter().zip(&numbers) {
-            let request = &requests[i];
-            let (arg, channel) = match request.op {
-                SingleOp::Release { announce } => (announce.unwrap_or(""), number.as_str()),
-                _ => (number.as_str(), ""),
-            };
-            args.extend([request.op.code(), request.token, arg, channel]);
-        }
+        // Written straight into the command: keys, then four args each.
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(group.len());
+            for &i in group {
+                cmd.arg(requests[i].key);
+            }
+            for &i in group {
+                let request = &requests[i];
+                cmd.arg(request.op.code()).arg(request.token);
+                match request.op {
+                    SingleOp::Acquire { ttl_ms } | SingleOp::Extend { ttl_ms } => {
+                        cmd.arg(ttl_ms).arg("");
+                    }
+                    SingleOp::Release { announce: None } => {
+                        cmd.arg("").arg("");
+                    }
+                    SingleOp::Release { announce: Some(id) } => {
+                        cmd.arg(id).arg(channel(request.key));
+                    }
+                }
+            }
+        };
         let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
         match self
-            .script(&scripts::BATCH, &keys, &args, &tokens, deadline)
+            .run_script(&scripts::BATCH, fill, &tokens, deadline)
             .await?
         {
             Value::Array(items) if items.len() == group.len() => Ok(items
@@ -1146,55 +1149,6 @@ impl Node {
         .map_err(|error| self.redact(error, secrets))
     }
 
-    /// A script call with `WAIT` behind it (see [`write`](Self::write)):
-    /// EVALSHA, and on NOSCRIPT the script's text.
-    async fn synced_script(
-        &self,
-        lua: &Lua,
-        keys: &[&str],
-        args: &[&str],
-        secrets: &[&str],
-        deadline: Deadline,
-    ) -> Result<Value, NodeError> {
-        let call = |verb: &str, body: &str| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
-            cmd
-        };
-        if self.script_mode == ScriptMode::Functions {
-            return self
-                .write(
-                    &call("FCALL", lua.function),
-                    secrets,
-                    Resend::IfDropped,
-                    deadline,
-                )
-                .await;
-        }
-        match self
-            .write(
-                &call("EVALSHA", lua.script.get_hash()),
-                secrets,
-                Resend::IfDropped,
-                deadline,
-            )
-            .await
-        {
-            Err(NodeError::Redis(e))
-                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-            {
-                self.write(
-                    &call("EVAL", lua.source),
-                    secrets,
-                    Resend::IfDropped,
-                    deadline,
-                )
-                .await
-            }
-            reply => reply,
-        }
-    }
-
     /// Whether a call that failed with `error` goes out once more: an
     /// idempotent call whose standalone connection dropped (the node
     /// restarted, or a proxy cut it). The connection is being made anew
@@ -1228,29 +1182,48 @@ impl Node {
         secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        // Every script but release writes a lock (or its counter).
-        if self.replica_sync.is_some()
-            && lua.function != scripts::RELEASE.function
-            && lua.function != scripts::SEMAPHORE_RELEASE.function
-            && lua.function != scripts::RW_RELEASE.function
-        {
-            return match self.synced_script(lua, keys, args, secrets, deadline).await {
-                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
-                    Err(NodeError::FunctionsNotLoaded {
-                        function: lua.function.to_owned(),
-                        server: self.server(deadline).await.to_string(),
-                    })
-                }
-                reply => reply,
-            };
-        }
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+        };
+        self.run_script(lua, fill, secrets, deadline).await
+    }
+
+    /// [`script`](Self::script) with the call's arguments (`numkeys`, the
+    /// keys, the args) written by `fill` straight into the command, with no
+    /// list of them in between: a batch has hundreds.
+    async fn run_script(
+        &self,
+        lua: &Lua,
+        fill: impl Fn(&mut Cmd),
+        secrets: &[&str],
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let call = |verb: &str, body: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(body);
+            fill(&mut cmd);
+            cmd
+        };
+        // Every script but the releases writes a lock (or its counter):
+        // with replica sync, `WAIT` goes right behind it.
+        let writes = self.replica_sync.is_some()
+            && ![
+                scripts::RELEASE.function,
+                scripts::SEMAPHORE_RELEASE.function,
+                scripts::RW_RELEASE.function,
+            ]
+            .contains(&lua.function);
+        // Every script is idempotent for its own token.
+        let send = |cmd: Cmd| async move {
+            if writes {
+                self.write(&cmd, secrets, Resend::IfDropped, deadline).await
+            } else {
+                self.command(&cmd, secrets, Resend::IfDropped, deadline)
+                    .await
+            }
+        };
         if self.script_mode == ScriptMode::Functions {
-            let mut cmd = redis::cmd("FCALL");
-            cmd.arg(lua.function).arg(keys.len()).arg(keys).arg(args);
-            return match self
-                .command(&cmd, secrets, Resend::IfDropped, deadline)
-                .await
-            {
+            return match send(call("FCALL", lua.function)).await {
                 Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                     Err(NodeError::FunctionsNotLoaded {
                         function: lua.function.to_owned(),
@@ -1265,34 +1238,27 @@ impl Node {
                 reply => reply,
             };
         }
-        let reply = within(deadline, async {
-            let mut sent = 0;
-            loop {
-                sent += 1;
-                let reply = match self.connection().await? {
-                    Connection::Standalone(mut conn) => {
-                        let mut invocation = lua.script.prepare_invoke();
-                        for key in keys {
-                            invocation.key(*key);
-                        }
-                        for arg in args {
-                            invocation.arg(*arg);
-                        }
-                        invocation.invoke_async::<Value>(&mut conn).await
-                    }
-                    Connection::Cluster(mut conn) => {
-                        cluster_script(&mut conn, lua, keys, args).await
-                    }
-                };
-                match reply {
-                    // Every script is idempotent for its own token.
-                    Err(e) if sent == 1 && self.resends(Resend::IfDropped, &e) => continue,
-                    reply => return Ok(reply?),
+        match send(call("EVALSHA", lua.script.get_hash())).await {
+            Err(NodeError::Redis(e))
+                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                // A restarted (or newly promoted) node has an empty script
+                // cache. A cluster sends the text to the member that owns
+                // the keys (EVAL, which also caches it): `SCRIPT LOAD` would
+                // go to any member, and one paused or dead master must not
+                // fail calls on keys owned by healthy ones. A standalone
+                // node loads it, then runs it by hash.
+                if self.is_cluster() {
+                    return send(call("EVAL", lua.source)).await;
                 }
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(lua.source);
+                self.command(&load, secrets, Resend::IfDropped, deadline)
+                    .await?;
+                send(call("EVALSHA", lua.script.get_hash())).await
             }
-        })
-        .await;
-        reply.map_err(|error| self.redact(error, secrets))
+            reply => reply,
+        }
     }
 
     /// What the server says it is and its version (`redis 6.2.16`,
@@ -1449,35 +1415,6 @@ async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
         Ok(_) => Ok(()),
         Err(e) if e.to_string().contains("cluster support disabled") => Err(NodeError::NotACluster),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// EVALSHA on the master owning `key`'s slot, and on NOSCRIPT (a restarted
-/// or newly promoted master has an empty script cache) EVAL there, which
-/// also caches the script.
-///
-/// Not `Script::invoke_async`: on a cluster connection its NOSCRIPT reload
-/// sends `SCRIPT LOAD` to every member and needs all of them to answer, so
-/// one paused or dead master would fail calls on keys owned by healthy ones.
-async fn cluster_script(
-    conn: &mut ClusterConnection,
-    lua: &Lua,
-    keys: &[&str],
-    args: &[&str],
-) -> RedisResult<Value> {
-    let call = |verb: &str, body: &str| {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
-        cmd
-    };
-    match call("EVALSHA", lua.script.get_hash())
-        .query_async(conn)
-        .await
-    {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            call("EVAL", lua.source).query_async(conn).await
-        }
-        reply => reply,
     }
 }
 
@@ -1657,11 +1594,6 @@ where
         tokio::time::timeout_at(deadline.at, call)
             .map(move |answer| answer.unwrap_or(Err(NodeError::Timeout(given)))),
     )
-}
-
-/// The channel a release of `key` is announced on, if it is announced.
-fn channel_if(announce: Option<&str>, key: &str) -> String {
-    announce.map(|_| channel(key)).unwrap_or_default()
 }
 
 fn unexpected(value: &Value) -> NodeError {
