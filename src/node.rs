@@ -448,8 +448,8 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+        let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
+        cmd.arg("SET").arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.
@@ -793,8 +793,14 @@ impl Node {
             }
         };
         let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        // A key, a token, a ttl or release id, and a channel per entry.
+        let bytes: usize = group
+            .iter()
+            .map(|&i| 2 * requests[i].key.len() + requests[i].token.len() + 32)
+            .sum();
+        let size = (1 + 5 * group.len(), bytes + 4);
         match self
-            .run_script(&scripts::BATCH, fill, &tokens, deadline)
+            .run_script(&scripts::BATCH, fill, size, &tokens, deadline)
             .await?
         {
             Value::Array(items) if items.len() == group.len() => Ok(items
@@ -1185,22 +1191,33 @@ impl Node {
         let fill = |cmd: &mut Cmd| {
             cmd.arg(keys.len()).arg(keys).arg(args);
         };
-        self.run_script(lua, fill, secrets, deadline).await
+        let bytes = keys.iter().chain(args).map(|a| a.len()).sum::<usize>() + 4;
+        self.run_script(
+            lua,
+            fill,
+            (1 + keys.len() + args.len(), bytes),
+            secrets,
+            deadline,
+        )
+        .await
     }
 
     /// [`script`](Self::script) with the call's arguments (`numkeys`, the
     /// keys, the args) written by `fill` straight into the command, with no
     /// list of them in between: a batch has hundreds.
+    /// `size` is how many arguments `fill` writes and about how many bytes,
+    /// so that the command is allocated once rather than grown.
     async fn run_script(
         &self,
         lua: &Lua,
         fill: impl Fn(&mut Cmd),
+        size: (usize, usize),
         secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
         let call = |verb: &str, body: &str| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(body);
+            let mut cmd = Cmd::with_capacity(2 + size.0, verb.len() + body.len() + size.1);
+            cmd.arg(verb).arg(body);
             fill(&mut cmd);
             cmd
         };
