@@ -449,7 +449,12 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
-        cmd.arg("SET").arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+        cmd.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.

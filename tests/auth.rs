@@ -7,26 +7,10 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisServer, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
+use support::LOCK_COMMANDS;
 
 const PASSWORD: &str = "s3cret-pw-7f1e";
 const USER_PASSWORD: &str = "alice-pw-91c2";
-
-/// The commands a lock user needs in the default `ScriptMode::Eval` (the
-/// README's ACL line): SET for acquire; EVALSHA, with SCRIPT LOAD (on a
-/// standalone node) or EVAL (on a cluster) for the NOSCRIPT fallback, for
-/// the scripts, which run GET, DEL and PEXPIRE, plus INCR for fencing and
-/// EXISTS for multi-resource locks.
-const LOCK_COMMANDS: [&str; 9] = [
-    "+set",
-    "+get",
-    "+del",
-    "+pexpire",
-    "+exists",
-    "+incr",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-];
 
 fn secured() -> RedisServer {
     secured_with(&LOCK_COMMANDS)

@@ -203,16 +203,16 @@ async fn dropped_callers_leave_nothing_behind_and_the_queue_keeps_going() {
 /// error; the entries batched with it are served as if alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_refused_entry_does_not_fail_its_batch() {
-    let server = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--user")
-            .arg("app")
-            .arg("on")
-            .arg(">app-pw-5d1")
-            .arg("~ok:*")
-            .args_for_lock_user(),
-    )
-    .expect("server");
+    let options = ServerOptions::new()
+        .arg("--user")
+        .arg("app")
+        .arg("on")
+        .arg(">app-pw-5d1")
+        .arg("~ok:*");
+    let options = support::LOCK_COMMANDS
+        .into_iter()
+        .fold(options, |options, command| options.arg(command));
+    let server = RedisServer::start_with(options).expect("server");
     let url = server.url().replace("redis://", "redis://app:app-pw-5d1@");
     let locks = Redlock::builder()
         .node(url)
@@ -248,29 +248,6 @@ async fn one_refused_entry_does_not_fail_its_batch() {
         }
     }
     locks.settle().await;
-}
-
-/// `ServerOptions` for the lock user's commands (the README's ACL line).
-trait LockUser {
-    fn args_for_lock_user(self) -> Self;
-}
-
-impl LockUser for ServerOptions {
-    fn args_for_lock_user(self) -> Self {
-        [
-            "+set",
-            "+get",
-            "+del",
-            "+pexpire",
-            "+exists",
-            "+incr",
-            "+evalsha",
-            "+eval",
-            "+script|load",
-        ]
-        .into_iter()
-        .fold(self, |options, command| options.arg(command))
-    }
 }
 
 /// Held locks extended while others lock and release around them: the

@@ -332,17 +332,7 @@ async fn a_user_with_only_the_lock_commands_gets_notes_not_an_unreachable_node()
         .arg("~app:*");
     // What the README's Security section grants a lock user: no INFO,
     // CONFIG, TIME or PING.
-    for command in [
-        "+set",
-        "+get",
-        "+del",
-        "+pexpire",
-        "+exists",
-        "+incr",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-    ] {
+    for command in support::LOCK_COMMANDS {
         options = options.arg(command);
     }
     let server = RedisServer::start_with(options).expect("server");

@@ -9,6 +9,23 @@ use quorumlock::testkit::RedisNodes;
 use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
+/// The commands a lock user needs in the default `ScriptMode::Eval` (the
+/// README's ACL line): SET for acquire; EVALSHA, with SCRIPT LOAD (on a
+/// standalone node) or EVAL (on a cluster) for the NOSCRIPT fallback, for
+/// the scripts, which run GET, DEL and PEXPIRE, plus INCR for fencing and
+/// EXISTS for multi-resource locks.
+pub const LOCK_COMMANDS: [&str; 9] = [
+    "+set",
+    "+get",
+    "+del",
+    "+pexpire",
+    "+exists",
+    "+incr",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+];
+
 /// A bound that turns a hang into a test failure; not a timing assertion.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
