@@ -2,24 +2,29 @@
 //! locks bound for the same node go out as one script call
 //! (`batch.lua`), with an answer per request.
 //!
-//! No request waits for company. A node has at most one such call in
-//! flight: a request that finds none goes out at once, alone, from its
-//! caller's task; one that finds a call in flight queues, and everything
-//! that queued goes out together as soon as that call answers. Under load
-//! the batches grow by themselves; a lone caller pays nothing.
+//! No request waits for company. Under light load a request goes out at
+//! once, alone, from its caller's task, side by side with the node's other
+//! calls in flight. Once a node has many in flight (heavy load), it takes
+//! one call at a time: a request that finds a call in flight queues, and
+//! everything that queued goes out together as soon as that call answers,
+//! so the batches grow with the load. A small batch means the load is
+//! light again (see [`Lane`] for the numbers and why).
 //!
-//! A lone request holds its node's queue until its future is polled to
-//! its answer or dropped: code that keeps a request's future without
-//! polling it (a fan-out's stragglers) must follow it at once or drop it.
+//! A lone request holds its place until its future is polled to its answer
+//! or dropped: code that keeps a request's future without polling it (a
+//! fan-out's stragglers) must follow it at once or drop it, or the node's
+//! queue may wait behind it.
 //!
 //! Each request keeps its own deadline and its caller's cancellation: a
 //! caller that gives up (its deadline passed, or its future was dropped)
 //! stops waiting at once. Its acquire or extension, not yet sent, is then
 //! never sent; a release still goes out, since whoever gave up on it still
 //! wants the key gone. A slow node delays only its own batches. One node's
-//! requests go out in the order they came (Redis runs one connection's
-//! calls in order, and a batch runs its entries in order), so a release
-//! queued behind an acquire of the same token runs after it.
+//! requests go out in the order they came: nothing goes out alone while
+//! anything is queued or a batch is not yet handed to the connection, Redis
+//! runs one connection's calls in order, and a batch runs its entries in
+//! order — so a release queued behind an acquire of the same token runs
+//! after it.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,6 +37,14 @@ use crate::error::NodeError;
 use crate::node::{Deadline, Node, Single, SingleOp, within};
 use crate::tasks::Background;
 use crate::token::Token;
+
+/// How many lone requests a node may have in flight while its load is
+/// light, before requests start to queue and batch.
+const PIPELINED: usize = 24;
+
+/// A batch smaller than this says the load is light again: lone requests
+/// may go out side by side once more.
+const SMALL_BATCH: usize = 8;
 
 /// The most requests one call carries; the rest wait for the next one.
 /// (A script blocks its node while it runs: about a microsecond an entry.)
@@ -85,11 +98,42 @@ impl Waiting {
 }
 
 /// One node's queue.
+///
+/// Under light load, lone requests go out side by side, pipelined on the
+/// node's connection, as many as [`PIPELINED`]: a batch of a few requests
+/// costs the node and the client more than the same requests sent alone,
+/// and while one call is in flight the client and the node would take
+/// turns, each idle while the other works. Once that many are in flight
+/// the node is `batching`: a lone request goes out only when nothing else
+/// is in flight, and everything else queues and goes out one batch at a
+/// time — fewer, larger calls, which is what saves CPU on both sides under
+/// heavy load. A small batch ([`SMALL_BATCH`]) ends it.
 #[derive(Default)]
 struct Lane {
-    /// A call of this node is in flight (a lone request, or a batch).
-    busy: bool,
+    /// Calls of this node in flight: lone requests, and the batch.
+    in_flight: usize,
+    /// Heavy load: one call in flight at a time.
+    batching: bool,
+    /// A task sends what queues, one batch at a time.
+    flushing: bool,
+    /// That task took a batch it has not yet handed to the connection:
+    /// until it has, a lone request must queue behind it.
+    dispatching: bool,
     waiting: Vec<Waiting>,
+}
+
+impl Lane {
+    /// The next batch (at most [`MOST`] requests, oldest first), marked
+    /// as being dispatched.
+    fn take(&mut self) -> Vec<Waiting> {
+        self.dispatching = true;
+        if self.waiting.len() < SMALL_BATCH {
+            self.batching = false;
+        }
+        let most = self.waiting.len().min(MOST);
+        let rest = self.waiting.split_off(most);
+        std::mem::replace(&mut self.waiting, rest)
+    }
 }
 
 /// Every node's queue, and what a batch needs to go out on its own.
@@ -140,7 +184,10 @@ impl Lanes {
         let Some(answer) = self.queue(node, &op, key, token, deadline) else {
             // Hands what queues meanwhile to a batch when this call ends,
             // however it ends (a dropped caller included).
-            let _turn = Turn::new(self, node);
+            let _turn = Lone {
+                lanes: self.clone(),
+                node,
+            };
             let request = Single {
                 op: op.borrow(),
                 key,
@@ -158,9 +205,12 @@ impl Lanes {
         .await
     }
 
-    /// Queues the request if node `node` has a call in flight, returning
-    /// where its answer will come; else marks the node busy and returns
-    /// `None`: the caller sends it at once.
+    /// Queues the request if node `node` has as many calls in flight as
+    /// its load allows (see [`Lane`]), or requests queued, or a batch not
+    /// yet sent, returning where its
+    /// answer will come; else counts it in flight and returns `None`: the
+    /// caller sends it at once. Either way it goes out after every request
+    /// that came before it.
     fn queue(
         &self,
         node: usize,
@@ -170,10 +220,12 @@ impl Lanes {
         deadline: Deadline,
     ) -> Option<oneshot::Receiver<Result<u8, NodeError>>> {
         let mut lane = self.lane(node)?;
-        if !lane.busy {
-            lane.busy = true;
+        let limit = if lane.batching { 1 } else { PIPELINED };
+        if lane.in_flight < limit && lane.waiting.is_empty() && !lane.dispatching {
+            lane.in_flight += 1;
             return None;
         }
+        lane.batching = true;
         let (reply, answer) = oneshot::channel();
         lane.waiting.push(Waiting {
             op: op.clone(),
@@ -186,10 +238,14 @@ impl Lanes {
         Some(answer)
     }
 
-    /// Sends `batch`, then whatever queued meanwhile, until the node's
-    /// queue is empty.
+    /// Sends `batch`, then whatever queued meanwhile, one batch at a time,
+    /// until the node's queue is empty.
     async fn flush(self: Arc<Self>, node: usize, mut batch: Vec<Waiting>) {
-        let mut turn = Turn::new(&self, node);
+        let mut flusher = Flusher {
+            lanes: self.clone(),
+            node,
+            done: false,
+        };
         let Some(target) = self.nodes.get(node) else {
             return;
         };
@@ -201,33 +257,79 @@ impl Lanes {
                 let _ = waiting.reply.send(Err(NodeError::Timeout(waiting.given)));
             }
             batch = wanted;
-            if let Some(deadline) = batch.iter().map(|w| w.deadline).max() {
-                let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
-                let answers = match &*requests {
-                    [one] => vec![target.single(*one, deadline.into()).await],
-                    _ => match target.batch(&requests, deadline.into()).await {
-                        Ok(answers) => answers,
-                        // The ACL refused some key before anything ran: each
-                        // request alone, in order, gets its own answer.
-                        Err(error) if is_key_refusal(&error) => {
-                            let mut answers = Vec::with_capacity(requests.len());
-                            for request in &requests {
-                                answers.push(target.single(*request, deadline.into()).await);
+            let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
+            let deadline = batch.iter().map(|w| w.deadline).max();
+            let answers = {
+                let call = async {
+                    let Some(deadline) = deadline else {
+                        return Vec::new();
+                    };
+                    match &*requests {
+                        [one] => vec![target.single(*one, deadline.into()).await],
+                        _ => match target.batch(&requests, deadline.into()).await {
+                            Ok(answers) => answers,
+                            // The ACL refused some key before anything ran:
+                            // each request alone, in order, gets its own answer.
+                            Err(error) if is_key_refusal(&error) => {
+                                let mut answers = Vec::with_capacity(requests.len());
+                                for request in &requests {
+                                    answers.push(target.single(*request, deadline.into()).await);
+                                }
+                                answers
                             }
-                            answers
-                        }
-                        Err(error) => vec![Err(error); requests.len()],
-                    },
+                            Err(error) => vec![Err(error); requests.len()],
+                        },
+                    }
                 };
-                drop(requests);
-                for (waiting, answer) in batch.drain(..).zip(answers) {
-                    // The caller may have stopped waiting.
-                    let _ = waiting.reply.send(answer);
-                }
+                let mut call = std::pin::pin!(call);
+                let mut sent = false;
+                std::future::poll_fn(|cx| {
+                    let answers = call.as_mut().poll(cx);
+                    if !sent {
+                        // Handed to the connection on its first poll: a lone
+                        // request may go out behind it now.
+                        sent = true;
+                        if let Some(mut lane) = self.lane(node) {
+                            lane.dispatching = false;
+                        }
+                    }
+                    answers
+                })
+                .await
+            };
+            drop(requests);
+            for (waiting, answer) in batch.drain(..).zip(answers) {
+                // The caller may have stopped waiting.
+                let _ = waiting.reply.send(answer);
             }
-            match turn.next() {
+            match flusher.next() {
                 Some(next) => batch = next,
                 None => return,
+            }
+        }
+    }
+
+    /// A batch for a new flusher, if requests wait and none runs; the
+    /// batch is counted in flight.
+    fn hand_over(lane: &mut Lane) -> Option<Vec<Waiting>> {
+        if lane.waiting.is_empty() || lane.flushing {
+            return None;
+        }
+        lane.flushing = true;
+        lane.in_flight += 1;
+        Some(lane.take())
+    }
+
+    /// Starts a flusher with `batch` (see [`hand_over`](Self::hand_over)).
+    fn spawn_flusher(self: &Arc<Self>, node: usize, batch: Vec<Waiting>) {
+        let spawned = self.background.spawn(self.clone().flush(node, batch));
+        if spawned.is_none() {
+            // No runtime to send them: their callers get an error (the
+            // senders are dropped with the batch).
+            if let Some(mut lane) = self.lane(node) {
+                lane.flushing = false;
+                lane.dispatching = false;
+                lane.in_flight = lane.in_flight.saturating_sub(1);
             }
         }
     }
@@ -240,55 +342,68 @@ fn is_key_refusal(error: &NodeError) -> bool {
     matches!(error, NodeError::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm))
 }
 
-/// A node's call in flight. When it ends, whatever queued behind it goes
-/// out as the next batch, or the node is marked idle.
-struct Turn {
+/// A lone request in flight. When it ends, however it ends (a dropped
+/// caller included), whatever queued meanwhile goes out as a batch.
+struct Lone {
     lanes: Arc<Lanes>,
     node: usize,
-    /// The queue was found empty and the node marked idle.
+}
+
+impl Drop for Lone {
+    fn drop(&mut self) {
+        let batch = {
+            let Some(mut lane) = self.lanes.lane(self.node) else {
+                return;
+            };
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            Lanes::hand_over(&mut lane)
+        };
+        if let Some(batch) = batch {
+            self.lanes.spawn_flusher(self.node, batch);
+        }
+    }
+}
+
+/// A node's flusher. Takes the next batch while requests wait; when none
+/// do, or when the task is dropped, it stops (handing what waits to a new
+/// one if it was dropped).
+struct Flusher {
+    lanes: Arc<Lanes>,
+    node: usize,
+    /// The queue was found empty and the flusher stopped.
     done: bool,
 }
 
-impl Turn {
-    fn new(lanes: &Arc<Lanes>, node: usize) -> Self {
-        Self {
-            lanes: lanes.clone(),
-            node,
-            done: false,
-        }
-    }
-
-    /// The next batch (at most [`MOST`] requests, oldest first), or `None`
-    /// once the queue is empty and the node idle.
+impl Flusher {
+    /// The next batch, or `None` once the queue is empty.
     fn next(&mut self) -> Option<Vec<Waiting>> {
         let mut lane = self.lanes.lane(self.node)?;
         if lane.waiting.is_empty() {
-            lane.busy = false;
+            lane.flushing = false;
+            lane.in_flight = lane.in_flight.saturating_sub(1);
             self.done = true;
             return None;
         }
-        let most = lane.waiting.len().min(MOST);
-        let rest = lane.waiting.split_off(most);
-        Some(std::mem::replace(&mut lane.waiting, rest))
+        Some(lane.take())
     }
 }
 
-impl Drop for Turn {
+impl Drop for Flusher {
     fn drop(&mut self) {
         if self.done {
             return;
         }
-        let Some(batch) = self.next() else {
-            return;
+        let batch = {
+            let Some(mut lane) = self.lanes.lane(self.node) else {
+                return;
+            };
+            lane.flushing = false;
+            lane.dispatching = false;
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            Lanes::hand_over(&mut lane)
         };
-        let (lanes, node) = (self.lanes.clone(), self.node);
-        let spawned = self.lanes.background.spawn(lanes.flush(node, batch));
-        if spawned.is_none() {
-            // No runtime to send them: their callers get an error (the
-            // senders are dropped with the batch) and the node is idle.
-            if let Some(mut lane) = self.lanes.lane(self.node) {
-                lane.busy = false;
-            }
+        if let Some(batch) = batch {
+            self.lanes.spawn_flusher(self.node, batch);
         }
     }
 }

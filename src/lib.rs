@@ -170,9 +170,10 @@
 //! 3. **Round**
 //!    - `calls` — the poller of one fan-out's requests, under one timer.
 //!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
-//!    - `coalesce` — group commit per node: plain locks' acquires, releases
-//!      and extensions that meet a call in flight go out together as one
-//!      script call once it answers; a lone request goes out at once.
+//!    - `coalesce` — group commit per node: under heavy load, plain locks'
+//!      acquires, releases and extensions that meet a call in flight go out
+//!      together as one script call once it answers; under light load, and
+//!      always for a lone request, at once.
 //!    - `round` — the engine: one request to every node, votes, decision, the
 //!      requests still in flight, releases, cleanup; the `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
