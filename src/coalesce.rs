@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
-use crate::node::{Deadline, Node, Single, SingleOp, within};
+use crate::node::{Deadline, Node, Single, SingleOp, nth, within};
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -178,9 +178,7 @@ impl Lanes {
         token: &Token,
         deadline: Deadline,
     ) -> Result<u8, NodeError> {
-        let Some(target) = self.nodes.get(node) else {
-            return Err(NodeError::UnexpectedReply("no such node".to_owned()));
-        };
+        let target = nth(&self.nodes, node)?;
         let Some(answer) = self.queue(node, &op, key, token, deadline) else {
             // Hands what queues meanwhile to a batch when this call ends,
             // however it ends (a dropped caller included).
@@ -320,6 +318,26 @@ impl Lanes {
         Some(lane.take())
     }
 
+    /// A call of node `node` ended without taking the next batch: a lone
+    /// request answered or dropped, or a flusher dropped mid-way (`flusher`).
+    /// Whatever waits goes to a new flusher.
+    fn call_ended(self: &Arc<Self>, node: usize, flusher: bool) {
+        let batch = {
+            let Some(mut lane) = self.lane(node) else {
+                return;
+            };
+            if flusher {
+                lane.flushing = false;
+                lane.dispatching = false;
+            }
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            Self::hand_over(&mut lane)
+        };
+        if let Some(batch) = batch {
+            self.spawn_flusher(node, batch);
+        }
+    }
+
     /// Starts a flusher with `batch` (see [`hand_over`](Self::hand_over)).
     fn spawn_flusher(self: &Arc<Self>, node: usize, batch: Vec<Waiting>) {
         let spawned = self.background.spawn(self.clone().flush(node, batch));
@@ -351,16 +369,7 @@ struct Lone {
 
 impl Drop for Lone {
     fn drop(&mut self) {
-        let batch = {
-            let Some(mut lane) = self.lanes.lane(self.node) else {
-                return;
-            };
-            lane.in_flight = lane.in_flight.saturating_sub(1);
-            Lanes::hand_over(&mut lane)
-        };
-        if let Some(batch) = batch {
-            self.lanes.spawn_flusher(self.node, batch);
-        }
+        self.lanes.call_ended(self.node, false);
     }
 }
 
@@ -390,20 +399,8 @@ impl Flusher {
 
 impl Drop for Flusher {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let batch = {
-            let Some(mut lane) = self.lanes.lane(self.node) else {
-                return;
-            };
-            lane.flushing = false;
-            lane.dispatching = false;
-            lane.in_flight = lane.in_flight.saturating_sub(1);
-            Lanes::hand_over(&mut lane)
-        };
-        if let Some(batch) = batch {
-            self.lanes.spawn_flusher(self.node, batch);
+        if !self.done {
+            self.lanes.call_ended(self.node, true);
         }
     }
 }

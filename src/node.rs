@@ -230,6 +230,13 @@ impl fmt::Debug for Node {
     }
 }
 
+/// Node `i` of `nodes`: every per-node request looks its node up this way.
+pub(crate) fn nth(nodes: &[Node], i: usize) -> Result<&Node, NodeError> {
+    nodes
+        .get(i)
+        .ok_or_else(|| NodeError::UnexpectedReply("no such node".to_owned()))
+}
+
 impl Node {
     /// Parses a standalone node URL (`redis[s]://[user:password@]host:port[/db]`).
     /// No I/O.

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
-use crate::node::Deadline;
+use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Decision, Vote, Window};
 use crate::request::{Keys, Kind, Request};
 use crate::round::{Acquire, Core, Round, Until, fan_out};
@@ -77,9 +77,7 @@ impl Acquire for Request {
         let (kind, ttl_ms) = (self.kind, self.ttl_ms);
         async move {
             let i = node;
-            let Some(node) = core.nodes.get(i) else {
-                return Err(NodeError::UnexpectedReply("no such node".to_owned()));
-            };
+            let node = nth(&core.nodes, i)?;
             match (kind, &*keys, fence_key.as_deref()) {
                 (Kind::Fenced, [key], Some(fence_key)) => {
                     let counter = node

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::node::Deadline;
+use crate::node::{Deadline, nth};
 use crate::quorum::Window;
 use crate::redlock::{Redlock, measured};
 use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
@@ -370,9 +370,7 @@ impl Acquire for RwAttempt {
         let (core, token) = (core.clone(), token.clone());
         let (rw, read, ttl_ms) = (self.rw.clone(), self.mode == Mode::Read, self.ttl_ms);
         async move {
-            let Some(server) = core.nodes.get(node) else {
-                return Err(NodeError::UnexpectedReply("no such node".to_owned()));
-            };
+            let server = nth(&core.nodes, node)?;
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
             server

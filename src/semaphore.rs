@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::node::{Deadline, PermitReply};
+use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
 use crate::redlock::{Redlock, measured};
 use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
@@ -496,9 +496,7 @@ impl Acquire for SlotAttempt {
             (self.request.permits.clone(), self.slot, self.request.ttl_ms);
         let reports = self.reports.clone();
         async move {
-            let Some(server) = core.nodes.get(node) else {
-                return Err(NodeError::UnexpectedReply("no such node".to_owned()));
-            };
+            let server = nth(&core.nodes, node)?;
             let reply = server
                 .acquire_permit(&permits, slot, token.as_str(), ttl_ms, deadline)
                 .await?;
