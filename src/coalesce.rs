@@ -18,8 +18,11 @@
 //! Each request keeps its own deadline and its caller's cancellation: a
 //! caller that gives up (its deadline passed, or its future was dropped)
 //! stops waiting at once. Its acquire or extension, not yet sent, is then
-//! never sent; a release still goes out, since whoever gave up on it still
-//! wants the key gone. A slow node delays only its own batches. One node's
+//! never sent; a release still goes out within its deadline, since whoever
+//! gave up on it still wants the key gone — past it, the node is far
+//! behind and the release is shed (counted; its key expires by ttl), so
+//! that a frozen node's queue cannot grow without bound. A slow node
+//! delays only its own batches. One node's
 //! requests go out in the order they came: nothing goes out alone while
 //! anything is queued or a batch is not yet handed to the connection, Redis
 //! runs one connection's calls in order, and a batch runs its entries in
@@ -90,10 +93,13 @@ impl Waiting {
         }
     }
 
-    /// Whether it still goes out: a release always; an acquire or an
-    /// extension only while its caller waits, within its deadline.
+    /// Whether it still goes out: within its deadline, a release always
+    /// (whoever gave up on it still wants the key gone), an acquire or an
+    /// extension only while its caller waits. Past its deadline nothing
+    /// goes: the node is far behind (a release is shed, its key expires by
+    /// ttl), and its caller has stopped waiting for the answer.
     fn wanted(&self, now: Instant) -> bool {
-        matches!(self.op, Op::Release { .. }) || (!self.reply.is_closed() && self.deadline > now)
+        self.deadline > now && (matches!(self.op, Op::Release { .. }) || !self.reply.is_closed())
     }
 }
 
@@ -252,6 +258,9 @@ impl Lanes {
             let (wanted, given_up): (Vec<_>, Vec<_>) =
                 batch.drain(..).partition(|waiting| waiting.wanted(now));
             for waiting in given_up {
+                if matches!(waiting.op, Op::Release { .. }) {
+                    crate::metrics::shed(target.label(), "release");
+                }
                 let _ = waiting.reply.send(Err(NodeError::Timeout(waiting.given)));
             }
             batch = wanted;

@@ -14,7 +14,7 @@ use crate::calls::Stragglers;
 use crate::error::{Error, NodeFailure};
 use crate::node::{Deadline, Seen};
 use crate::quorum::quorum;
-use crate::round::{Core, Round, Until, fan_out, follow};
+use crate::round::{Core, Round, fan_out, follow};
 use crate::token::Token;
 
 /// Appended to an election's lock key to form the key of the leader's
@@ -69,7 +69,6 @@ pub(crate) async fn proclaim(
         .then(|| elected_channel(&proclamation.key).into());
     let (round, stragglers) = fan_out(
         &core.nodes,
-        Until::Decided,
         "proclaim",
         deadline,
         |i, _, deadline| {
@@ -93,7 +92,7 @@ pub(crate) async fn proclaim(
         },
     )
     .await;
-    follow(core, "proclaim", stragglers, None, |_, _| {});
+    follow(core, "proclaim", stragglers, |_, _| {});
     round
 }
 

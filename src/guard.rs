@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -20,7 +21,7 @@ use crate::node::ExtendReply;
 use crate::quorum::{Answer, Vote, Window};
 use crate::renew::Renewer;
 use crate::request::{Shape, checked_ttl};
-use crate::round::{Core, Grant, InFlight, Round, Until, fan_out, follow, release_everywhere};
+use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
 
 /// A held lock.
 ///
@@ -47,7 +48,8 @@ pub struct LockGuard {
     ttl_ms: u64,
     /// Set once `release` has run, so that `Drop` does not release again.
     released: bool,
-    /// Acquire requests that were still in flight at the quorum decision.
+    /// Acquire requests that were still in flight at the quorum decision,
+    /// raced against the release (see [`InFlight`]).
     in_flight: Option<Arc<InFlight>>,
 }
 
@@ -67,9 +69,8 @@ impl LockGuard {
     /// put the token, and follows the requests still in flight at the
     /// decision to their answers at once (see [`follow`]): a held lock
     /// belongs on every node that can take it, so that it survives the
-    /// loss of any minority. A release waits, node by node, until such a
-    /// request has answered (or timed out), so that a late grant is removed
-    /// too.
+    /// loss of any minority. A release does not wait for them: a late grant
+    /// that may have landed after it is released again (see [`InFlight`]).
     pub(crate) fn new<T, F>(
         core: Arc<Core>,
         renewer: Arc<Renewer>,
@@ -102,7 +103,8 @@ impl LockGuard {
             in_flight = pending.len(),
             "lock granted"
         );
-        let in_flight = (!pending.is_empty()).then(|| Arc::new(InFlight::new(nodes, pending)));
+        let in_flight =
+            (!pending.is_empty()).then(|| Arc::new(InFlight::new(nodes, &pending, false)));
         follow_into(
             &core,
             &held,
@@ -244,7 +246,6 @@ impl LockGuard {
             // the lock is extended (or has it restored), not just a quorum.
             let (round, stragglers) = fan_out(
                 &core.nodes,
-                Until::Decided,
                 "extend",
                 deadline,
                 |i, _, deadline| {
@@ -273,8 +274,8 @@ impl LockGuard {
             .await;
             confirm(held, id, &round, &stragglers);
             let pending: Vec<usize> = stragglers.nodes().collect();
-            let in_flight =
-                (!pending.is_empty()).then(|| Arc::new(InFlight::new(core.nodes.len(), pending)));
+            let in_flight = (!pending.is_empty())
+                .then(|| Arc::new(InFlight::new(core.nodes.len(), &pending, true)));
             *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
             follow_into(core, held, id, "extend", stragglers, in_flight);
             match held.settle_extension(round.decision, &round.tally, &window) {
@@ -298,13 +299,21 @@ impl LockGuard {
         .await
     }
 
-    /// Releases the lock: a token-checked delete on every node, waiting for
-    /// each node's answer (or its timeout). Auto-extension stops.
+    /// Releases the lock: a token-checked delete on every node, decided at
+    /// a quorum. Auto-extension stops, and [`lost`](Lease::lost) resolves,
+    /// before any key goes.
     ///
-    /// A node whose acquire request was still unanswered when the lock was
-    /// granted is sent its release once that request has answered or timed
-    /// out, so that a late grant is removed too: right after acquiring,
-    /// with a node that hangs, releasing can take two node timeouts.
+    /// Returns as soon as a quorum of nodes deleted the token (or as soon
+    /// as that has become impossible); the other nodes are followed in the
+    /// background, each bounded by the node timeout, so a slow or frozen
+    /// minority costs the caller nothing. The summary says what was known
+    /// when it returned; [`ReleaseSummary::settled`] waits for the rest.
+    ///
+    /// A node whose acquire (or extension) request was still unanswered is
+    /// not waited for either: the release goes out behind that request on
+    /// the node's connection, where Redis runs it after the request; where
+    /// that order is not certain, a late grant that may have landed after
+    /// the release is released again.
     ///
     /// # Errors
     ///
@@ -321,9 +330,9 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// This method is cancel safe. If the future is dropped before every
-    /// node answered, the guard it owns is dropped with it, which releases
-    /// again in the background.
+    /// This method is cancel safe. If the future is dropped before the
+    /// release was decided, the guard it owns is dropped with it, which
+    /// releases again in the background.
     ///
     /// # Examples
     ///
@@ -347,7 +356,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseSummary, Error> {
         let held = self.held().clone();
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
-        let round = give_up(&self.core, &held, self.in_flight.as_deref())
+        let (round, following) = give_up(&self.core, &held, self.in_flight.take())
             .instrument(span)
             .await;
         self.released = true;
@@ -370,55 +379,105 @@ impl LockGuard {
         } else {
             "partial"
         });
-        let released_on = self
-            .core
-            .nodes
-            .iter()
+        let labels = || self.core.nodes.iter().map(|node| node.label().clone());
+        let released_on = labels()
             .zip(&round.answers)
             .filter(|(_, answer)| **answer == Some(true))
-            .map(|(node, _)| node.label().clone())
+            .map(|(label, _)| label)
             .collect();
+        let following = following.map(|(nodes, answers)| Following {
+            nodes: nodes
+                .into_iter()
+                .filter_map(|i| Some((i, self.core.nodes.get(i)?.label().clone())))
+                .collect(),
+            answers,
+        });
         Ok(ReleaseSummary {
             released_on,
             asked: round.tally.nodes(),
             failures: round.failures,
+            following,
         })
     }
 }
 
+/// Every node's answer to a release, as they come: `None` until then.
+type Answers = Vec<Option<Result<bool, NodeError>>>;
+
 /// Gives a lock up: renewal stops and `lost()` resolves before the keys
-/// go, then a token-checked delete on every node — the one release of both
-/// [`LockGuard::release`] and a dropped guard.
-async fn give_up(core: &Core, held: &Held, in_flight: Option<&InFlight>) -> Round {
+/// go, then a token-checked delete on every node, decided at a quorum —
+/// the one release of both [`LockGuard::release`] and a dropped guard.
+/// The nodes still answering then are followed in the background; with
+/// them, the nodes they are and where their answers will show.
+///
+/// Requests of the lock still in flight (the acquire's, `in_flight`, and
+/// the newest explicit extension's) are raced, not waited for: see
+/// [`InFlight`].
+async fn give_up(
+    core: &Arc<Core>,
+    held: &Arc<Held>,
+    in_flight: Option<Arc<InFlight>>,
+) -> (Round, Option<(Vec<usize>, watch::Receiver<Answers>)>) {
     held.mark_lost(LossReason::Released);
     held.confirmations.clear();
-    // An extension still in flight could restore what this release removes:
-    // let it land first (each request ends by its node timeout).
     let extending = held
         .extending
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
-    if let Some(extending) = extending {
-        extending.all_answered().await;
+    // Per node, the requests this release races: those still in flight
+    // now, before it is sent.
+    let mut races: Vec<(usize, Arc<InFlight>)> = Vec::new();
+    for requests in [in_flight, extending].into_iter().flatten() {
+        for node in (0..core.nodes.len()).filter(|&node| requests.pending(node)) {
+            races.push((node, requests.clone()));
+        }
     }
-    let holding = &held.holding;
-    let round = release_everywhere(
-        core,
-        &holding.keys,
-        &holding.shape,
-        &holding.token,
-        None,
-        in_flight,
-    )
-    .await;
+    let (round, stragglers) = crate::round::release(core, held).await;
+    let races: Arc<[(usize, Arc<InFlight>)]> = races.into();
+    let settle = {
+        let (core, held, races) = (core.clone(), held.clone(), races.clone());
+        move |node: usize, deleted: bool| {
+            let again = races
+                .iter()
+                .filter(|(raced, _)| *raced == node)
+                .fold(false, |again, (_, requests)| {
+                    requests.released(node, deleted) || again
+                });
+            if again {
+                release_again(&core, &held, node);
+            }
+        }
+    };
+    // The nodes that answered in the round; those still in flight, below.
+    if !races.is_empty() {
+        for (node, vote) in round.votes(&stragglers).into_iter().enumerate() {
+            if let Some(deleted) = vote {
+                settle(node, deleted);
+            }
+        }
+    }
     tracing::debug!(
         resource = %held.resource,
         released = round.tally.yes(),
         failed = round.failures.len(),
+        in_flight = stragglers.nodes().count(),
         "lock released"
     );
-    round
+    if stragglers.is_empty() {
+        return (round, None);
+    }
+    let nodes: Vec<usize> = stragglers.nodes().collect();
+    let (answers, following) = watch::channel(vec![None; core.nodes.len()]);
+    follow(core, "release", stragglers, move |node, answer| {
+        settle(node, answer.as_ref().is_ok_and(|&deleted| deleted));
+        answers.send_modify(|answers| {
+            if let Some(slot) = answers.get_mut(node) {
+                *slot = Some(answer);
+            }
+        });
+    });
+    (round, Some((nodes, following)))
 }
 
 impl fmt::Debug for LockGuard {
@@ -443,7 +502,7 @@ impl Drop for LockGuard {
         metrics::release("dropped");
         // Best effort: without a runtime the keys expire after their ttl.
         let spawned = self.core.background.spawn(async move {
-            give_up(&core, &held, in_flight.as_deref()).await;
+            give_up(&core, &held, in_flight).await;
         });
         if spawned.is_none() {
             tracing::debug!(resource = %self.lease.resource(), "guard dropped outside a runtime; keys will expire");
@@ -471,7 +530,8 @@ fn confirm<T: Answer, F>(
 }
 
 /// Follows a round's stragglers, recording their answers in the lock's
-/// confirmations.
+/// confirmations; a late "yes" that may have landed after the lock's
+/// release is released again (see [`InFlight`]).
 fn follow_into<T, F>(
     core: &Arc<Core>,
     held: &Arc<Held>,
@@ -483,20 +543,39 @@ fn follow_into<T, F>(
     T: Answer + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
 {
-    let held = held.clone();
-    follow(core, op, stragglers, in_flight, move |node, vote| {
-        held.confirmations.record(id, node, vote == Vote::Yes);
+    let (task_core, held) = (core.clone(), held.clone());
+    follow(core, op, stragglers, move |node, answer| {
+        let yes = answer.is_ok_and(|answer| answer.vote() == Vote::Yes);
+        held.confirmations.record(id, node, yes);
         tracing::debug!(op, confirmed = held.confirmations.count());
+        if in_flight
+            .as_ref()
+            .is_some_and(|requests| requests.answered(node, yes))
+        {
+            release_again(&task_core, &held, node);
+        }
     });
 }
 
-/// The outcome of [`LockGuard::release`], per node.
+/// The outcome of [`LockGuard::release`], per node: what was known when it
+/// returned (a quorum's answers, at least), and a way to wait for the
+/// rest ([`settled`](Self::settled)).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ReleaseSummary {
     released_on: Vec<Arc<str>>,
     asked: usize,
     failures: Vec<NodeFailure>,
+    /// The nodes still answering when `release` returned.
+    following: Option<Following>,
+}
+
+/// The nodes a release still followed when it returned, and where their
+/// answers show.
+#[derive(Debug)]
+struct Following {
+    nodes: Vec<(usize, Arc<str>)>,
+    answers: watch::Receiver<Answers>,
 }
 
 impl ReleaseSummary {
@@ -511,25 +590,83 @@ impl ReleaseSummary {
     }
 
     /// How many nodes were asked: every node of the manager. Those neither
-    /// in [`released_on`](Self::released_on) nor in
-    /// [`failures`](Self::failures) answered that they did not hold the
-    /// token.
+    /// in [`released_on`](Self::released_on), nor in
+    /// [`failures`](Self::failures), nor [`pending`](Self::pending)
+    /// answered that they did not hold the token.
     pub fn asked(&self) -> usize {
         self.asked
     }
 
-    /// How many nodes were asked.
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed to `asked`: `Redlock::nodes` lists the nodes, this counts them"
-    )]
-    pub fn nodes(&self) -> usize {
-        self.asked
+    /// How many nodes had not answered yet when the release returned (it
+    /// returns once the outcome is decided). Their releases are followed in
+    /// the background, each within the node timeout;
+    /// [`settled`](Self::settled) waits for them.
+    pub fn pending(&self) -> usize {
+        self.following.as_ref().map_or(0, |f| f.nodes.len())
     }
 
     /// The nodes that did not answer, with their errors. Their keys, if
     /// any, expire after the ttl.
     pub fn failures(&self) -> &[NodeFailure] {
         &self.failures
+    }
+
+    /// Waits for every node's answer — each bounded by the node timeout —
+    /// and returns the whole summary, with nothing [`pending`](Self::pending).
+    ///
+    /// `release` returns once the outcome is decided; this is for those
+    /// who want to know every node's answer too (an audit log, a test).
+    /// With a node frozen it takes the node timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only observes. The releases go on in
+    /// the background whether or not anybody waits for them.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let guard = locks.lock("reports:daily", Duration::from_secs(10)).await?;
+    /// let summary = guard.release().await?; // decided: a quorum released
+    /// let summary = summary.settled().await; // every node has answered
+    /// assert_eq!(summary.pending(), 0);
+    /// for failure in summary.failures() {
+    ///     eprintln!("{} kept its key until the ttl: {}", failure.node, failure.error);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn settled(mut self) -> ReleaseSummary {
+        let Some(Following { nodes, mut answers }) = self.following.take() else {
+            return self;
+        };
+        let answered = |answers: &Answers| {
+            nodes
+                .iter()
+                .all(|(node, _)| answers.get(*node).is_some_and(Option::is_some))
+        };
+        // An error means the follower is gone (the runtime is shutting
+        // down): what it did not report stays unanswered.
+        let _ = answers.wait_for(answered).await;
+        let answers = answers.borrow();
+        for (node, label) in nodes {
+            match answers.get(node).cloned().flatten() {
+                Some(Ok(true)) => self.released_on.push(label),
+                Some(Ok(false)) => {}
+                Some(Err(error)) => self.failures.push(NodeFailure { node: label, error }),
+                None => self.failures.push(NodeFailure {
+                    node: label,
+                    error: NodeError::UnexpectedReply(
+                        "not followed: the runtime is shutting down".to_owned(),
+                    ),
+                }),
+            }
+        }
+        drop(answers);
+        self
     }
 }

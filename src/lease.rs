@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::{Error, LossReason, NodeFailure};
 use crate::metrics;
 use crate::quorum::{Decision, Tally, Window};
-use crate::round::{Holding, InFlight};
+use crate::round::{Holding, InFlight, OnNodes};
 use crate::token::Token;
 
 /// Shared by a guard, its leases, and the renewer.
@@ -28,11 +28,17 @@ pub(crate) struct Held {
     pub(crate) confirmations: Confirmations,
     /// Set once the lock was handed to the renewer.
     auto_extended: AtomicBool,
-    /// The nodes an explicit extension's requests were still in flight to
-    /// when it was decided: a release waits for them, or a restore that
-    /// lands after it (a script reloaded on NOSCRIPT, say) would set the
-    /// key again.
+    /// The newest explicit extension's requests still in flight when it
+    /// was decided: a restore that lands after the release (a script
+    /// reloaded on NOSCRIPT, say) would set the key again, so the release
+    /// races them (see [`InFlight`]).
     pub(crate) extending: Mutex<Option<Arc<InFlight>>>,
+}
+
+impl OnNodes for Held {
+    fn holding(&self) -> &Holding {
+        &self.holding
+    }
 }
 
 /// What an extension's (or renewal's) decided round means for the lock.
@@ -47,9 +53,11 @@ pub(crate) enum Extended {
     Failed,
 }
 
-/// Per node, whether the newest answer about this lock's token said the
-/// node holds it: the acquire's answers (late ones included), then each
-/// extension's and renewal's, and finally the release's.
+/// Per node, whether the newest request about this lock's token has
+/// answered that the node holds it: the acquire's answers (late ones
+/// included), then each extension's and renewal's, and finally the
+/// release's. A node whose newest request has not answered yet is not
+/// confirmed, whatever it said before.
 ///
 /// Answers of one lock are handled by several tasks (a straggling acquire
 /// may be answered after a renewal that followed it), so each round of
@@ -58,7 +66,8 @@ pub(crate) enum Extended {
 #[derive(Debug)]
 pub(crate) struct Confirmations {
     /// Per node: `round << 1 | confirmed`, so that `fetch_max` keeps the
-    /// newest round's answer.
+    /// newest round's answer; a round's start writes `round << 1` (not
+    /// confirmed) until its answer comes.
     nodes: Box<[AtomicU64]>,
     /// The last round handed out; the acquire is round 1.
     rounds: AtomicU64,
@@ -81,9 +90,16 @@ impl Confirmations {
         }
     }
 
-    /// A new round, newer than every round before it.
+    /// A new round of requests to every node, newer than every round
+    /// before it. Until a node answers it, the node is not confirmed: what
+    /// it said before may no longer be so (a node that restarted empty, say,
+    /// is being restored by this very round).
     pub(crate) fn next_round(&self) -> RoundId {
-        RoundId(self.rounds.fetch_add(1, Ordering::Relaxed) + 1)
+        let round = RoundId(self.rounds.fetch_add(1, Ordering::Relaxed) + 1);
+        for slot in &self.nodes {
+            slot.fetch_max(round.0 << 1, Ordering::AcqRel);
+        }
+        round
     }
 
     /// Records what `node` answered in `round`, unless a newer round's
@@ -97,10 +113,7 @@ impl Confirmations {
     /// Marks the token confirmed nowhere (the lock is being released), in
     /// a round newer than any before.
     pub(crate) fn clear(&self) {
-        let round = self.next_round();
-        for node in 0..self.nodes.len() {
-            self.record(round, node, false);
-        }
+        self.next_round();
     }
 
     /// On how many nodes the newest answer confirmed the token.
@@ -287,16 +300,21 @@ impl Lease {
         self.held.holding.fence()
     }
 
-    /// On how many nodes the token is confirmed: nodes whose newest answer
-    /// about this lock — to the acquire (late answers included), the last
-    /// extension or renewal — said they hold it. Nodes that refused, failed
-    /// or have not answered yet do not count; after a release, none do.
+    /// On how many nodes the token is confirmed: nodes whose answer to the
+    /// newest request about this lock — the acquire (late answers
+    /// included), the last extension or renewal — said they hold it. Nodes
+    /// that refused, failed or have not answered that request yet do not
+    /// count, whatever they said before: while an extension or renewal is
+    /// in flight, only the nodes that already answered it count. After a
+    /// release, none do.
     ///
     /// Right after a grant it is at least the quorum and grows as the
-    /// remaining nodes answer (each within the node timeout). A lock on
-    /// every one of its N nodes survives the loss of any minority of them;
-    /// one on a bare quorum is lost with a single node, until an extension
-    /// or renewal restores it where it is missing.
+    /// remaining nodes answer (each within the node timeout); likewise
+    /// after an extension. A lock on every one of its N nodes survives the
+    /// loss of any minority of them; one on a bare quorum is lost with a
+    /// single node, until an extension or renewal restores it where it is
+    /// missing. To see every node's answer to the requests made so far,
+    /// wait for [`Redlock::settle`](crate::Redlock::settle) first.
     ///
     /// # Examples
     ///
@@ -499,12 +517,19 @@ pub(crate) mod tests {
         assert_eq!(c.count(), 2);
         let extension = c.next_round();
         assert_ne!(extension, RoundId::ACQUIRE);
+        assert_eq!(c.count(), 0, "no node has answered the extension yet");
         c.record(extension, 0, false);
         c.record(extension, 2, true);
         // A straggling acquire answer, handled after the extension's.
         c.record(RoundId::ACQUIRE, 0, true);
         c.record(RoundId::ACQUIRE, 2, false);
-        assert_eq!(c.count(), 2, "nodes 1 (acquire) and 2 (extension)");
+        // Nor does one, to the acquire, that came before the extension
+        // began: node 1 has not answered the extension (it may be a node
+        // that restarted empty, being restored).
+        c.record(RoundId::ACQUIRE, 1, true);
+        assert_eq!(c.count(), 1, "node 2 (extension)");
+        c.record(extension, 1, true);
+        assert_eq!(c.count(), 2, "nodes 1 and 2 (extension)");
         let release = c.next_round();
         for node in 0..3 {
             c.record(release, node, false);

@@ -74,6 +74,26 @@ pub(crate) fn node_error(node: &str, op: &'static str, timeout: bool) {
     imp::node_error(node, op, if timeout { "timeout" } else { "error" });
 }
 
+/// A request answered (`ok`) or failed after its call had returned: a
+/// straggler of a decided round, or a release nobody waits for, followed in
+/// the background.
+pub(crate) fn followed(op: &'static str, ok: bool) {
+    imp::followed(op, if ok { "answered" } else { "failed" });
+}
+
+/// A release went out once more on a node: a late grant there may have
+/// landed after the first one.
+pub(crate) fn released_again() {
+    imp::counter0("quorumlock_releases_resent_total");
+}
+
+/// Background work bound for a node that is far behind was dropped
+/// unsent: a release (of a lock nobody holds any more) whose node timeout
+/// passed while it queued. Its key expires by ttl.
+pub(crate) fn shed(node: &str, op: &'static str) {
+    imp::shed(node, op);
+}
+
 /// A waiter was woken by an announced release.
 pub(crate) fn wakeup() {
     imp::counter0("quorumlock_wakeups_total");
@@ -103,6 +123,16 @@ mod imp {
         metrics::gauge!("quorumlock_locks_held").increment(delta);
     }
 
+    pub(super) fn followed(op: &'static str, outcome: &'static str) {
+        metrics::counter!("quorumlock_followed_total", "op" => op, "outcome" => outcome)
+            .increment(1);
+    }
+
+    pub(super) fn shed(node: &str, op: &'static str) {
+        metrics::counter!("quorumlock_shed_total", "node" => node.to_owned(), "op" => op)
+            .increment(1);
+    }
+
     pub(super) fn node_error(node: &str, op: &'static str, kind: &'static str) {
         metrics::counter!(
             "quorumlock_node_errors_total",
@@ -123,4 +153,6 @@ mod imp {
     pub(super) fn counter0(_: &'static str) {}
     pub(super) fn held(_: f64) {}
     pub(super) fn node_error(_: &str, _: &'static str, _: &'static str) {}
+    pub(super) fn followed(_: &'static str, _: &'static str) {}
+    pub(super) fn shed(_: &str, _: &'static str) {}
 }

@@ -19,7 +19,7 @@ use crate::error::{Error, NodeError};
 use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Decision, Vote, Window};
 use crate::request::{Keys, Kind, Request};
-use crate::round::{Acquire, Core, Round, Until, fan_out};
+use crate::round::{Acquire, Core, Round, fan_out};
 use crate::token::Token;
 
 /// A node's answer to a lock's acquire request.
@@ -133,7 +133,6 @@ impl Acquire for Request {
         let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
         let (writeback, _) = fan_out(
             &core.nodes,
-            Until::Decided,
             "fence",
             deadline,
             |i, node, deadline| {

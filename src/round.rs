@@ -7,18 +7,17 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::calls::Stragglers;
 use crate::coalesce::{Lanes, Op};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
-use crate::node::{Deadline, Extension, Node};
+use crate::node::{Deadline, Extension, Node, nth};
 use crate::quorum::{Answer, Decision, Shortfall, Tally, Vote, Window};
 use crate::request::{Keys, Shape};
 use crate::tasks::Background;
@@ -75,7 +74,7 @@ impl Core {
 /// What a held (or half-acquired) lock is on the nodes: its keys and token,
 /// and for a fenced lock its counter's key and fence. Extending and
 /// releasing a lock are described here, for every primitive.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Holding {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
@@ -99,16 +98,6 @@ impl Holding {
     pub(crate) fn fence(&self) -> Option<u64> {
         self.fence.as_ref().map(|&(_, fence)| fence)
     }
-}
-
-/// Whether a fan-out stops at the quorum decision or waits for every node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Until {
-    /// Stop as soon as the decision is known; the requests still in flight
-    /// are returned to the caller.
-    Decided,
-    /// Wait for every node's answer (or its deadline).
-    AllAnswered,
 }
 
 /// What one request to every node produced.
@@ -221,15 +210,15 @@ impl<T: Answer> Round<T> {
     }
 }
 
-/// Sends one request to every node in parallel and tallies the answers.
-/// Returns the requests still in flight (none with [`Until::AllAnswered`]).
+/// Sends one request to every node in parallel and tallies the answers
+/// until the decision is known. Returns the requests still in flight then,
+/// for the caller to follow (see [`follow`]) or drop.
 ///
 /// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
 /// given: one timer at `deadline` bounds them all, in this fan-out and in
 /// whoever follows its stragglers, rather than a timer per request.
 pub(crate) async fn fan_out<'a, T, F, Fut>(
     nodes: &'a [Node],
-    until: Until,
     op: &'static str,
     deadline: Instant,
     call: F,
@@ -262,179 +251,241 @@ where
     );
     while let Some((i, answer)) = calls.next().await {
         round.record(op, i, &nodes[i], answer);
-        if until == Until::Decided && round.decision != Decision::Pending {
+        if round.decision != Decision::Pending {
             break;
         }
     }
     (round, calls)
 }
 
-/// Follows a round's requests still in flight after its decision to their
-/// answers, in a background task, and hands each vote to `on_answer` (and
-/// marks it in `in_flight`, for a release waiting on it). Answers already
-/// there are handled at once, without a task. Without a runtime nothing can
-/// follow them; `in_flight` is then marked answered at once, so that a
-/// release does not wait for them.
-///
-/// A request whose connection was still being set up (a fresh manager, a
-/// reconnect) is sent only while something polls it: following at once
-/// makes every reachable node get it within the node timeout.
+/// Follows requests still in flight after their call returned (a round's
+/// stragglers, or a release nobody waits for) to their answers, and hands
+/// each answer to `on_answer`. Every request is polled once here, which
+/// hands it to its node's connection (a request whose connection was still
+/// being set up is sent only while something polls it: following at once
+/// makes every reachable node get it within the node timeout); answers
+/// already there are handled at once, and the rest in a background task
+/// that [`Redlock::settle`](crate::Redlock::settle) waits for. Without a
+/// runtime nothing can follow them: they are dropped, and their keys
+/// expire by ttl.
 pub(crate) fn follow<T, F>(
     core: &Arc<Core>,
     op: &'static str,
     mut stragglers: Stragglers<F>,
-    in_flight: Option<Arc<InFlight>>,
-    on_answer: impl Fn(usize, Vote) + Send + 'static,
+    on_answer: impl Fn(usize, Result<T, NodeError>) + Send + 'static,
 ) where
     T: Answer + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
 {
+    if stragglers.is_empty() || tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
     let record = move |core: &Core, node: usize, answer: Result<T, NodeError>| {
-        let vote = answer.as_ref().map(Answer::vote).unwrap_or(Vote::Failed);
-        tracing::debug!(op, node = %core.label(node), late = true, ?vote);
-        on_answer(node, vote);
+        let label = core.label(node);
+        match &answer {
+            Ok(answer) => tracing::debug!(op, node = %label, late = true, vote = ?answer.vote()),
+            Err(error) => {
+                metrics::node_error(label, op, matches!(error, NodeError::Timeout(_)));
+                tracing::debug!(op, node = %label, late = true, error = %error, "node failed");
+            }
+        }
+        metrics::followed(op, answer.is_ok());
+        on_answer(node, answer);
     };
     while let Some(Some((node, answer))) = stragglers.next().now_or_never() {
         record(core, node, answer);
-        if let Some(in_flight) = &in_flight {
-            in_flight.answer(node);
-        }
     }
     if stragglers.is_empty() {
         return;
     }
-    // Marks every node answered when the task ends, however it ends (also
-    // when it is dropped unfinished, or never spawned).
-    let settled = in_flight.map(AllAnswered);
     let task_core = core.clone();
     core.background.spawn(async move {
         while let Some((node, answer)) = stragglers.next().await {
             record(&task_core, node, answer);
-            if let Some(settled) = &settled {
-                settled.0.answer(node);
-            }
         }
-        drop(settled);
     });
 }
 
-/// Which acquire requests of a held lock were still in flight when the
-/// quorum decided, per node, until each has answered or timed out.
+/// A held lock's requests that were still in flight when their round
+/// decided (the acquire's, or an extension's), raced per node against the
+/// lock's release.
+///
+/// A release does not wait for them: it goes out at once, behind them on
+/// the node's connection, and Redis runs one connection's calls in order,
+/// so it runs after them and removes what they set. Where that order is
+/// not certain (a connection being set up or made anew, a request sent
+/// again after its connection dropped, the group-commit queue's ACL
+/// fallback), the two answers tell: a late "yes" that may have landed
+/// after the release deleted nothing there — or, for a request that
+/// restores missing keys (an extension), after any release — calls for the
+/// release to go out once more on that node. Neither answer waits for the
+/// other; whichever of a node's two answers comes second decides, from
+/// both.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    pending: Box<[AtomicBool]>,
-    answered: Notify,
+    /// Per node: the bits below.
+    nodes: Box<[AtomicU8]>,
+    /// The requests set the key again where it is missing (extensions):
+    /// their "yes" may follow a release that deleted it.
+    restores: bool,
 }
+
+/// The node's request (of an [`InFlight`]) has answered…
+const ANSWERED: u8 = 1;
+/// …that it holds the token;
+const YES: u8 = 2;
+/// the lock's release has answered on the node…
+const RELEASED: u8 = 4;
+/// …that it deleted the token.
+const DELETED: u8 = 8;
 
 impl InFlight {
-    pub(crate) fn new(nodes: usize, in_flight: impl IntoIterator<Item = usize>) -> Self {
-        let pending: Box<[AtomicBool]> = (0..nodes).map(|_| AtomicBool::new(false)).collect();
-        for node in in_flight {
-            if let Some(flag) = pending.get(node) {
-                flag.store(true, Ordering::Relaxed);
-            }
-        }
-        Self {
-            pending,
-            answered: Notify::new(),
-        }
+    /// The requests of a round still in flight to the nodes `in_flight`,
+    /// out of `nodes`; `restores` for an extension's.
+    pub(crate) fn new(nodes: usize, in_flight: &[usize], restores: bool) -> Self {
+        let nodes: Box<[AtomicU8]> = (0..nodes)
+            .map(|node| AtomicU8::new(if in_flight.contains(&node) { 0 } else { ANSWERED }))
+            .collect();
+        Self { nodes, restores }
     }
 
-    fn answer(&self, node: usize) {
-        if let Some(flag) = self.pending.get(node) {
-            flag.store(false, Ordering::Release);
-        }
-        self.answered.notify_waiters();
-    }
-
-    fn pending(&self, node: usize) -> bool {
-        self.pending
+    /// Whether `node`'s request has not answered yet.
+    pub(crate) fn pending(&self, node: usize) -> bool {
+        self.nodes
             .get(node)
-            .is_some_and(|flag| flag.load(Ordering::Acquire))
+            .is_some_and(|slot| slot.load(Ordering::Acquire) & ANSWERED == 0)
     }
 
-    /// Resolves once every request has answered or timed out.
-    pub(crate) async fn all_answered(&self) {
-        for node in 0..self.pending.len() {
-            self.answered(node).await;
-        }
+    /// `node`'s request answered (`yes`: the node holds the token). Returns
+    /// whether the lock's release must go out on that node again.
+    pub(crate) fn answered(&self, node: usize, yes: bool) -> bool {
+        let Some(slot) = self.nodes.get(node) else {
+            return false;
+        };
+        let before = slot.fetch_or(ANSWERED | if yes { YES } else { 0 }, Ordering::AcqRel);
+        before & RELEASED != 0 && self.again(yes, before & DELETED != 0)
     }
 
-    /// Resolves once `node`'s request has answered or timed out.
-    async fn answered(&self, node: usize) {
-        while self.pending(node) {
-            let answered = self.answered.notified();
-            tokio::pin!(answered);
-            // Register before checking again, so an answer in between is
-            // not missed.
-            answered.as_mut().enable();
-            if !self.pending(node) {
-                break;
-            }
-            answered.await;
-        }
+    /// The lock's release answered on `node` (`deleted`: it deleted the
+    /// token there), having been sent while the node's request was
+    /// [`pending`](Self::pending). Returns whether the release must go out
+    /// on that node again.
+    pub(crate) fn released(&self, node: usize, deleted: bool) -> bool {
+        let Some(slot) = self.nodes.get(node) else {
+            return false;
+        };
+        let before = slot.fetch_or(RELEASED | if deleted { DELETED } else { 0 }, Ordering::AcqRel);
+        before & ANSWERED != 0 && self.again(before & YES != 0, deleted)
     }
-}
 
-/// Marks every node of an [`InFlight`] answered when dropped.
-struct AllAnswered(Arc<InFlight>);
-
-impl Drop for AllAnswered {
-    fn drop(&mut self) {
-        for flag in &self.0.pending {
-            flag.store(false, Ordering::Release);
-        }
-        self.0.answered.notify_waiters();
+    /// With both answers: whether the request may have set the key after
+    /// the release ran. A grant (`SET NX`) that the release found deleted
+    /// ran before it; one it did not find may have come after. A restore
+    /// may follow a release that deleted the key.
+    fn again(&self, yes: bool, deleted: bool) -> bool {
+        yes && (self.restores || !deleted)
     }
 }
 
-/// Token-checked release on every node (except those `skip` marks),
-/// waiting for each answer or the node timeout. A node whose acquire
-/// request is still `in_flight` is sent the release once that request has
-/// answered (or timed out): Redis answers one connection's requests in
-/// order, so the release then runs after a late grant and removes it.
-pub(crate) async fn release_everywhere(
-    core: &Core,
-    keys: &[Arc<str>],
-    shape: &Shape,
-    token: &Token,
-    skip: Option<&[bool]>,
-    in_flight: Option<&InFlight>,
-) -> Round {
-    // With acquires in flight, a release may wait for one. That acquire's
-    // own deadline was at most a node timeout after it started, before
-    // now, so a second node timeout leaves every release a full one of its
-    // own, under the fan-out's one timer.
-    let rounds = if in_flight.is_some() { 2 } else { 1 };
-    let deadline = Instant::now() + core.node_timeout * rounds;
-    let id: Option<Arc<str>> = core.announce.then(|| release_id().into());
-    let (id, announce) = (&id, id.as_deref());
-    fan_out(
-        &core.nodes,
-        Until::AllAnswered,
-        "release",
-        deadline,
-        |i, node, deadline| async move {
-            if skip.and_then(|s| s.get(i).copied()).unwrap_or(false) {
-                return Ok(false);
-            }
-            if let Some(in_flight) = in_flight {
-                in_flight.answered(i).await;
-            }
-            if let (Shape::Lock, [key]) = (shape, keys) {
-                // With whatever else is bound for this node meanwhile.
-                let op = Op::Release {
-                    announce: id.clone(),
-                };
-                let status = core.lanes.send(i, op, key, token, deadline).await?;
-                return Ok(status == 1);
-            }
-            node.release(keys, shape, token.as_str(), announce, deadline)
-                .await
-        },
-    )
+/// What a lock's release asks of the nodes: a held lock's [`Held`] state or
+/// a failed attempt's [`Holding`], shared by every node's request.
+///
+/// [`Held`]: crate::lease::Held
+pub(crate) trait OnNodes: Send + Sync + 'static {
+    fn holding(&self) -> &Holding;
+}
+
+impl OnNodes for Holding {
+    fn holding(&self) -> &Holding {
+        self
+    }
+}
+
+/// The token-checked release of `lock` on node `node`, owned, so that it
+/// can be followed after its caller returned. A plain one-key lock goes
+/// with whatever else is bound for the node meanwhile (group commit).
+async fn release_request<L: OnNodes>(
+    core: Arc<Core>,
+    lock: Arc<L>,
+    node: usize,
+    announce: Option<Arc<str>>,
+    deadline: Deadline,
+) -> Result<bool, NodeError> {
+    let holding = lock.holding();
+    if let (Shape::Lock, [key]) = (&holding.shape, &*holding.keys) {
+        let op = Op::Release { announce };
+        let status = core
+            .lanes
+            .send(node, op, key, &holding.token, deadline)
+            .await?;
+        return Ok(status == 1);
+    }
+    let target = nth(&core.nodes, node)?;
+    let announce = announce.as_deref();
+    let token = holding.token.as_str();
+    target
+        .release(&holding.keys, &holding.shape, token, announce, deadline)
+        .await
+}
+
+/// Token-checked release of `lock` on every node, decided at a quorum:
+/// returns as soon as a quorum deleted the token, or as soon as that has
+/// become impossible, with the requests still in flight for the caller to
+/// [`follow`]. Each request is bounded by the node timeout.
+pub(crate) async fn release<L: OnNodes>(
+    core: &Arc<Core>,
+    lock: &Arc<L>,
+) -> (
+    Round,
+    Stragglers<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
+) {
+    let deadline = Instant::now() + core.node_timeout;
+    let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
+    fan_out(&core.nodes, "release", deadline, |i, _, deadline| {
+        release_request(core.clone(), lock.clone(), i, announce.clone(), deadline)
+    })
     .await
-    .0
+}
+
+/// Token-checked release of `lock` on every node but those `skip` marks,
+/// followed entirely in the background: the caller waits for no node. The
+/// requests are handed to the nodes' connections before this returns, so
+/// whatever the caller sends those nodes next goes out behind them.
+pub(crate) fn release_in_background<L: OnNodes>(
+    core: &Arc<Core>,
+    lock: Arc<L>,
+    skip: Option<&[bool]>,
+) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        // Nothing can send them: the keys expire by ttl.
+        return;
+    }
+    let deadline = Instant::now() + core.node_timeout;
+    let shared = Deadline::timed_by_caller(deadline);
+    let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
+    let skipped = |i: usize| skip.and_then(|s| s.get(i).copied()).unwrap_or(false);
+    let requests = (0..core.nodes.len()).filter(|&i| !skipped(i)).map(|i| {
+        let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
+        (i, request)
+    });
+    let stragglers = Stragglers::new(requests, Some(deadline));
+    follow(core, "release", stragglers, |_, _| {});
+}
+
+/// Sends `lock`'s release to node `node` once more, in the background: a
+/// late answer says the lock's key may have been set there after the
+/// release ran (see [`InFlight`]).
+pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: usize) {
+    metrics::released_again();
+    tracing::debug!(
+        node = %core.label(node),
+        "a late grant may have landed after the release: releasing there again"
+    );
+    let deadline = Instant::now() + core.node_timeout;
+    let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
+    core.background.spawn(async move {
+        let _ = request.await;
+    });
 }
 
 /// What a release announces: a random id, so that the waiters can tell one
@@ -498,8 +549,9 @@ pub(crate) struct Grant<T, F> {
 
 /// One attempt: fan out, decide, complete, and either grant or clean up.
 ///
-/// A failed attempt removes its token from every node that may hold it
-/// before returning; a cancelled one, in the background.
+/// A failed (or cancelled) attempt removes its token from every node that
+/// may hold it, in the background: its requests are on their way to the
+/// nodes when this returns, ahead of whatever the caller sends next.
 pub(crate) async fn attempt<A: Acquire>(
     core: &Arc<Core>,
     acquire: &A,
@@ -518,13 +570,15 @@ pub(crate) async fn attempt<A: Acquire>(
     // the token is removed from every node in the background.
     let cleanup = Cleanup {
         core: Some(core.clone()),
-        keys: acquire.keys().clone(),
-        shape: acquire.shape(),
-        token: token.clone(),
+        lock: Holding {
+            keys: acquire.keys().clone(),
+            token: token.clone(),
+            fence: None,
+            shape: acquire.shape(),
+        },
     };
     let (round, stragglers) = fan_out(
         &core.nodes,
-        Until::Decided,
         "acquire",
         deadline,
         |i, _, deadline| acquire.call(core, i, &token, deadline),
@@ -568,7 +622,7 @@ pub(crate) async fn attempt<A: Acquire>(
             // A node that answered "no" certainly did not store our token,
             // and nothing else will: skip it. Every other node — granted,
             // failed, timed out or never heard from — may hold it.
-            cleanup.run(refused).await;
+            cleanup.run(refused);
             Err(error)
         }
     }
@@ -608,9 +662,7 @@ fn validity_expired(resource: &str, start: Instant, ttl: Duration) -> Error {
 struct Cleanup {
     /// `None` once disarmed.
     core: Option<Arc<Core>>,
-    keys: Keys,
-    shape: Shape,
-    token: Token,
+    lock: Holding,
 }
 
 impl Cleanup {
@@ -619,9 +671,10 @@ impl Cleanup {
         self.core = None;
     }
 
-    /// Releases on every node except the ones `skip` marks, in a task of
-    /// its own so that dropping the caller cannot cut it short.
-    async fn run(mut self, skip: Option<Vec<bool>>) {
+    /// Releases on every node except the ones `skip` marks, in the
+    /// background: neither the caller's error nor its next attempt waits
+    /// for a node (the next attempt's requests go out behind these).
+    fn run(mut self, skip: Option<Vec<bool>>) {
         let Some(core) = self.core.take() else {
             return;
         };
@@ -631,15 +684,8 @@ impl Cleanup {
         {
             return;
         }
-        let (keys, shape, token) = (self.keys.clone(), self.shape.clone(), self.token.clone());
-        let background = core.background.clone();
-        let task = background.spawn(async move {
-            release_everywhere(&core, &keys, &shape, &token, skip.as_deref(), None).await;
-        });
-        // Dropping the JoinHandle detaches the task; it still completes.
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        let lock = Arc::new(self.lock.clone());
+        release_in_background(&core, lock, skip.as_deref());
     }
 }
 
@@ -650,10 +696,78 @@ impl Drop for Cleanup {
         };
         // Cancelled mid-attempt: we do not know which nodes refused, so
         // release everywhere. Without a runtime the keys expire by ttl.
-        let (keys, shape, token) = (self.keys.clone(), self.shape.clone(), self.token.clone());
-        let background = core.background.clone();
-        background.spawn(async move {
-            release_everywhere(&core, &keys, &shape, &token, None, None).await;
-        });
+        release_in_background(&core, Arc::new(self.lock.clone()), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Node 1's request is in flight (of three nodes); `restores` for an
+    /// extension's.
+    fn racing(restores: bool) -> InFlight {
+        let requests = InFlight::new(3, &[1], restores);
+        assert!(requests.pending(1));
+        assert!(!requests.pending(0) && !requests.pending(2));
+        requests
+    }
+
+    #[test]
+    fn a_grant_the_release_deleted_ran_before_it() {
+        // In order on the connection: the grant, then the release that
+        // deletes it — whichever answer is handled first.
+        let requests = racing(false);
+        assert!(!requests.answered(1, true));
+        assert!(!requests.released(1, true));
+        let requests = racing(false);
+        assert!(!requests.released(1, true));
+        assert!(!requests.answered(1, true));
+    }
+
+    #[test]
+    fn a_grant_the_release_did_not_find_is_released_again() {
+        // The release overtook the grant (found nothing), or failed: the
+        // grant may have landed after it. Whichever answer comes second
+        // says so, once.
+        let requests = racing(false);
+        assert!(!requests.released(1, false));
+        assert!(requests.answered(1, true));
+        let requests = racing(false);
+        assert!(!requests.answered(1, true));
+        assert!(requests.released(1, false));
+    }
+
+    #[test]
+    fn a_refused_or_failed_request_needs_nothing_more() {
+        for deleted in [true, false] {
+            let requests = racing(false);
+            assert!(!requests.released(1, deleted));
+            assert!(!requests.answered(1, false));
+            let requests = racing(true);
+            assert!(!requests.answered(1, false));
+            assert!(!requests.released(1, deleted));
+        }
+    }
+
+    #[test]
+    fn a_restore_may_follow_any_release() {
+        // An extension that restored the key may have run after a release
+        // that deleted it.
+        let requests = racing(true);
+        assert!(!requests.released(1, true));
+        assert!(requests.answered(1, true));
+        let requests = racing(true);
+        assert!(!requests.answered(1, true));
+        assert!(requests.released(1, true));
+    }
+
+    #[test]
+    fn nodes_not_in_flight_never_race() {
+        let requests = racing(true);
+        for node in [0, 2, 7] {
+            assert!(!requests.released(node, false));
+            assert!(!requests.released(node, true));
+        }
     }
 }
