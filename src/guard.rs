@@ -244,33 +244,28 @@ impl LockGuard {
             // Owned requests: the ones still in flight at the decision are
             // followed to their answers, so that every node that can hold
             // the lock is extended (or has it restored), not just a quorum.
-            let (round, stragglers) = fan_out(
-                &core.nodes,
-                "extend",
-                deadline,
-                |i, _, deadline| {
-                    let (core, held) = (core.clone(), held.clone());
-                    async move {
-                        let holding = &held.holding;
-                        if let (Shape::Lock, [key], None) =
-                            (&holding.shape, &*holding.keys, &holding.fence)
-                        {
-                            // With whatever else is bound for this node
-                            // meanwhile.
-                            let op = Op::Extend { ttl_ms };
-                            let token = &holding.token;
-                            return match core.lanes.send(i, op, key, token, deadline).await? {
-                                1 => Ok(ExtendReply::Extended),
-                                2 => Ok(ExtendReply::Restored),
-                                _ => Ok(ExtendReply::Refused),
-                            };
-                        }
-                        core.nodes[i]
-                            .extend(holding.extension(ttl_ms), deadline)
-                            .await
+            let (round, stragglers) = fan_out(&core.nodes, "extend", deadline, |i, _, deadline| {
+                let (core, held) = (core.clone(), held.clone());
+                async move {
+                    let holding = &held.holding;
+                    if let (Shape::Lock, [key], None) =
+                        (&holding.shape, &*holding.keys, &holding.fence)
+                    {
+                        // With whatever else is bound for this node
+                        // meanwhile.
+                        let op = Op::Extend { ttl_ms };
+                        let token = &holding.token;
+                        return match core.lanes.send(i, op, key, token, deadline).await? {
+                            1 => Ok(ExtendReply::Extended),
+                            2 => Ok(ExtendReply::Restored),
+                            _ => Ok(ExtendReply::Refused),
+                        };
                     }
-                },
-            )
+                    core.nodes[i]
+                        .extend(holding.extension(ttl_ms), deadline)
+                        .await
+                }
+            })
             .await;
             confirm(held, id, &round, &stragglers);
             let pending: Vec<usize> = stragglers.nodes().collect();

@@ -47,6 +47,19 @@
 //! released or extended without its token, and never restored over another
 //! value.
 //!
+//! # Decide, then follow
+//!
+//! No call waits for a node its result does not need. Acquire, release,
+//! extension, renewal, the cleanup of a failed attempt, and every primitive
+//! built on them return as soon as a quorum has decided; the engine follows
+//! the remaining nodes in the background, each bounded by the node timeout,
+//! so a slow or frozen minority costs the holder nothing. A release goes out
+//! behind whatever is in flight on each node's connection, where Redis runs
+//! it after a straggling acquire; where that order is not certain, the two
+//! answers tell whether the release must go out again (see
+//! [`LockGuard::release`]). [`ReleaseSummary::settled`] and
+//! [`Redlock::settle`] wait for every node, for those who want to know.
+//!
 //! # Holding
 //!
 //! A grant is decided at a quorum, but the requests still in flight are

@@ -131,20 +131,15 @@ impl Acquire for Request {
             .max()
             .unwrap_or_default();
         let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
-        let (writeback, _) = fan_out(
-            &core.nodes,
-            "fence",
-            deadline,
-            |i, node, deadline| {
-                let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
-                async move {
-                    if !granted {
-                        return Ok(false);
-                    }
-                    node.fence_writeback(fence_key, fence, deadline).await
+        let (writeback, _) = fan_out(&core.nodes, "fence", deadline, |i, node, deadline| {
+            let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
+            async move {
+                if !granted {
+                    return Ok(false);
                 }
-            },
-        )
+                node.fence_writeback(fence_key, fence, deadline).await
+            }
+        })
         .await;
         // Granting nodes never refuse a write-back: short of a quorum,
         // granting nodes failed.

@@ -116,10 +116,12 @@ impl Redlock {
 
     /// Waits until the manager's background work has finished: cleanup of
     /// cancelled or failed attempts, releases of dropped guards, requests
-    /// still answering after a quorum decided (an acquire's or an
-    /// extension's), and a [startup check](crate::StartupCheck). Renewal
-    /// of auto-extended locks is not waited for; release those guards
-    /// first.
+    /// still answering after a quorum decided (an acquire's, an
+    /// extension's or a release's: every call returns at its decision and
+    /// leaves the other nodes to the background), and a
+    /// [startup check](crate::StartupCheck). Each of those requests ends
+    /// within the node timeout. Renewal of auto-extended locks is not
+    /// waited for; release those guards first.
     ///
     /// Call it before shutting down the runtime, so that no key is left to
     /// expire by its ttl instead of being released.

@@ -19,7 +19,7 @@ use crate::lease::{Extended, Held, RoundId};
 use crate::metrics;
 use crate::node::{Deadline, ExtendReply, Extension};
 use crate::quorum::{Answer, Decision, Tally, Vote, Window, drift};
-use crate::round::Core;
+use crate::round::{Core, release_again};
 
 /// The most locks renewed by one script call.
 const MAX_BATCH: usize = 1000;
@@ -284,7 +284,11 @@ async fn renew_chunks(core: Arc<Core>, renewer: Arc<Renewer>, mut batch: Vec<Due
 /// answered, once every lock is decided; then waits for the remaining nodes
 /// (dropping their requests could keep them from being sent, and the lock
 /// should stay on every node it can).
-async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, Outcome)>, bool)) {
+async fn renew_round(
+    core: &Arc<Core>,
+    batch: &[Due],
+    report: impl FnOnce(Vec<(u64, Outcome)>, bool),
+) {
     let start = Instant::now();
     let deadline = start + core.node_timeout;
     // Every lock, in batch order: the same list for each node.
@@ -338,6 +342,11 @@ async fn renew_round(core: &Core, batch: &[Due], report: impl FnOnce(Vec<(u64, O
             };
             // Every node's answer, also after the lock's decision.
             held.confirmations.record(round, i, vote == Vote::Yes);
+            if vote == Vote::Yes && held.status().lost == Some(LossReason::Released) {
+                // Released while this renewal was in flight: it may have
+                // restored the key after the release deleted it.
+                release_again(core, held, i);
+            }
             if outcomes[j].is_some() {
                 continue;
             }

@@ -344,7 +344,13 @@ impl InFlight {
     /// out of `nodes`; `restores` for an extension's.
     pub(crate) fn new(nodes: usize, in_flight: &[usize], restores: bool) -> Self {
         let nodes: Box<[AtomicU8]> = (0..nodes)
-            .map(|node| AtomicU8::new(if in_flight.contains(&node) { 0 } else { ANSWERED }))
+            .map(|node| {
+                AtomicU8::new(if in_flight.contains(&node) {
+                    0
+                } else {
+                    ANSWERED
+                })
+            })
             .collect();
         Self { nodes, restores }
     }
@@ -374,7 +380,10 @@ impl InFlight {
         let Some(slot) = self.nodes.get(node) else {
             return false;
         };
-        let before = slot.fetch_or(RELEASED | if deleted { DELETED } else { 0 }, Ordering::AcqRel);
+        let before = slot.fetch_or(
+            RELEASED | if deleted { DELETED } else { 0 },
+            Ordering::AcqRel,
+        );
         before & ANSWERED != 0 && self.again(before & YES != 0, deleted)
     }
 
@@ -577,12 +586,9 @@ pub(crate) async fn attempt<A: Acquire>(
             shape: acquire.shape(),
         },
     };
-    let (round, stragglers) = fan_out(
-        &core.nodes,
-        "acquire",
-        deadline,
-        |i, _, deadline| acquire.call(core, i, &token, deadline),
-    )
+    let (round, stragglers) = fan_out(&core.nodes, "acquire", deadline, |i, _, deadline| {
+        acquire.call(core, i, &token, deadline)
+    })
     .await;
     // Only a failed round needs it (see the cleanup below).
     let refused = round.refused_unless_reached();

@@ -563,9 +563,11 @@ enum Fault {
     Blackhole,
     HoldReplies,
     RollingRestart,
+    SlowMinority,
+    FrozenMinority,
 }
 
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 11] = [
     Fault::KillRestart,
     Fault::Pause,
     Fault::Slow,
@@ -575,6 +577,8 @@ const FAULTS: [Fault; 9] = [
     Fault::Blackhole,
     Fault::HoldReplies,
     Fault::RollingRestart,
+    Fault::SlowMinority,
+    Fault::FrozenMinority,
 ];
 
 struct Cluster {
@@ -686,6 +690,23 @@ impl Cluster {
                 // its lock (replies held past its renewal's timeout).
                 let to = Instant::now();
                 recorder.outage(Outage { from, to });
+            }
+            Fault::SlowMinority => {
+                // One node slow (+10 ms each way: a far zone, an fsync
+                // stall) for longer than a holder's ttl: it must cost
+                // nobody a lock, and no call may wait for it.
+                let ms = Duration::from_millis(10);
+                self.proxies[victim].set(Faults::latency(ms, ms, Duration::ZERO));
+                tokio::time::sleep(HOLD_TTL + hold).await;
+                self.proxies[victim].heal();
+            }
+            Fault::FrozenMinority => {
+                // One node frozen (SIGSTOP: a hung host) for longer than a
+                // holder's ttl, with requests piling up behind it: renewals
+                // and releases decide without it.
+                self.nodes[victim].pause().expect("pause");
+                tokio::time::sleep(HOLD_TTL + hold).await;
+                self.nodes[victim].resume().expect("resume");
             }
             Fault::RollingRestart => {
                 // Every node, one at a time, back at once with its data
@@ -1270,6 +1291,9 @@ async fn eviction_scenario(policy: &str) -> (quorumlock::Report, Report, Option<
     let t_inv = Instant::now();
     let a = a_locks.lock("control", ttl).await.expect("A locks");
     let a_ok = Instant::now();
+    // `lock` returns at the quorum's decision; the third node's answer is
+    // followed in the background.
+    a_locks.settle().await;
     assert_eq!(
         support::holding(&nodes, "control", a.token().as_str()).await,
         3

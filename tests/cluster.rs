@@ -77,7 +77,15 @@ async fn all_grant(locks: &Redlock, resource: &str, nodes: usize) {
     no_hang("every node grants", async {
         loop {
             let guard = locks.lock(resource, TTL).await.expect("lock");
-            if guard.release().await.expect("release").released() == nodes {
+            if guard
+                .release()
+                .await
+                .expect("release")
+                .settled()
+                .await
+                .released()
+                == nodes
+            {
                 break;
             }
         }
@@ -122,7 +130,7 @@ async fn a_cluster_alone_is_a_single_node_redlock() {
             .expect("PTTL");
         assert!(pttl > TTL.as_millis() as i64, "extended: pttl {pttl}");
 
-        let summary = guard.release().await.expect("release");
+        let summary = guard.release().await.expect("release").settled().await;
         assert_eq!((summary.released(), summary.asked()), (1, 1));
         assert_eq!(on_owner(&cluster, resource).await, None, "{resource}");
     }
@@ -154,7 +162,7 @@ async fn clusters_and_standalone_masters_vote_together() {
     let guard = no_hang("lock with 2 of 5 down", locks.lock(resource, TTL))
         .await
         .expect("3 of 5 suffice");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 3);
     let mut failed: Vec<&str> = summary.failures().iter().map(|f| &*f.node).collect();
     failed.sort_unstable();
@@ -186,7 +194,15 @@ async fn clusters_and_standalone_masters_vote_together() {
         loop {
             match locks.lock(resource, TTL).await {
                 Ok(guard) => {
-                    if guard.release().await.expect("release").released() == 5 {
+                    if guard
+                        .release()
+                        .await
+                        .expect("release")
+                        .settled()
+                        .await
+                        .released()
+                        == 5
+                    {
                         break;
                     }
                 }
@@ -265,7 +281,16 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
         // Other slots: the cluster still votes (alone, it still locks).
         all_grant(&locks, key, 3).await;
         let guard = no_hang("lock", alone.lock(key, TTL)).await.expect("lock");
-        assert_eq!(guard.release().await.expect("release").released(), 1);
+        assert_eq!(
+            guard
+                .release()
+                .await
+                .expect("release")
+                .settled()
+                .await
+                .released(),
+            1
+        );
     }
     // The dead master's slots: the cluster votes Failed, the two masters
     // still make a quorum, and a cluster-only manager cannot lock at all.
@@ -274,7 +299,7 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
         .expect("2 of 3");
     let err = locks.try_lock(dead_key, TTL).await.expect_err("held");
     assert!(matches!(err, Error::Contended { .. }), "{err}");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 2);
     let failed: Vec<&str> = summary.failures().iter().map(|f| &*f.node).collect();
     assert_eq!(failed, [cluster_label.as_str()]);
@@ -291,7 +316,15 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
         loop {
             match locks.lock(dead_key, TTL).await {
                 Ok(guard) => {
-                    if guard.release().await.expect("release").released() == 3 {
+                    if guard
+                        .release()
+                        .await
+                        .expect("release")
+                        .settled()
+                        .await
+                        .released()
+                        == 3
+                    {
                         break;
                     }
                 }
@@ -369,7 +402,16 @@ async fn a_failover_is_followed_by_the_cluster_client() {
         .extend(TTL)
         .await
         .expect("extend on the promoted replica");
-    assert_eq!(guard.release().await.expect("release").released(), 1);
+    assert_eq!(
+        guard
+            .release()
+            .await
+            .expect("release")
+            .settled()
+            .await
+            .released(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,7 +77,7 @@ async fn concurrent_locks_share_calls_and_every_one_holds_and_releases() {
                 let guard = locks.try_lock(&key, TTL).await.expect("distinct keys");
                 assert!(guard.confirmed() >= locks.quorum());
                 held.fetch_add(1, Ordering::Relaxed);
-                let summary = guard.release().await.expect("release");
+                let summary = guard.release().await.expect("release").settled().await;
                 assert!(summary.released() >= locks.quorum(), "{summary:?}");
             }
         })
@@ -196,7 +196,16 @@ async fn dropped_callers_leave_nothing_behind_and_the_queue_keeps_going() {
     let guard = no_hang("lock after", locks.try_lock("after", TTL))
         .await
         .expect("lock");
-    assert_eq!(guard.release().await.expect("release").released(), 3);
+    assert_eq!(
+        guard
+            .release()
+            .await
+            .expect("release")
+            .settled()
+            .await
+            .released(),
+        3
+    );
 }
 
 /// An entry refused by the server (an ACL without its key) gets its own
@@ -274,7 +283,13 @@ async fn extensions_batched_with_others_keep_every_holder() {
             }
             assert_eq!(guard.loss_reason(), None);
             assert!(guard.confirmed() >= locks.quorum());
-            guard.release().await.expect("release").released()
+            guard
+                .release()
+                .await
+                .expect("release")
+                .settled()
+                .await
+                .released()
         })
     });
     for released in join_all(holders).await {

@@ -14,7 +14,6 @@ use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, FENCE_SUFFIX, LockGuard, LossReason, Redlock, Retry};
 use redis::AsyncCommands;
 use support::{builder, conn, holding, no_hang, values};
-use tokio::time::Instant;
 
 /// Long enough that a healthy node answers within it on a loaded 2-core
 /// machine: these tests are about requests being sent, not about speed.
@@ -28,27 +27,12 @@ fn fresh(nodes: &RedisNodes) -> Redlock {
         .expect("config")
 }
 
-/// Waits until `guard`'s token is confirmed on `n` nodes, or until every
-/// request of its last round has answered or timed out (they are bounded
-/// by the node timeout from the round's start): then nothing more will
-/// come. Returns the confirmed count.
-async fn settled_confirmations(guard: &LockGuard, n: usize) -> usize {
-    let until = guard.started() + NODE_TIMEOUT;
-    while guard.confirmed() < n && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// On how many nodes `guard`'s token is confirmed once every request of
+/// `locks` still in flight after its decision has answered or timed out
+/// (each within the node timeout): what nothing more will change.
+async fn settled_confirmations(locks: &Redlock, guard: &LockGuard) -> usize {
+    no_hang("settle", locks.settle()).await;
     guard.confirmed()
-}
-
-/// Waits (bounded by the hang guard) until `guard` is confirmed on exactly
-/// `n` nodes: the answers still in flight after a decision got there.
-async fn until_confirmed(guard: &LockGuard, n: usize) {
-    no_hang("confirmations", async {
-        while guard.confirmed() != n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
 }
 
 /// Waits until two renewals of an auto-extended `guard` have moved its
@@ -91,14 +75,14 @@ async fn a_fresh_manager_puts_every_grant_on_every_healthy_node() {
             }
             .expect("lock");
             // Held idle: no extension, no release drives anything.
-            let confirmed = settled_confirmations(&guard, 5).await;
+            let confirmed = settled_confirmations(&locks, &guard).await;
             let token = guard.token().as_str();
             assert_eq!(confirmed, 5, "{kind:?} #{i}: confirmed on {confirmed} of 5");
             assert_eq!(holding(&nodes, &a, token).await, 5, "{kind:?} #{i}");
             if let Kind::Many = kind {
                 assert_eq!(holding(&nodes, &b, token).await, 5, "{kind:?} #{i}");
             }
-            let summary = guard.release().await.expect("release");
+            let summary = guard.release().await.expect("release").settled().await;
             assert_eq!(summary.released(), 5, "{kind:?} #{i}: {summary:?}");
         }
     }
@@ -113,17 +97,21 @@ async fn extend_succeeds_after_any_two_of_five_nodes_die() {
             let locks = fresh(&nodes);
             let resource = format!("pair:{a}{b}");
             let guard = locks.lock(&resource, ttl).await.expect("lock");
-            assert_eq!(settled_confirmations(&guard, 5).await, 5, "pair {a}{b}");
+            assert_eq!(
+                settled_confirmations(&locks, &guard).await,
+                5,
+                "pair {a}{b}"
+            );
             nodes[a].kill();
             nodes[b].kill();
             let result = guard.extend(ttl).await;
             assert!(result.is_ok(), "pair {a}{b}: extend failed: {result:?}");
             // The survivors; the dead nodes' failures may come after the
             // decision.
-            until_confirmed(&guard, 3).await;
+            assert_eq!(settled_confirmations(&locks, &guard).await, 3);
             assert!(guard.lost().now_or_never().is_none(), "pair {a}{b}");
             assert!(guard.loss_reason().is_none(), "pair {a}{b}");
-            let summary = guard.release().await.expect("release");
+            let summary = guard.release().await.expect("release").settled().await;
             assert_eq!(summary.released(), 3, "pair {a}{b}: {summary:?}");
             assert_eq!(free_nodes(&nodes, &resource).await, 5);
             nodes[a].restart().expect("restart");
@@ -148,14 +136,14 @@ async fn auto_extension_outlives_a_minority_death() {
     let ttl = Duration::from_secs(1);
     let guard = locks.lock("minority", ttl).await.expect("lock");
     guard.auto_extend();
-    assert_eq!(settled_confirmations(&guard, 5).await, 5);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 5);
     nodes[1].kill();
     nodes[3].kill();
     let lost = guard.lost();
     // Three ttls: every one of them renewed by the three survivors.
     let held = tokio::time::timeout(3 * ttl, lost).await;
     assert!(held.is_err(), "lost the lock: {held:?}");
-    until_confirmed(&guard, 3).await;
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     assert!(guard.validity() > Duration::ZERO);
     guard.release().await.expect("release");
 }
@@ -166,7 +154,7 @@ async fn extend_restores_the_lock_where_its_key_is_gone() {
     let locks = fresh(&nodes);
     let ttl = Duration::from_secs(30);
     let guard = locks.lock("restore", ttl).await.expect("lock");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     let token = guard.token().as_str().to_owned();
     // Gone on a majority (a restart without persistence, an eviction).
     for server in &nodes.iter().collect::<Vec<_>>()[..2] {
@@ -175,7 +163,7 @@ async fn extend_restores_the_lock_where_its_key_is_gone() {
     guard.extend(ttl).await.expect("extend restores");
     // `extend` returns at the quorum's decision; the last node's answer is
     // followed in the background (on a loaded machine it can come later).
-    until_confirmed(&guard, 3).await;
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     assert_eq!(holding(&nodes, "restore", &token).await, 3);
     assert_eq!(guard.confirmed(), 3);
     for server in &nodes {
@@ -195,7 +183,7 @@ async fn extend_never_touches_another_owners_key() {
     let locks = fresh(&nodes);
     let ttl = Duration::from_secs(30);
     let guard = locks.lock("foreign", ttl).await.expect("lock");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     let token = guard.token().as_str().to_owned();
 
     // Node 0: another owner's token; node 1: gone; node 2: ours.
@@ -210,7 +198,7 @@ async fn extend_never_touches_another_owners_key() {
         .await
         .expect("DEL");
     guard.extend(ttl).await.expect("2 of 3");
-    until_confirmed(&guard, 2).await;
+    assert_eq!(settled_confirmations(&locks, &guard).await, 2);
     assert_eq!(
         values(&nodes, "foreign").await,
         [
@@ -257,7 +245,7 @@ async fn a_failed_extend_says_what_it_saw() {
 
     // Missing keys and one dead node: restored, not "held by another owner".
     let guard = locks.lock("said", ttl).await.expect("lock");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     nodes[0].kill();
     let _: () = conn(&nodes[1].url()).await.del("said").await.expect("DEL");
     guard.extend(ttl).await.expect("restored on node 1");
@@ -295,7 +283,7 @@ async fn a_multi_lock_is_restored_whole_or_not_at_all() {
     let locks = fresh(&nodes);
     let ttl = Duration::from_secs(30);
     let guard = locks.lock_many(&["m:a", "m:b"], ttl).await.expect("lock");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     let token = guard.token().as_str().to_owned();
     // Node 0 lost `m:a`, and `m:b` there is someone else's: touch nothing.
     let mut c0 = conn(&nodes[0].url()).await;
@@ -311,7 +299,7 @@ async fn a_multi_lock_is_restored_whole_or_not_at_all() {
         .await
         .expect("DEL");
     guard.extend(ttl).await.expect("2 of 3");
-    until_confirmed(&guard, 2).await;
+    assert_eq!(settled_confirmations(&locks, &guard).await, 2);
     assert_eq!(
         values(&nodes, "m:a").await,
         [None, Some(token.clone()), Some(token.clone())]
@@ -340,16 +328,20 @@ async fn restoring_a_fenced_lock_restores_its_fence_floor() {
     let guard = locks.lock_fenced("fenced", ttl).await.expect("lock");
     let fence = guard.fence().expect("fenced");
     assert!(fence >= 4, "fence {fence}");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     // Nodes 0 and 1 restart empty: lock key and counter gone.
     let counter = format!("fenced{FENCE_SUFFIX}");
     for i in 0..2 {
         nodes[i].restart().expect("restart");
     }
     // The first request on a restarted node's old connection may fail;
-    // the extension after it restores.
+    // the extension after it restores. `extend` returns at the quorum's
+    // decision: the counters are read once every node has answered it.
     no_hang("extend after restarts", async {
-        while guard.extend(ttl).await.is_err() || guard.confirmed() < 3 {
+        loop {
+            if guard.extend(ttl).await.is_ok() && settled_confirmations(&locks, &guard).await == 3 {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -378,7 +370,7 @@ async fn nodes_that_restarted_keep_their_vote_in_the_next_extension() {
     let locks = fresh(&nodes);
     let ttl = Duration::from_secs(30);
     let guard = locks.lock("restarted", ttl).await.expect("lock");
-    assert_eq!(settled_confirmations(&guard, 3).await, 3);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     // The manager's connections to nodes 0 and 1 are now stale: the first
     // request on each finds them dropped. Sent again on a new connection,
     // the extension restores the lock there instead of losing both votes.
@@ -398,7 +390,7 @@ async fn nodes_that_restarted_keep_their_vote_in_the_next_extension() {
         }
     })
     .await;
-    until_confirmed(&guard, 3).await;
+    assert_eq!(settled_confirmations(&locks, &guard).await, 3);
     guard.release().await.expect("release");
 }
 
@@ -422,7 +414,7 @@ async fn rolling_restart(style: Rolling) {
     let locks = fresh(&nodes);
     let guard = locks.lock("rolling", ttl).await.expect("lock");
     guard.auto_extend();
-    assert_eq!(settled_confirmations(&guard, 5).await, 5);
+    assert_eq!(settled_confirmations(&locks, &guard).await, 5);
 
     // A contender tries to take the lock the whole time.
     let stop = Arc::new(AtomicBool::new(false));
@@ -473,7 +465,7 @@ async fn rolling_restart(style: Rolling) {
     assert_eq!(stolen, None, "{style:?}: the contender got the lock");
     assert!(attempts.load(Ordering::SeqCst) > 20, "the contender tried");
     assert!(guard.loss_reason().is_none());
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 5, "{summary:?}");
 }
 

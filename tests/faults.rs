@@ -36,7 +36,7 @@ async fn minority_down_works_majority_down_fails_fast_restart_recovers() {
     let guard = no_hang("lock", locks.lock("jobs:a", TTL))
         .await
         .expect("3 of 5 suffice");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 3);
     assert_eq!(summary.failures().len(), 2);
 
@@ -70,11 +70,11 @@ async fn minority_down_works_majority_down_fails_fast_restart_recovers() {
     })
     .await;
     // Every restarted node takes part again (a fresh script cache too).
-    let mut summary = guard.release().await.expect("release");
+    let mut summary = guard.release().await.expect("release").settled().await;
     no_hang("every node back", async {
         while summary.released() < 5 {
             let guard = locks.lock("jobs:a", TTL).await.expect("lock");
-            summary = guard.release().await.expect("release");
+            summary = guard.release().await.expect("release").settled().await;
         }
     })
     .await;
@@ -88,13 +88,23 @@ async fn a_node_down_at_start_is_used_once_it_comes_up() {
         .build()
         .expect("builds while a node is down");
     let guard = locks.lock("late", TTL).await.expect("2 of 3");
-    assert_eq!(guard.release().await.expect("release").released(), 2);
+    assert_eq!(
+        guard
+            .release()
+            .await
+            .expect("release")
+            .settled()
+            .await
+            .released(),
+        2
+    );
 
     nodes[2].restart().expect("restart");
     let released = no_hang("late node joins", async {
         loop {
             let guard = locks.lock("late", TTL).await.expect("lock");
-            let released = guard.release().await.expect("release").released();
+            let summary = guard.release().await.expect("release").settled().await;
+            let released = summary.released();
             if released == 3 {
                 break released;
             }
@@ -128,7 +138,7 @@ async fn a_paused_node_does_not_stall_the_decision() {
         "decision waited for the paused node: validity {:?}",
         guard.validity()
     );
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 2);
     assert!(matches!(summary.failures()[0].error, NodeError::Timeout(_)));
 

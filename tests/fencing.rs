@@ -164,6 +164,8 @@ async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {
     assert!(!err.node_failures().is_empty(), "{err}");
     // Says why: the user may not load the write-back script.
     support::assert_acl_refusals(&err);
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     assert_eq!(
         values(&nodes, "audit").await,
         [None, None, None],
@@ -216,6 +218,7 @@ async fn only_nodes_that_granted_confirm_the_write_back() {
         "{err}"
     );
     assert_eq!(err.node_failures().len(), 1, "node 1, not node 2: {err}");
+    locks.settle().await;
     assert_eq!(
         values(&nodes, "audit").await,
         [None, None, Some("someone-else".to_owned())],

@@ -124,7 +124,7 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
         async move {
             let guard = locks.try_lock(&format!("burst:{i}"), TTL).await?;
             guard.extend(TTL).await?;
-            guard.release().await
+            Ok::<_, quorumlock::Error>(guard.release().await?.settled().await)
         }
     });
     for released in futures::future::join_all(burst).await {
@@ -305,7 +305,7 @@ async fn a_user_without_channel_permission_still_releases() {
         .build()
         .expect("config");
     let guard = locks.lock("job", TTL).await.expect("lock");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert!(summary.released() >= locks.quorum());
     let again = locks.try_lock("job", TTL).await.expect("free again");
     again.release().await.expect("release");

@@ -66,7 +66,7 @@ async fn auto_extension_holds_through_a_kill_and_a_restart() {
         "the rival really tried ({rival_attempts})"
     );
     assert!(guard.validity() > Duration::ZERO);
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert!(summary.released() >= 3, "{summary:?}");
 }
 
@@ -140,6 +140,8 @@ async fn with_lock_returns_the_output_and_releases() {
         .await
         .expect("with_lock");
     assert_eq!(out, 32);
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     assert_eq!(values(&nodes, "wl").await, [None, None, None]);
 }
 

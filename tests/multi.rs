@@ -58,6 +58,8 @@ async fn overlapping_requests_in_opposite_orders_both_finish_exclusively() {
             .await
             .expect("task");
     }
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     for key in ["a", "b", "c", "d"] {
         assert_eq!(values(&nodes, key).await, [None, None, None], "{key}");
     }
@@ -82,6 +84,7 @@ async fn a_holder_of_ab_excludes_bc_and_the_refusal_leaves_c_free() {
         .await
         .expect_err("b is held");
     assert!(err.is_retryable(), "{err}");
+    locks.settle().await;
     assert_eq!(values(&nodes, "c").await, [None, None, None], "c untouched");
     // c alone is free.
     locks
@@ -116,6 +119,7 @@ async fn a_failed_multi_lock_leaves_no_key() {
         .await
         .expect_err("contended");
     assert!(matches!(err, Error::Contended { .. }), "{err}");
+    locks.settle().await;
     assert_eq!(values(&nodes, "x").await, [None, None, None]);
     assert_eq!(
         values(&nodes, "y").await,
@@ -143,6 +147,7 @@ async fn a_multi_lock_is_renewed_and_released_as_one() {
     }
     guard.extend(TTL).await.expect("extend all keys");
     assert!(guard.release().await.expect("release").released() >= 2);
+    locks.settle().await;
     for key in ["m1", "m2", "m3"] {
         assert_eq!(values(&nodes, key).await, [None, None, None]);
     }

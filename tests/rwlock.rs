@@ -54,9 +54,11 @@ async fn readers_share_and_a_writer_is_alone() {
         Err(Error::Contended { .. })
     ));
     w.extend(ttl).await.expect("extend");
-    let summary = w.release().await.expect("release");
+    let summary = w.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 3);
     // The mark of the refused writer expires by itself; nothing else is left.
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     let left = keys_left(&nodes, "doc").await;
     assert!(left.iter().all(|k| k == "doc:writer-waiting"), "{left:?}");
 }
@@ -99,6 +101,7 @@ async fn a_waiting_writer_holds_new_readers_back_and_gets_in() {
     // Its release takes its mark too, also from a node that never heard
     // of its grant: nothing is left.
     w.release().await.expect("release");
+    locks.settle().await;
     let left = keys_left(&nodes, "pref").await;
     assert_eq!(left, Vec::<String>::new(), "{left:?}");
 }
@@ -327,6 +330,7 @@ async fn scoped_forms_and_functions_mode() {
         .await
         .expect("with_write");
     assert_eq!(out, 7);
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "scoped").await, Vec::<String>::new());
 
     if !version.has_functions() {

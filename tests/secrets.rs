@@ -128,7 +128,7 @@ async fn tokens_and_passwords_never_appear_in_logs_or_output() {
     shown.debug(guard.token());
     shown.debug(&guard.lease());
     guard.extend(TTL).await.expect("extend");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     shown.debug(&summary);
     for lock in [
         locks.lock_fenced("ledger", TTL).await.expect("fenced"),

@@ -162,9 +162,11 @@ async fn every_permit_can_be_taken_and_then_none() {
     // Extend and release work as a lock's.
     permits[0].extend(ttl).await.expect("extend");
     for permit in permits {
-        let summary = permit.release().await.expect("release");
+        let summary = permit.release().await.expect("release").settled().await;
         assert_eq!(summary.released(), 3);
     }
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "pool").await, Vec::<String>::new());
 }
 
@@ -232,6 +234,7 @@ async fn callers_that_disagree_on_the_count_are_refused_until_the_holders_are_go
     second.release().await.expect("release");
     two.release().await.expect("release");
     // Once no permit of the old count is held, the new count is taken.
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "api").await, Vec::<String>::new());
     let three = locks
         .semaphore("api", 3)
@@ -283,8 +286,9 @@ async fn an_auto_extended_permit_is_kept_and_restored_on_a_node_that_restarted_e
     // Held over several ttls.
     tokio::time::sleep(2 * ttl).await;
     assert_eq!(permit.loss_reason(), None);
-    let summary = permit.release().await.expect("release");
+    let summary = permit.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 3);
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "keep").await, Vec::<String>::new());
 }
 
@@ -336,6 +340,7 @@ async fn with_permit_runs_the_work_and_gives_the_permit_back() {
         .await
         .expect("with_permit");
     assert_eq!(out, 7);
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "scoped").await, Vec::<String>::new());
 }
 
@@ -375,5 +380,6 @@ async fn permits_work_in_functions_mode() {
     ));
     first.extend(ttl).await.expect("extend");
     first.release().await.expect("release");
+    locks.settle().await;
     assert_eq!(keys_left(&nodes, "fn").await, Vec::<String>::new());
 }

@@ -218,7 +218,16 @@ async fn a_tls_cluster_is_one_node() {
             .await
             .expect("lock");
         guard.extend(TTL).await.expect("extend");
-        assert_eq!(guard.release().await.expect("release").released(), 1);
+        assert_eq!(
+            guard
+                .release()
+                .await
+                .expect("release")
+                .settled()
+                .await
+                .released(),
+            1
+        );
     }
 
     let untrusting = tls_builder()

@@ -41,6 +41,8 @@ async fn a_contended_attempt_removes_the_keys_it_did_get() {
         "{err}"
     );
     // Whether or not node 2 granted, the failed attempt left nothing there.
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     assert_eq!(
         values(&nodes, "busy").await,
         [Some("other".into()), Some("other".into()), None]
@@ -76,6 +78,7 @@ async fn a_timed_out_set_that_lands_later_is_cleaned_up() {
         .release()
         .await
         .expect("release");
+    locks.settle().await;
     assert_eq!(values(&nodes, "slow").await, [None, None, None]);
 }
 
@@ -92,7 +95,7 @@ async fn a_grant_still_in_flight_is_removed_by_the_release() {
     // guard is released straight away.
     nodes[2].pause().expect("pause");
     let guard = locks.try_lock("straggler", TTL).await.expect("2 of 3");
-    let summary = guard.release().await.expect("release");
+    let summary = guard.release().await.expect("release").settled().await;
     assert_eq!(summary.released(), 2, "{summary:?}");
     nodes[2].resume().expect("resume");
     // Once a later request on the same connections is answered, the SET and
@@ -104,6 +107,7 @@ async fn a_grant_still_in_flight_is_removed_by_the_release() {
         .release()
         .await
         .expect("release");
+    locks.settle().await;
     assert_eq!(values(&nodes, "straggler").await, [None, None, None]);
 }
 
@@ -207,7 +211,16 @@ async fn a_node_holding_a_hash_votes_no_and_keeps_it() {
         .expect("config");
     let guard = locks.try_lock("h", TTL).await.expect("2 of 3 grant");
     guard.extend(TTL).await.expect("extend skips the hash");
-    assert_eq!(guard.release().await.expect("release").released(), 2);
+    assert_eq!(
+        guard
+            .release()
+            .await
+            .expect("release")
+            .settled()
+            .await
+            .released(),
+        2
+    );
     let kept: Vec<(String, String)> = c0.hgetall("h").await.expect("HGETALL");
     assert_eq!(kept, [("field".to_owned(), "value".to_owned())]);
 

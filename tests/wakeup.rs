@@ -203,5 +203,7 @@ async fn every_waiter_gets_its_turn() {
         }
     })
     .await;
+    // release and cleanup return at the decision; the other nodes follow
+    locks.settle().await;
     assert_eq!(values(&nodes, "turns").await, [None, None, None]);
 }

@@ -1,0 +1,259 @@
+//! A slow or frozen minority costs a holder nothing. One of five nodes is
+//! paused (SIGSTOP) and the node timeout is far beyond the hang guard, so
+//! a call that waited for the paused node would hang the test: every call
+//! must return at its quorum's decision, while the paused node still owes
+//! its answer, and the engine must follow that node once it wakes up.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, RedisServer};
+use quorumlock::{Error, LockGuard, Redlock, Retry};
+use redis::AsyncCommands;
+use support::{conn, holding, no_hang, values, warm};
+
+/// The node that is paused.
+const FROZEN: usize = 4;
+/// Far beyond the hang guard: a call that waited on the paused node would
+/// hang the test.
+const NODE_TIMEOUT: Duration = Duration::from_secs(600);
+const TTL: Duration = Duration::from_secs(30);
+
+fn manager(urls: Vec<String>) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::default().delay(Duration::from_millis(10)))
+        .build()
+        .expect("config")
+}
+
+/// A paused node, resumed when dropped (also when the test fails).
+struct Paused<'a>(&'a RedisServer);
+
+impl<'a> Paused<'a> {
+    fn new(server: &'a RedisServer) -> Self {
+        server.pause().expect("pause");
+        Self(server)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.resume();
+    }
+}
+
+/// Whether `locks` still follows requests in the background: here, the
+/// paused node's, which cannot have answered.
+fn still_following(locks: &Redlock) -> bool {
+    locks.settle().now_or_never().is_none()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_returns_while_a_paused_node_owes_its_answer_then_follows_it() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = manager(nodes.urls());
+    warm(&locks, TTL).await;
+    let paused = Paused::new(&nodes[FROZEN]);
+    let guard = no_hang("lock", locks.lock("frozen:release", TTL))
+        .await
+        .expect("4 of 5 can grant");
+    assert!(
+        guard.confirmed() < 5,
+        "the paused node cannot have answered"
+    );
+    let summary = no_hang("release", guard.release()).await.expect("release");
+    assert!(summary.pending() >= 1, "{summary:?}");
+    assert!(summary.released() >= locks.quorum(), "{summary:?}");
+    assert!(summary.failures().is_empty(), "{summary:?}");
+    assert!(still_following(&locks));
+
+    drop(paused);
+    let summary = no_hang("settled", summary.settled()).await;
+    assert_eq!(summary.pending(), 0);
+    // The paused node ran the acquire, then the release behind it on the
+    // same connection: it deleted the token too.
+    assert_eq!(summary.released(), 5, "{summary:?}");
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(values(&nodes, "frozen:release").await, vec![None; 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_decides_without_the_paused_node() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = manager(nodes.urls());
+    warm(&locks, TTL).await;
+    let paused = Paused::new(&nodes[FROZEN]);
+
+    no_hang("lock, extend, release", async {
+        let guard = locks.lock("frozen:a", TTL).await.expect("lock");
+        guard.extend(TTL).await.expect("extend");
+        assert!(
+            guard.confirmed() < 5,
+            "the paused node cannot have answered"
+        );
+        guard.release().await.expect("release");
+    })
+    .await;
+    no_hang("fenced and multi-resource locks", async {
+        let fenced = locks.lock_fenced("frozen:f", TTL).await.expect("fenced");
+        assert!(fenced.fence().is_some());
+        fenced.release().await.expect("release");
+        let many = locks
+            .lock_many(&["frozen:m1", "frozen:m2"], TTL)
+            .await
+            .expect("lock_many");
+        many.release().await.expect("release");
+    })
+    .await;
+    no_hang("a semaphore's permit", async {
+        let permit = locks
+            .semaphore("frozen:sem", 2)
+            .acquire(TTL)
+            .await
+            .expect("permit");
+        permit.extend(TTL).await.expect("extend");
+        permit.release().await.expect("release");
+    })
+    .await;
+    no_hang("reader and writer", async {
+        let rw = locks.rwlock("frozen:rw");
+        let read = rw.read(TTL).await.expect("read");
+        read.release().await.expect("release");
+        let write = rw.write(TTL).await.expect("write");
+        write.release().await.expect("release");
+    })
+    .await;
+    no_hang("with_lock", async {
+        let out = locks
+            .with_lock("frozen:w", TTL, |lease| async move {
+                lease.token().as_str().len()
+            })
+            .await
+            .expect("with_lock");
+        assert_eq!(out, 32);
+    })
+    .await;
+    no_hang("an election", async {
+        let election = locks.election("frozen:e");
+        let leadership = election.campaign("me", TTL).await.expect("campaign");
+        let leader = election.leader().await.expect("leader").expect("a leader");
+        assert_eq!(leader.value(), "me");
+        leadership.resign().await.expect("resign");
+    })
+    .await;
+    // Everything returned while the paused node's requests were pending.
+    assert!(still_following(&locks));
+    drop(paused);
+    no_hang("settle", locks.settle()).await;
+    for key in ["frozen:a", "frozen:f", "frozen:m1", "frozen:m2", "frozen:w"] {
+        assert_eq!(values(&nodes, key).await, vec![None; 5], "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_leaves_its_cleanup_to_the_background() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = manager(nodes.urls());
+    warm(&locks, TTL).await;
+    // Someone else holds the resource on three nodes.
+    for server in nodes.iter().take(3) {
+        let _: () = conn(&server.url())
+            .await
+            .set_ex("frozen:busy", "someone-else", 60)
+            .await
+            .expect("SET");
+    }
+    let paused = Paused::new(&nodes[FROZEN]);
+    let err = no_hang("try_lock", locks.try_lock("frozen:busy", TTL))
+        .await
+        .expect_err("three refusals");
+    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    // Decided by the refusals, and its cleanup did not wait for the
+    // paused node: it is still being followed.
+    assert!(err.node_failures().is_empty(), "{err}");
+    assert!(still_following(&locks));
+    drop(paused);
+    no_hang("settle", locks.settle()).await;
+    // The attempt's grants, the paused node's late one included, are gone.
+    assert_eq!(
+        values(&nodes, "frozen:busy").await,
+        [
+            Some("someone-else".to_owned()),
+            Some("someone-else".to_owned()),
+            Some("someone-else".to_owned()),
+            None,
+            None
+        ]
+    );
+}
+
+/// Releases `guard` and at once locks its resource again, `cycles` times,
+/// from the same manager; returns the last grant and how many releases
+/// returned before every node answered.
+async fn release_and_lock_again(
+    locks: &Redlock,
+    mut guard: LockGuard,
+    cycles: usize,
+) -> (LockGuard, usize) {
+    let resource = guard.resource().to_owned();
+    let mut early = 0;
+    for _ in 0..cycles {
+        let summary = no_hang("release", guard.release()).await.expect("release");
+        early += usize::from(summary.pending() > 0);
+        guard = no_hang("the next lock", locks.lock(&resource, TTL))
+            .await
+            .expect("lock");
+    }
+    (guard, early)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggling_release_never_removes_the_next_grant_on_a_paused_node() {
+    // Each release returns before the paused node answered, and the next
+    // lock of the same resource follows at once. Once the node wakes up it
+    // runs them all in order: every old release must leave the newer
+    // grants alone (the token check), and the newest stays.
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = manager(nodes.urls());
+    warm(&locks, TTL).await;
+    let paused = Paused::new(&nodes[FROZEN]);
+    let guard = locks.lock("frozen:next", TTL).await.expect("lock");
+    let (guard, early) = release_and_lock_again(&locks, guard, 20).await;
+    assert_eq!(early, 20, "the paused node cannot have answered");
+    drop(paused);
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(guard.confirmed(), 5);
+    assert_eq!(
+        holding(&nodes, "frozen:next", guard.token().as_str()).await,
+        5
+    );
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggling_release_never_removes_the_next_grant_on_a_slow_node() {
+    // The same with one node slowed (+10 ms each way) through a proxy, so
+    // that its answers interleave with the next grants'.
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    let locks = manager(proxies.iter().map(FaultProxy::url).collect());
+    warm(&locks, TTL).await;
+    let ms = Duration::from_millis(10);
+    proxies[FROZEN].set(Faults::latency(ms, ms, Duration::ZERO));
+    let guard = locks.lock("slow:next", TTL).await.expect("lock");
+    let (guard, _) = release_and_lock_again(&locks, guard, 50).await;
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(guard.confirmed(), 5);
+    assert_eq!(
+        holding(&nodes, "slow:next", guard.token().as_str()).await,
+        5
+    );
+    guard.release().await.expect("release");
+}
