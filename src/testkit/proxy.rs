@@ -305,7 +305,11 @@ async fn pump(
     };
     let writer = async move {
         while let Some((leave, chunk)) = ready.recv().await {
-            tokio::time::sleep_until(leave).await;
+            // Without a delay, straight on: a timer would hold every chunk
+            // until the next tick (about a millisecond each way).
+            if leave > Instant::now() {
+                tokio::time::sleep_until(leave).await;
+            }
             if to.write_all(&chunk).await.is_err() {
                 return;
             }
