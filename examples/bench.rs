@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{LockGuard, Redlock, Retry, WakeOnRelease};
+use quorumlock::{Redlock, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use serde_json::json;
@@ -909,26 +909,77 @@ async fn contention(
         .wake_on_release(wake)
         .build()?;
     let resource = format!("bench:contended:{mode}:{n}");
+    contend(
+        &Contender::Quorumlock(locks),
+        &resource,
+        n,
+        mode,
+        plan.contention,
+    )
+    .await
+}
+
+/// Who takes turns on one resource in [`contend`].
+#[derive(Clone)]
+enum Contender {
+    /// `lock` with the manager's retry policy and way of waiting.
+    Quorumlock(Redlock),
+}
+
+impl Contender {
+    /// One turn of `task`: waits for the lock until `until`, records the
+    /// grant and the release, and releases.
+    /// Whether it was granted.
+    async fn turn(
+        &self,
+        resource: &str,
+        task: usize,
+        until: Instant,
+        events: &Mutex<Vec<(Instant, Event)>>,
+    ) -> bool {
+        let wait = until.saturating_duration_since(Instant::now());
+        let record = || {
+            let granted = Instant::now();
+            let mut events = events.lock().unwrap_or_else(|e| e.into_inner());
+            events.push((granted, Event::Grant(task)));
+            events.push((Instant::now(), Event::Release));
+        };
+        match self {
+            Contender::Quorumlock(locks) => {
+                let Ok(Ok(guard)) = tokio::time::timeout(wait, locks.lock(resource, TTL)).await
+                else {
+                    return false;
+                };
+                record();
+                let _ = guard.release().await;
+            }
+        }
+        true
+    }
+}
+
+/// [`CONTENDERS`] tasks taking turns on `resource` for `period`, with
+/// [`THINK`] between a release and asking again; a wait still going at the
+/// end of the period is given up.
+async fn contend(
+    contender: &Contender,
+    resource: &str,
+    nodes: usize,
+    mode: &'static str,
+    period: Duration,
+) -> Result<ContentionRow, BoxError> {
     let events = Arc::new(Mutex::new(Vec::<(Instant, Event)>::new()));
     let started = Instant::now();
-    let until = started + plan.contention;
+    let until = started + period;
     let workers: Vec<_> = (0..CONTENDERS)
         .map(|task| {
-            let (locks, resource, events) = (locks.clone(), resource.clone(), events.clone());
+            let (contender, resource, events) =
+                (contender.clone(), resource.to_owned(), events.clone());
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    let guard: LockGuard = match locks.lock(&resource, TTL).await {
-                        Ok(guard) => guard,
-                        Err(_) => continue,
-                    };
-                    let granted = Instant::now();
-                    {
-                        let mut events = events.lock().unwrap_or_else(|e| e.into_inner());
-                        events.push((granted, Event::Grant(task)));
-                        events.push((Instant::now(), Event::Release));
+                    if contender.turn(&resource, task, until, &events).await {
+                        tokio::time::sleep(THINK).await;
                     }
-                    let _ = guard.release().await;
-                    tokio::time::sleep(THINK).await;
                 }
             })
         })
@@ -936,6 +987,7 @@ async fn contention(
     for worker in workers {
         worker.await?;
     }
+    let Contender::Quorumlock(locks) = contender;
     locks.settle().await;
 
     let mut events = std::mem::take(&mut *events.lock().unwrap_or_else(|e| e.into_inner()));
@@ -966,9 +1018,9 @@ async fn contention(
     }
     gaps.sort_unstable();
     handoff_gaps.sort_unstable();
-    let secs = plan.contention.as_secs_f64();
+    let secs = period.as_secs_f64();
     Ok(ContentionRow {
-        nodes: n,
+        nodes,
         mode,
         grants_per_s: per_task.iter().sum::<u64>() as f64 / secs,
         handoffs_per_s: handoffs as f64 / secs,
