@@ -1351,12 +1351,14 @@ impl Report {
             self.redis,
             if self.plan.quick { "quick" } else { "full" }
         );
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "| N | measure | floor | rslock | quorumlock | quorumlock / floor | quorumlock / rslock |"
-        );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        if !self.rows.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "| N | measure | floor | rslock | quorumlock | quorumlock / floor | quorumlock / rslock |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        }
         for row in &self.rows {
             let better = match row.better {
                 Better::Lower => "lower is better",
