@@ -1317,6 +1317,8 @@ struct Degraded {
     rows: Vec<DegradedRow>,
     memory: Option<MemoryRow>,
     budget: Duration,
+    /// PING p50 of node 5 direct and through its proxy with no fault.
+    proxy_ping: [Duration; 2],
 }
 
 /// Five nodes of its own, node 5 behind a [`FaultProxy`] in every
@@ -1359,10 +1361,16 @@ async fn degraded(plan: Plan) -> Result<Degraded, BoxError> {
     }
     library_cycle(&waiting, "bench:degraded:warmup").await;
 
+    // The proxy is in the healthy rows too: say what it costs by itself.
+    let proxy_ping = [
+        ping_p50(&nodes[4].url()).await?,
+        ping_p50(&proxy.url()).await?,
+    ];
     let mut out = Degraded {
         rows: Vec::new(),
         memory: None,
         budget: plan.degraded_budget,
+        proxy_ping,
     };
     for (c, condition) in Condition::ALL.into_iter().enumerate() {
         progress(&format!("degraded: node 5 {}", condition.name()));
@@ -1389,6 +1397,21 @@ async fn degraded(plan: Plan) -> Result<Degraded, BoxError> {
         }
     }
     Ok(out)
+}
+
+/// The p50 of 200 PINGs to `url`, one at a time.
+async fn ping_p50(url: &str) -> Result<Duration, BoxError> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        samples.push(started.elapsed());
+    }
+    samples.sort_unstable();
+    Ok(percentile(&samples, 50.0))
 }
 
 /// One library's rows under one condition: latency (one cycle at a time
@@ -1562,6 +1585,12 @@ impl Degraded {
             DEFAULT_NODE_TIMEOUT.as_millis(),
             self.budget
         );
+        let _ = writeln!(
+            out,
+            "(node 5's PING p50: {:.0} µs direct, {:.0} µs through its proxy with no fault: the healthy rows include the difference wherever a call waits for node 5)",
+            micros(self.proxy_ping[0]),
+            micros(self.proxy_ping[1])
+        );
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -1671,6 +1700,10 @@ impl Degraded {
             "node_timeout_ms": DEFAULT_NODE_TIMEOUT.as_millis() as u64,
             "cycle_limit_ms": CYCLE_LIMIT.as_millis() as u64,
             "latency_budget_ms": self.budget.as_millis() as u64,
+            "node5_ping_p50_us": {
+                "direct": micros(self.proxy_ping[0]),
+                "through_proxy_no_fault": micros(self.proxy_ping[1]),
+            },
             "peak_rss_of": "the whole process",
             "rows": rows,
             "memory": memory,
