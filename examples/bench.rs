@@ -6,9 +6,18 @@
 //! (`RedlockBuilder::replica_sync`) costs, on 3 masters with a replica each
 //! (not part of a default run).
 //!
+//! The degraded part (`--only degraded`; in a default run) starts five nodes
+//! of its own, the fifth behind the testkit's `FaultProxy`, and measures
+//! quorumlock and rslock healthy, with node 5 slowed (+10 ms each way) and
+//! with node 5 frozen (SIGSTOP): lock+release p50/p99 at 1 task, cycles/s at
+//! 64 tasks, handoffs/s of 16 tasks on one resource, and peak RSS, each as a
+//! ratio of the same library's healthy figure; then how much memory 256
+//! quorumlock tasks use over 30 s with node 5 frozen.
+//!
 //!     cargo run --release --example bench --features testkit -- [--json] [--quick]
 //!
-//! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`).
+//! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`;
+//! the degraded part always starts its own, since it pauses one).
 //! Quote the ratios: absolute numbers drift on a shared machine, so floor and
 //! library runs are interleaved and drift hits both. With `--json` the table
 //! goes to stderr and JSON to stdout (`benches/baseline.json` is one full run).
@@ -20,8 +29,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use quorumlock::testkit::{FaultProxy, Faults};
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{LockGuard, Redlock, Retry, WakeOnRelease};
+use quorumlock::{DEFAULT_NODE_TIMEOUT, Redlock, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use serde_json::json;
@@ -55,6 +65,12 @@ struct Plan {
     held_locks: usize,
     held_ttl: Duration,
     held_for: Duration,
+    /// The most a degraded latency row may take (it stops early once it
+    /// has `latency_cycles` samples).
+    degraded_budget: Duration,
+    /// Tasks and time of the memory row (node 5 frozen).
+    memory_tasks: usize,
+    memory_for: Duration,
 }
 
 impl Plan {
@@ -70,6 +86,9 @@ impl Plan {
                 held_locks: 1_000,
                 held_ttl: Duration::from_secs(2),
                 held_for: Duration::from_secs(3),
+                degraded_budget: Duration::from_secs(2),
+                memory_tasks: 64,
+                memory_for: Duration::from_secs(4),
             }
         } else {
             Self {
@@ -82,6 +101,9 @@ impl Plan {
                 held_locks: 10_000,
                 held_ttl: Duration::from_secs(2),
                 held_for: Duration::from_secs(30),
+                degraded_budget: Duration::from_secs(20),
+                memory_tasks: 256,
+                memory_for: Duration::from_secs(30),
             }
         }
     }
@@ -113,7 +135,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|replica, or --profile floor|library|library-wake|rslock"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|degraded|replica, or --profile floor|library|library-wake|rslock"
                 )
                 .into());
             }
@@ -163,6 +185,11 @@ async fn run() -> Result<(), BoxError> {
             let row = contention(&urls[..n], waiting, plan).await?;
             report.contention.push(row);
         }
+    }
+
+    // Nodes of its own: one of them is slowed and frozen.
+    if runs("degraded") {
+        report.degraded = Some(degraded(plan).await?);
     }
 
     // Opt-in: it starts servers of its own, with replicas.
@@ -325,6 +352,9 @@ enum Side {
     /// The peer: rslock's `lock` and `unlock` (it decides once every node
     /// answered).
     Rslock(Arc<rslock::LockManager>),
+    /// Another side with every cycle cut at [`CYCLE_LIMIT`] (a cut cycle
+    /// fails), for the degraded rows: nothing there may hang the run.
+    Limited(Arc<Side>),
 }
 
 /// Permits of the semaphores in the primitives rows.
@@ -338,6 +368,7 @@ impl Side {
             Side::Permit(_) => "permit",
             Side::Read(_) => "read",
             Side::Rslock(_) => "rslock",
+            Side::Limited(side) => side.name(),
         }
     }
 
@@ -360,6 +391,9 @@ impl Side {
                 }
                 Err(_) => false,
             },
+            Side::Limited(side) => tokio::time::timeout(CYCLE_LIMIT, Box::pin(side.cycle(key)))
+                .await
+                .unwrap_or(false),
         }
     }
 }
@@ -909,26 +943,88 @@ async fn contention(
         .wake_on_release(wake)
         .build()?;
     let resource = format!("bench:contended:{mode}:{n}");
+    contend(
+        &Contender::Quorumlock(locks),
+        &resource,
+        n,
+        mode,
+        plan.contention,
+    )
+    .await
+}
+
+/// Who takes turns on one resource in [`contend`].
+#[derive(Clone)]
+enum Contender {
+    /// `lock` with the manager's retry policy and way of waiting.
+    Quorumlock(Redlock),
+    /// rslock's `lock` with its own retry (3 tries up to 200 ms apart),
+    /// asked again whenever it gives up.
+    Rslock(Arc<rslock::LockManager>),
+}
+
+impl Contender {
+    /// One turn of `task`: waits for the lock until `until`, records the
+    /// grant and the release, and releases (cut at [`CYCLE_LIMIT`]).
+    /// Whether it was granted.
+    async fn turn(
+        &self,
+        resource: &str,
+        task: usize,
+        until: Instant,
+        events: &Mutex<Vec<(Instant, Event)>>,
+    ) -> bool {
+        let wait = until.saturating_duration_since(Instant::now());
+        let record = || {
+            let granted = Instant::now();
+            let mut events = events.lock().unwrap_or_else(|e| e.into_inner());
+            events.push((granted, Event::Grant(task)));
+            events.push((Instant::now(), Event::Release));
+        };
+        match self {
+            Contender::Quorumlock(locks) => {
+                let Ok(Ok(guard)) = tokio::time::timeout(wait, locks.lock(resource, TTL)).await
+                else {
+                    return false;
+                };
+                record();
+                let _ = tokio::time::timeout(CYCLE_LIMIT, guard.release()).await;
+            }
+            Contender::Rslock(locks) => {
+                let Ok(Ok(lock)) = tokio::time::timeout(wait, locks.lock(resource, TTL)).await
+                else {
+                    return false;
+                };
+                record();
+                let _ = tokio::time::timeout(CYCLE_LIMIT, locks.unlock(&lock)).await;
+            }
+        }
+        true
+    }
+}
+
+/// [`CONTENDERS`] tasks taking turns on `resource` for `period`, with
+/// [`THINK`] between a release and asking again; a wait still going at the
+/// end of the period is given up.
+async fn contend(
+    contender: &Contender,
+    resource: &str,
+    nodes: usize,
+    mode: &'static str,
+    period: Duration,
+) -> Result<ContentionRow, BoxError> {
     let events = Arc::new(Mutex::new(Vec::<(Instant, Event)>::new()));
     let started = Instant::now();
-    let until = started + plan.contention;
+    let until = started + period;
     let workers: Vec<_> = (0..CONTENDERS)
         .map(|task| {
-            let (locks, resource, events) = (locks.clone(), resource.clone(), events.clone());
+            let (contender, resource, events) =
+                (contender.clone(), resource.to_owned(), events.clone());
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    let guard: LockGuard = match locks.lock(&resource, TTL).await {
-                        Ok(guard) => guard,
-                        Err(_) => continue,
-                    };
-                    let granted = Instant::now();
-                    {
-                        let mut events = events.lock().unwrap_or_else(|e| e.into_inner());
-                        events.push((granted, Event::Grant(task)));
-                        events.push((Instant::now(), Event::Release));
+                    if contender.turn(&resource, task, until, &events).await {
+                        tokio::time::sleep(THINK).await;
                     }
-                    let _ = guard.release().await;
-                    tokio::time::sleep(THINK).await;
                 }
             })
         })
@@ -936,7 +1032,9 @@ async fn contention(
     for worker in workers {
         worker.await?;
     }
-    locks.settle().await;
+    if let Contender::Quorumlock(locks) = contender {
+        let _ = tokio::time::timeout(CYCLE_LIMIT, locks.settle()).await;
+    }
 
     let mut events = std::mem::take(&mut *events.lock().unwrap_or_else(|e| e.into_inner()));
     events.sort_by_key(|(at, _)| *at);
@@ -966,9 +1064,9 @@ async fn contention(
     }
     gaps.sort_unstable();
     handoff_gaps.sort_unstable();
-    let secs = plan.contention.as_secs_f64();
+    let secs = period.as_secs_f64();
     Ok(ContentionRow {
-        nodes: n,
+        nodes,
         mode,
         grants_per_s: per_task.iter().sum::<u64>() as f64 / secs,
         handoffs_per_s: handoffs as f64 / secs,
@@ -1008,8 +1106,7 @@ async fn held_locks(urls: &[String], plan: Plan) -> Result<HeldRow, BoxError> {
     // Connect and load scripts before the memory baseline.
     library_cycle(&locks, "bench:held:warmup").await;
     locks.settle().await;
-    // Reset the peak resident set to the current one (Linux >= 4.0).
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    reset_peak_rss();
     let rss_before = proc_status_kib("VmRSS").unwrap_or(0);
 
     let guards = Arc::new(Mutex::new(Vec::with_capacity(count)));
@@ -1105,6 +1202,12 @@ fn cpu_time() -> Duration {
     }
 }
 
+/// Resets this process's peak resident set (`VmHWM`) to the current one
+/// (Linux >= 4.0).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 /// A `kB` field of /proc/self/status.
 fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -1115,6 +1218,498 @@ fn proc_status_kib(field: &str) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+// ---------------------------------------------------------------------------
+// Degraded: one node of five slow or frozen
+
+/// No cycle of the degraded rows may hang the run: one not done in this
+/// long is cut and counts as failed. (rslock waits out a frozen node's
+/// 500 ms response timeout on every call, its lock and its unlock.)
+const CYCLE_LIMIT: Duration = Duration::from_secs(5);
+/// What the proxy adds to the slow node, each way.
+const SLOW_BY: Duration = Duration::from_millis(10);
+/// Tasks of the degraded throughput rows.
+const DEGRADED_TASKS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Condition {
+    Healthy,
+    /// Node 5's proxy adds [`SLOW_BY`] each way.
+    Slow,
+    /// Node 5 is paused (SIGSTOP): connections stay open, nothing answers.
+    Frozen,
+}
+
+impl Condition {
+    const ALL: [Condition; 3] = [Condition::Healthy, Condition::Slow, Condition::Frozen];
+
+    fn name(self) -> &'static str {
+        match self {
+            Condition::Healthy => "healthy",
+            Condition::Slow => "slow",
+            Condition::Frozen => "frozen",
+        }
+    }
+}
+
+/// A server paused (SIGSTOP) for as long as this lives, resumed (SIGCONT)
+/// when it is dropped: on every way out, errors and panics included.
+struct Paused<'a>(&'a RedisServer);
+
+impl<'a> Paused<'a> {
+    fn new(server: &'a RedisServer) -> Result<Self, BoxError> {
+        server.pause()?;
+        Ok(Self(server))
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.resume();
+    }
+}
+
+/// One library under one condition. `None`: no cycle (or grant) succeeded.
+#[derive(Debug)]
+struct DegradedRow {
+    condition: Condition,
+    library: &'static str,
+    /// Lock+release p50 and p99 of one task, in ms, over every sample
+    /// (failed and cut cycles included).
+    latency_ms: Option<(f64, f64)>,
+    samples: usize,
+    cycles_per_s: Option<f64>,
+    handoffs_per_s: Option<f64>,
+    /// Failed or cut cycles of the latency and throughput rows.
+    failed: u64,
+    /// The whole process's, over this library's rows in this condition.
+    peak_rss_kib: u64,
+}
+
+/// Quorumlock tasks cycling with node 5 frozen: does memory level off?
+#[derive(Debug)]
+struct MemoryRow {
+    tasks: usize,
+    seconds: f64,
+    cycles: u64,
+    failed: u64,
+    rss_start_kib: u64,
+    peak_first_half_kib: u64,
+    peak_second_half_kib: u64,
+    rss_end_kib: u64,
+}
+
+impl MemoryRow {
+    fn peak_kib(&self) -> u64 {
+        self.peak_first_half_kib.max(self.peak_second_half_kib)
+    }
+
+    /// The second half's peak against the first half's: memory that grows
+    /// with time (a queue behind the frozen node) shows here.
+    fn growth(&self) -> f64 {
+        self.peak_second_half_kib as f64 / self.peak_first_half_kib.max(1) as f64
+    }
+}
+
+#[derive(Debug)]
+struct Degraded {
+    rows: Vec<DegradedRow>,
+    memory: Option<MemoryRow>,
+    budget: Duration,
+    /// PING p50 of node 5 direct and through its proxy with no fault.
+    proxy_ping: [Duration; 2],
+}
+
+/// Five nodes of its own, node 5 behind a [`FaultProxy`] in every
+/// condition (so that healthy and slow differ only in the fault), and per
+/// condition quorumlock's rows, then rslock's.
+async fn degraded(plan: Plan) -> Result<Degraded, BoxError> {
+    progress("degraded: 5 nodes of its own, node 5 behind a fault proxy");
+    let nodes = RedisNodes::start(5)?;
+    let proxy = FaultProxy::start(nodes[4].port()).await?;
+    let mut urls = nodes.urls();
+    urls[4] = proxy.url();
+    // The library's defaults, node timeout included: what a user gets.
+    let locks = Redlock::new(&urls)?;
+    // As the contention rows: the default retry delay, never give up, and
+    // a wake-up on every announced release.
+    let waiting = Redlock::builder()
+        .nodes(&urls)
+        .retry(Retry::forever())
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()?;
+    let peer = Arc::new(rslock::LockManager::new(urls.clone()));
+    let sides = [
+        (
+            "quorumlock",
+            Side::Limited(Arc::new(Side::Library(locks.clone()))),
+            Contender::Quorumlock(waiting.clone()),
+        ),
+        (
+            "rslock",
+            Side::Limited(Arc::new(Side::Rslock(peer.clone()))),
+            Contender::Rslock(peer),
+        ),
+    ];
+    // Warm up (connections, script caches, the wake-up subscription, the
+    // allocator), so that the healthy rows' peak RSS is a fair base.
+    let mut scratch = Vec::new();
+    for (_, side, _) in &sides {
+        latency_block(side, 100, 3_000_000, &mut scratch).await;
+        throughput(side, DEGRADED_TASKS, plan.round, 99).await;
+    }
+    library_cycle(&waiting, "bench:degraded:warmup").await;
+
+    // The proxy is in the healthy rows too: say what it costs by itself.
+    let proxy_ping = [
+        ping_p50(&nodes[4].url()).await?,
+        ping_p50(&proxy.url()).await?,
+    ];
+    let mut out = Degraded {
+        rows: Vec::new(),
+        memory: None,
+        budget: plan.degraded_budget,
+        proxy_ping,
+    };
+    for (c, condition) in Condition::ALL.into_iter().enumerate() {
+        progress(&format!("degraded: node 5 {}", condition.name()));
+        proxy.heal();
+        let paused = match condition {
+            Condition::Healthy => None,
+            Condition::Slow => {
+                proxy.set(Faults::latency(SLOW_BY, SLOW_BY, Duration::ZERO));
+                None
+            }
+            Condition::Frozen => Some(Paused::new(&nodes[4])?),
+        };
+        for (library, side, contender) in &sides {
+            let row = degraded_row(library, side, contender, condition, c, plan).await?;
+            out.rows.push(row);
+        }
+        if condition == Condition::Frozen {
+            out.memory = Some(memory_bound(&sides[0].1, plan).await);
+        }
+        drop(paused);
+        proxy.heal();
+        for locks in [&locks, &waiting] {
+            let _ = tokio::time::timeout(CYCLE_LIMIT, locks.settle()).await;
+        }
+    }
+    Ok(out)
+}
+
+/// The p50 of 200 PINGs to `url`, one at a time.
+async fn ping_p50(url: &str) -> Result<Duration, BoxError> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        samples.push(started.elapsed());
+    }
+    samples.sort_unstable();
+    Ok(percentile(&samples, 50.0))
+}
+
+/// One library's rows under one condition: latency (one cycle at a time
+/// until it has `latency_cycles` samples or spent the budget), cycles/s of
+/// [`DEGRADED_TASKS`] tasks (the median of `rounds` rounds, successful
+/// cycles only), handoffs of [`CONTENDERS`] tasks on one resource, and the
+/// process's peak resident set over all three.
+async fn degraded_row(
+    library: &'static str,
+    side: &Side,
+    contender: &Contender,
+    condition: Condition,
+    c: usize,
+    plan: Plan,
+) -> Result<DegradedRow, BoxError> {
+    reset_peak_rss();
+    let mut samples = Vec::new();
+    let mut failed = 0;
+    let until = Instant::now() + plan.degraded_budget;
+    let offset = 4_000_000 + c * 1_000_000;
+    while samples.len() < plan.latency_cycles && Instant::now() < until {
+        failed += latency_block(side, 1, offset + samples.len(), &mut samples).await;
+    }
+    let latency_ms = (failed < samples.len() as u64).then(|| {
+        samples.sort_unstable();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        (
+            ms(percentile(&samples, 50.0)),
+            ms(percentile(&samples, 99.0)),
+        )
+    });
+
+    let (mut rates, mut succeeded) = (Vec::new(), 0);
+    for round in 0..plan.rounds {
+        let (rate, cycles, lost) =
+            throughput(side, DEGRADED_TASKS, plan.round, 100 * (c + 1) + round).await;
+        failed += lost;
+        succeeded += cycles - lost;
+        rates.push(rate * (cycles - lost) as f64 / cycles.max(1) as f64);
+    }
+    let cycles_per_s = (succeeded > 0).then(|| median(&mut rates));
+
+    let mode = match contender {
+        Contender::Quorumlock(_) => "wake-up",
+        Contender::Rslock(_) => "rslock retry",
+    };
+    let resource = format!("bench:degraded:{}:{}", condition.name(), side.name());
+    let handoffs = contend(contender, &resource, 5, mode, plan.contention).await?;
+
+    Ok(DegradedRow {
+        condition,
+        library,
+        latency_ms,
+        samples: samples.len(),
+        cycles_per_s,
+        handoffs_per_s: (handoffs.grants_per_s > 0.0).then_some(handoffs.handoffs_per_s),
+        failed,
+        peak_rss_kib: proc_status_kib("VmHWM").unwrap_or(0),
+    })
+}
+
+/// `memory_tasks` quorumlock tasks cycling for `memory_for` with node 5
+/// frozen: the resident set at the start, its peak in each half, and at
+/// the end.
+async fn memory_bound(side: &Side, plan: Plan) -> MemoryRow {
+    let (tasks, period) = (plan.memory_tasks, plan.memory_for);
+    progress(&format!(
+        "degraded: {tasks} quorumlock tasks for {period:?}, node 5 frozen"
+    ));
+    reset_peak_rss();
+    let rss_start_kib = proc_status_kib("VmRSS").unwrap_or(0);
+    let first_half = async {
+        tokio::time::sleep(period / 2).await;
+        let peak = proc_status_kib("VmHWM").unwrap_or(0);
+        reset_peak_rss();
+        peak
+    };
+    let ((_, cycles, failed), peak_first_half_kib) =
+        tokio::join!(throughput(side, tasks, period, 900), first_half);
+    MemoryRow {
+        tasks,
+        seconds: period.as_secs_f64(),
+        cycles,
+        failed,
+        rss_start_kib,
+        peak_first_half_kib,
+        peak_second_half_kib: proc_status_kib("VmHWM").unwrap_or(0),
+        rss_end_kib: proc_status_kib("VmRSS").unwrap_or(0),
+    }
+}
+
+impl Degraded {
+    fn healthy(&self, library: &str) -> Option<&DegradedRow> {
+        self.rows
+            .iter()
+            .find(|r| r.condition == Condition::Healthy && r.library == library)
+    }
+
+    /// A row against the same library's healthy row: p50, p99, cycles/s,
+    /// handoffs/s, peak RSS.
+    fn vs_healthy(&self, row: &DegradedRow) -> [Option<f64>; 5] {
+        let Some(h) = self.healthy(row.library) else {
+            return [None; 5];
+        };
+        let ratio = |of: Option<f64>, base: Option<f64>| match (of, base) {
+            (Some(of), Some(base)) if base > 0.0 => Some(of / base),
+            _ => None,
+        };
+        [
+            ratio(row.latency_ms.map(|l| l.0), h.latency_ms.map(|l| l.0)),
+            ratio(row.latency_ms.map(|l| l.1), h.latency_ms.map(|l| l.1)),
+            ratio(row.cycles_per_s, h.cycles_per_s),
+            ratio(row.handoffs_per_s, h.handoffs_per_s),
+            ratio(Some(row.peak_rss_kib as f64), Some(h.peak_rss_kib as f64)),
+        ]
+    }
+
+    /// The targets for quorumlock with node 5 slow or frozen, and
+    /// memory while it is frozen, each with whether this run met it.
+    fn targets(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for row in self
+            .rows
+            .iter()
+            .filter(|r| r.library == "quorumlock" && r.condition != Condition::Healthy)
+        {
+            let [p50, p99, cycles, handoffs, _] = self.vs_healthy(row);
+            let name = row.condition.name();
+            for (what, ratio, bound, at_most) in [
+                ("lock+release p50", p50, 1.5, true),
+                ("lock+release p99", p99, 3.0, true),
+                ("cycles/s at 64 tasks", cycles, 0.7, false),
+                ("handoffs/s, 16 tasks on one resource", handoffs, 0.7, false),
+            ] {
+                let (sign, met) = match ratio {
+                    Some(r) if at_most => ("<=", r <= bound),
+                    Some(r) => (">=", r >= bound),
+                    None => (if at_most { "<=" } else { ">=" }, false),
+                };
+                out.push((
+                    format!(
+                        "node 5 {name}: {what} {sign} {bound}x healthy ({})",
+                        ratio.map_or("no result".to_owned(), |r| format!("{r:.2}x"))
+                    ),
+                    met,
+                ));
+            }
+        }
+        if let Some(m) = &self.memory {
+            out.push((
+                format!(
+                    "node 5 frozen, {} tasks for {:.0} s: memory bounded, the second half's peak <= 1.1x the first half's ({:.2}x; peak {} KiB, {} KiB at the start)",
+                    m.tasks,
+                    m.seconds,
+                    m.growth(),
+                    m.peak_kib(),
+                    m.rss_start_kib
+                ),
+                m.growth() <= 1.1,
+            ));
+        }
+        out
+    }
+
+    fn table(&self, quick: bool, out: &mut String) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Degraded: 5 nodes, node 5 behind a fault proxy in every condition (healthy: no fault; slow: +{} ms each way; frozen: SIGSTOP); quorumlock with its default node timeout ({} ms); every cycle cut at {CYCLE_LIMIT:?}, a latency row at {:?}; peak RSS is the whole process's (with whatever earlier parts left resident), reset before each library's rows:",
+            SLOW_BY.as_millis(),
+            DEFAULT_NODE_TIMEOUT.as_millis(),
+            self.budget
+        );
+        let _ = writeln!(
+            out,
+            "(node 5's PING p50: {:.0} µs direct, {:.0} µs through its proxy with no fault: the healthy rows include the difference wherever a call waits for node 5)",
+            micros(self.proxy_ping[0]),
+            micros(self.proxy_ping[1])
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "| node 5 | library | lock+release p50 / p99, 1 task | cycles/s, {DEGRADED_TASKS} tasks | handoffs/s, {CONTENDERS} on one | peak RSS | vs healthy: p50 / p99 / cycles/s / handoffs/s / RSS |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        let no_result = "no result";
+        for row in &self.rows {
+            let latency = row.latency_ms.map_or(no_result.to_owned(), |(p50, p99)| {
+                format!("{p50:.2} / {p99:.2} ms ({} cycles)", row.samples)
+            });
+            let rate = |r: Option<f64>| r.map_or(no_result.to_owned(), |r| format!("{r:.0}"));
+            let ratios: Vec<String> = self
+                .vs_healthy(row)
+                .iter()
+                .map(|r| r.map_or("-".to_owned(), |r| format!("{r:.2}")))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {latency} | {} | {} | {} KiB | {} |",
+                row.condition.name(),
+                row.library,
+                rate(row.cycles_per_s),
+                rate(row.handoffs_per_s),
+                row.peak_rss_kib,
+                ratios.join(" / ")
+            );
+        }
+        for row in self.rows.iter().filter(|r| r.failed > 0) {
+            let _ = writeln!(
+                out,
+                "- node 5 {}, {}: {} cycles failed or were cut at {CYCLE_LIMIT:?}",
+                row.condition.name(),
+                row.library,
+                row.failed
+            );
+        }
+        if let Some(m) = &self.memory {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "{} quorumlock tasks for {:.0} s with node 5 frozen: {} cycles ({} failed); resident {} KiB at the start, peak {} KiB in the first half and {} KiB in the second, {} KiB at the end (whole process)",
+                m.tasks,
+                m.seconds,
+                m.cycles - m.failed,
+                m.failed,
+                m.rss_start_kib,
+                m.peak_first_half_kib,
+                m.peak_second_half_kib,
+                m.rss_end_kib
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Targets (one node of five slow or frozen){}:",
+            if quick {
+                "; a quick run is too short to judge them"
+            } else {
+                ""
+            }
+        );
+        for (target, met) in self.targets() {
+            let _ = writeln!(out, "- [{}] {target}", if met { "x" } else { " " });
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let [p50, p99, cycles, handoffs, rss] = self.vs_healthy(row);
+                json!({
+                    "node5": row.condition.name(),
+                    "library": row.library,
+                    "lock_release_p50_ms": row.latency_ms.map(|l| l.0),
+                    "lock_release_p99_ms": row.latency_ms.map(|l| l.1),
+                    "latency_cycles": row.samples,
+                    "cycles_per_s_64_tasks": row.cycles_per_s,
+                    "handoffs_per_s_16_on_one": row.handoffs_per_s,
+                    "failed_cycles": row.failed,
+                    "peak_rss_kib": row.peak_rss_kib,
+                    "vs_healthy": {
+                        "p50": p50, "p99": p99, "cycles_per_s": cycles,
+                        "handoffs_per_s": handoffs, "peak_rss": rss,
+                    },
+                })
+            })
+            .collect();
+        let memory = self.memory.as_ref().map(|m| {
+            json!({
+                "tasks": m.tasks,
+                "seconds": m.seconds,
+                "cycles": m.cycles - m.failed,
+                "failed": m.failed,
+                "rss_start_kib": m.rss_start_kib,
+                "peak_rss_kib": m.peak_kib(),
+                "peak_first_half_kib": m.peak_first_half_kib,
+                "peak_second_half_kib": m.peak_second_half_kib,
+                "rss_end_kib": m.rss_end_kib,
+            })
+        });
+        json!({
+            "nodes": 5,
+            "slow_by_ms_each_way": SLOW_BY.as_millis() as u64,
+            "node_timeout_ms": DEFAULT_NODE_TIMEOUT.as_millis() as u64,
+            "cycle_limit_ms": CYCLE_LIMIT.as_millis() as u64,
+            "latency_budget_ms": self.budget.as_millis() as u64,
+            "node5_ping_p50_us": {
+                "direct": micros(self.proxy_ping[0]),
+                "through_proxy_no_fault": micros(self.proxy_ping[1]),
+            },
+            "peak_rss_of": "the whole process",
+            "rows": rows,
+            "memory": memory,
+            "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1146,6 +1741,7 @@ struct Report {
     rows: Vec<Row>,
     contention: Vec<ContentionRow>,
     held: Option<HeldRow>,
+    degraded: Option<Degraded>,
     /// Per node count, the redis-benchmark ceiling in lock cycles/s.
     ceilings: Vec<(usize, f64)>,
     notes: Vec<String>,
@@ -1180,6 +1776,7 @@ impl Report {
             rows: Vec::new(),
             contention: Vec::new(),
             held: None,
+            degraded: None,
             ceilings: Vec::new(),
             notes: Vec::new(),
         })
@@ -1299,12 +1896,14 @@ impl Report {
             self.redis,
             if self.plan.quick { "quick" } else { "full" }
         );
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "| N | measure | floor | rslock | quorumlock | quorumlock / floor | quorumlock / rslock |"
-        );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        if !self.rows.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "| N | measure | floor | rslock | quorumlock | quorumlock / floor | quorumlock / rslock |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+        }
         for row in &self.rows {
             let better = match row.better {
                 Better::Lower => "lower is better",
@@ -1389,6 +1988,9 @@ impl Report {
                 h.lost
             );
         }
+        if let Some(degraded) = &self.degraded {
+            degraded.table(self.plan.quick, &mut out);
+        }
         for note in &self.notes {
             let _ = writeln!(out, "note: {note}");
         }
@@ -1448,6 +2050,7 @@ impl Report {
             "rows": rows,
             "contention": contention,
             "held": held,
+            "degraded": self.degraded.as_ref().map(Degraded::json),
             "ceilings": self.ceilings.iter().map(|(n, c)| json!({"nodes": n, "lock_cycles_per_s": c})).collect::<Vec<_>>(),
             "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
             "notes": self.notes,
