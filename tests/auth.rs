@@ -46,16 +46,7 @@ async fn password_and_acl_user_in_the_url_work() {
             .await
             .expect("lock");
         guard.extend(Duration::from_secs(5)).await.expect("extend");
-        assert_eq!(
-            guard
-                .release()
-                .await
-                .expect("release")
-                .settled()
-                .await
-                .released(),
-            1
-        );
+        assert_eq!(support::release_settled(guard).await, 1);
     }
 }
 
@@ -166,16 +157,7 @@ async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
         .await
         .expect("multi");
     guard.extend(ttl).await.expect("extend multi");
-    assert_eq!(
-        guard
-            .release()
-            .await
-            .expect("release multi")
-            .settled()
-            .await
-            .released(),
-        1
-    );
+    assert_eq!(support::release_settled(guard).await, 1);
 
     let out = locks
         .with_lock("jobs:a", ttl, |lease| async move { lease.fence() })

@@ -77,15 +77,7 @@ async fn all_grant(locks: &Redlock, resource: &str, nodes: usize) {
     no_hang("every node grants", async {
         loop {
             let guard = locks.lock(resource, TTL).await.expect("lock");
-            if guard
-                .release()
-                .await
-                .expect("release")
-                .settled()
-                .await
-                .released()
-                == nodes
-            {
+            if support::release_settled(guard).await == nodes {
                 break;
             }
         }
@@ -194,15 +186,7 @@ async fn clusters_and_standalone_masters_vote_together() {
         loop {
             match locks.lock(resource, TTL).await {
                 Ok(guard) => {
-                    if guard
-                        .release()
-                        .await
-                        .expect("release")
-                        .settled()
-                        .await
-                        .released()
-                        == 5
-                    {
+                    if support::release_settled(guard).await == 5 {
                         break;
                     }
                 }
@@ -281,16 +265,7 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
         // Other slots: the cluster still votes (alone, it still locks).
         all_grant(&locks, key, 3).await;
         let guard = no_hang("lock", alone.lock(key, TTL)).await.expect("lock");
-        assert_eq!(
-            guard
-                .release()
-                .await
-                .expect("release")
-                .settled()
-                .await
-                .released(),
-            1
-        );
+        assert_eq!(support::release_settled(guard).await, 1);
     }
     // The dead master's slots: the cluster votes Failed, the two masters
     // still make a quorum, and a cluster-only manager cannot lock at all.
@@ -316,15 +291,7 @@ async fn a_dead_master_fails_only_its_slots_on_that_node() {
         loop {
             match locks.lock(dead_key, TTL).await {
                 Ok(guard) => {
-                    if guard
-                        .release()
-                        .await
-                        .expect("release")
-                        .settled()
-                        .await
-                        .released()
-                        == 3
-                    {
+                    if support::release_settled(guard).await == 3 {
                         break;
                     }
                 }
@@ -402,16 +369,7 @@ async fn a_failover_is_followed_by_the_cluster_client() {
         .extend(TTL)
         .await
         .expect("extend on the promoted replica");
-    assert_eq!(
-        guard
-            .release()
-            .await
-            .expect("release")
-            .settled()
-            .await
-            .released(),
-        1
-    );
+    assert_eq!(support::release_settled(guard).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

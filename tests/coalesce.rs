@@ -196,16 +196,7 @@ async fn dropped_callers_leave_nothing_behind_and_the_queue_keeps_going() {
     let guard = no_hang("lock after", locks.try_lock("after", TTL))
         .await
         .expect("lock");
-    assert_eq!(
-        guard
-            .release()
-            .await
-            .expect("release")
-            .settled()
-            .await
-            .released(),
-        3
-    );
+    assert_eq!(support::release_settled(guard).await, 3);
 }
 
 /// An entry refused by the server (an ACL without its key) gets its own
@@ -283,13 +274,7 @@ async fn extensions_batched_with_others_keep_every_holder() {
             }
             assert_eq!(guard.loss_reason(), None);
             assert!(guard.confirmed() >= locks.quorum());
-            guard
-                .release()
-                .await
-                .expect("release")
-                .settled()
-                .await
-                .released()
+            support::release_settled(guard).await
         })
     });
     for released in join_all(holders).await {

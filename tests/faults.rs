@@ -88,16 +88,7 @@ async fn a_node_down_at_start_is_used_once_it_comes_up() {
         .build()
         .expect("builds while a node is down");
     let guard = locks.lock("late", TTL).await.expect("2 of 3");
-    assert_eq!(
-        guard
-            .release()
-            .await
-            .expect("release")
-            .settled()
-            .await
-            .released(),
-        2
-    );
+    assert_eq!(support::release_settled(guard).await, 2);
 
     nodes[2].restart().expect("restart");
     let released = no_hang("late node joins", async {

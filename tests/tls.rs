@@ -218,16 +218,7 @@ async fn a_tls_cluster_is_one_node() {
             .await
             .expect("lock");
         guard.extend(TTL).await.expect("extend");
-        assert_eq!(
-            guard
-                .release()
-                .await
-                .expect("release")
-                .settled()
-                .await
-                .released(),
-            1
-        );
+        assert_eq!(support::release_settled(guard).await, 1);
     }
 
     let untrusting = tls_builder()

@@ -211,16 +211,7 @@ async fn a_node_holding_a_hash_votes_no_and_keeps_it() {
         .expect("config");
     let guard = locks.try_lock("h", TTL).await.expect("2 of 3 grant");
     guard.extend(TTL).await.expect("extend skips the hash");
-    assert_eq!(
-        guard
-            .release()
-            .await
-            .expect("release")
-            .settled()
-            .await
-            .released(),
-        2
-    );
+    assert_eq!(support::release_settled(guard).await, 2);
     let kept: Vec<(String, String)> = c0.hgetall("h").await.expect("HGETALL");
     assert_eq!(kept, [("field".to_owned(), "value".to_owned())]);
 

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
+use quorumlock::{LockGuard, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
 /// The commands a lock user needs in the default `ScriptMode::Eval` (the
@@ -57,6 +57,13 @@ pub async fn warm(locks: &Redlock, ttl: Duration) {
         .release()
         .await
         .expect("release");
+}
+
+/// Releases `guard` and waits for every node's answer (a release returns
+/// at its quorum's decision): on how many nodes it deleted the token.
+pub async fn release_settled(guard: LockGuard) -> usize {
+    let summary = guard.release().await.expect("release");
+    summary.settled().await.released()
 }
 
 /// A fresh direct connection to one node, independent of the library's.
