@@ -57,6 +57,8 @@ runs=(
 "6|P3 cleanup + P4 token|fenced, untimed, lossy (unbounded): 2 attempts|pass|-O2|-DPROP_CLEANUP -DPROP_TOKEN -DFENCED -DNOCLOCK -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "7|P3 cleanup + P1 + P4|2 attempts, 1 crash (restart after TTL, or persisted)|pass|-O2|-DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "8|P2 fence + P1 + P4|fenced, timed: 2 attempts, 1 extension (restores raise the counter)|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DPROP_TOKEN -DFENCED -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
+"9|P1 mutex + P4 token|release returns at a quorum (EARLY_REL): 3 attempts|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DEARLY_REL -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"10|P3 cleanup + P1 + P4|release returns at a quorum (EARLY_REL): 2 attempts, 1 extension|pass|-O2|-DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DEARLY_REL -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "j|P2 fence|write-back to all, any Q acks (old src/redlock.rs)|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ALL -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "f|P2 fence|fence counter lost in a restart after the TTL|fail|-O1|-DPROP_FENCE -DFENCED -DCRASH_DELAYED -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "i|P2 fence|write-back acknowledged by one node, not a quorum|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ONE_ACK -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
@@ -68,6 +70,8 @@ runs=(
 "e|P3 cleanup|cleanup only on the nodes that said yes|fail|-O0|-DPROP_CLEANUP -DCLEANUP_GRANTED_ONLY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "h|P3 cleanup|a release overtakes a late SET (other connection)|fail|-O0|-DPROP_CLEANUP -DREORDER -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "k|P1 mutex|an extension counts a node holding another token|fail|-O0|-DPROP_MUTEX -DEXT_FOREIGN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
+"l|P1 mutex|early release, late delete is a plain DEL (no token check)|fail|-O0|-DPROP_MUTEX -DEARLY_REL -DLATE_PLAIN_DEL -DNOCLOCK -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
+"m|P3 follow-up|early release, its delete overtakes its own EXT (REORDER)|fail|-O0|-DPROP_FOLLOWUP -DEARLY_REL -DREORDER -DNOCLOCK -DMAXATT=1 -DMAXEXT=1 -DMAXF=0"
 "s1|S1 permits|semaphore.pml: 3 clients, 2 permits, lossy|pass|-O2|"
 "s2|S1 permits|semaphore.pml: clients of 1 and of 2 permits (MIXED)|pass|-O2|-DMIXED"
 "sa|S1 permits|semaphore.pml: nodes count up to 2 holders, majority grant|fail|-O0|-DNAIVE"
@@ -96,6 +100,7 @@ if [ "${FULL:-0}" != 0 ]; then
 "F8|P2 fence + P1 mutex|fenced, timed: 2 attempts, 1 crash (persisted)|pass|-O2|-DPROP_FENCE -DPROP_MUTEX -DFENCED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "F9|P1 mutex + P3 cleanup + P4|lossy (unbounded): 2 attempts|pass|-O2|-DPROP_MUTEX -DPROP_CLEANUP -DPROP_TOKEN -DLOSSY -DMAXATT=2 -DMAXEXT=0 -DMAXF=0"
 "F10|P1 mutex + P4 token|2 attempts, 2 extensions (restore after the restart), 1 crash (restart after TTL)|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DMAXATT=2 -DMAXEXT=2 -DMAXF=1"
+"F11|P1 mutex|early release, requests may overtake (REORDER): 2 attempts, 1 extension|pass|-O2|-DPROP_MUTEX -DEARLY_REL -DREORDER -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "${runs[@]}"
     )
 fi
@@ -105,7 +110,10 @@ pattern() {
     case "$1" in
         "P1"*) echo 'assert\(!\(\(\(held\[0\]&&\(win\[0\]>0\)\)' ;;
         "P2"*) echo 'assert\(\(fence\[h_c\]>last_fence\)\)' ;;
-        "P3"*) echo 'assert\(\(\(key\[h_k\]!=tok\[h_c\]\)' ;;
+        # P3 at the end of a release's follow-up (EARLY_REL), and at the
+        # end of a cleanup or of a waited-for release
+        "P3 follow-up"*) echo 'assert\(\(\(key\[h_[jk]\]!=[^|]*\)\|\|\(\(fto\[' ;;
+        "P3"*) echo 'assert\(\(\(key\[h_k\]!=tok\[h_c\]\)\|\|\(st\[' ;;
         "P4"*) echo 'assert\(\(tokc\[key\[h_n\]\]==h_c\)\)' ;;
         "R1"*) echo 'assert\(\(\(writing==0\)&&\(reading==0\)\)\)|assert\(\(writing==0\)\)' ;;
         "S1"*) echo 'assert\(\(holders<=k\)\)|assert\(\(\(held\[i\]==0\)\|\|\(held\[i\]==k\)\)\)' ;;

@@ -17,13 +17,22 @@
  *                        fix: fences could repeat);
  *                        default: sent to the Q nodes that granted phase 1,
  *                        every one of them must acknowledge (DESIGN.md)
+ *   release      EARLY_REL  a release returns once Q nodes confirmed the
+ *                        token-checked delete (or Q confirmations became
+ *                        impossible); its requests to the other nodes stay
+ *                        in flight on their links and are followed in the
+ *                        background (default: the release waits for every
+ *                        answer or the timeout, as src/round.rs does now)
  *   network      LOSSY   a request may be lost before it runs, and a reply
  *                        may be lost after it ran (the node stays up)
  *   crash modes  CRASH_DELAYED    loses key+counter, back after TTL+1 ticks
  *                CRASH_PERSIST    keeps key+counter, back at any time
  *                CRASH_IMMEDIATE  loses key+counter, back at once
  *   properties   PROP_MUTEX (P1, CHECK_MUTEX)  PROP_FENCE (P2, in grant)
- *                PROP_CLEANUP (P3, in finish_release)  PROP_TOKEN (P4, in apply)
+ *                PROP_CLEANUP (P3, in finish_release, and with EARLY_REL
+ *                  in follow_done for a release)  PROP_TOKEN (P4, in apply)
+ *                PROP_FOLLOWUP (EARLY_REL: P3 for releases only, in
+ *                  follow_done; cleanups are not waited for)
  *   negative controls (spin must find a counterexample with each):
  *                NO_ELAPSED            validity ignores the elapsed time
  *                NO_WRITEBACK          fenced acquire without phase 2
@@ -35,6 +44,9 @@
  *                                      an earlier one (different connections)
  *                EXT_FOREIGN           an extension counts a node that holds
  *                                      another token as a yes
+ *                LATE_PLAIN_DEL        (EARLY_REL) a release's delete that
+ *                                      lands after the release returned is
+ *                                      a plain DEL (no token check)
  *                EXT_NO_RESTORE        (not a control: the extension before
  *                                      issue 12, PEXPIRE only, no restore)
  *
@@ -124,6 +136,7 @@
 #define P_WB   2   /* fenced acquire, phase 2: write-back fanned out       */
 #define P_EXT  3   /* extension fanned out (still holding)                */
 #define P_REL  4   /* release or failure cleanup fanned out               */
+#define P_RELQ 5   /* EARLY_REL: release fanned out, returns at a quorum  */
 
 /* ------------------------------------------------------------------ state */
 
@@ -178,6 +191,27 @@ byte tokf[MAXATT + 1];  /* the fence granted with each token: what an
 #define SETTOKF(c) tokf[tok[c]] = fence[c]
 #else
 #define SETTOKF(c) skip
+#endif
+#ifdef EARLY_REL
+#if MAXATT > 7
+#error "EARLY_REL: MAXATT > 7 (token bit masks are bytes)"
+#endif
+#if defined(PROP_CLEANUP) || defined(PROP_FOLLOWUP)
+#define FOLLOW              /* the follow-ups are tracked                  */
+#endif
+#ifdef FOLLOW
+/* The background follow-up of each released token (EARLY_REL, property 3):
+   bit k of fpend[t]: the delete of token t to node k was still unanswered
+   when the release returned, and is followed; bit k of fto[t]: that node
+   timed out (before or after the return). Indexed by token, not client: a
+   token is released at most once, and a client may take and release a new
+   lock while the follow-up of its old one still runs. */
+byte fpend[MAXATT + 1];
+byte fto[MAXATT + 1];
+#endif
+#ifdef LATE_PLAIN_DEL
+byte retm;          /* ghost: bit t set once the release of token t returned */
+#endif
 #endif
 
 /* scratch, only used inside one atomic step: kept out of the state vector */
@@ -302,6 +336,53 @@ inline finish_release(c, k)
 	close_op(c, k); ph[c] = P_IDLE; tok[c] = 0
 }
 
+#ifdef EARLY_REL
+/* The follow-up of the release of token t is over (every delete that was
+   still in flight when the release returned has answered, or timed out).
+   Property 3 for the release, checked now rather than when the release
+   returned: no node holds t, except a node that never answered. */
+inline follow_done(t, k)
+{
+#ifdef FOLLOW
+	for (k : 0 .. N-1) {
+		assert(key[k] != t || ((fto[t] >> k) & 1))
+	};
+	k = 0; fto[t] = 0;
+#endif
+	printf("MSC: t=%d follow-up of the release of token %d done\n", now_h, t)
+}
+
+/* The release of client c has its outcome: a quorum deleted the token, or
+   a quorum can no longer do so (answers "not ours", timeouts). The client
+   is done and may start a new attempt at once; the deletes still in flight
+   stay on their links, in order behind whatever was sent before them, and
+   are followed in the background (src/round.rs follow). */
+inline release_returns(c, k)
+{
+	printf("MSC: t=%d client %d release of token %d RETURNS (deleted=%d, not/failed=%d, in flight=%d)\n",
+	       now_h, c, tok[c], nyes[c], nno[c], nwait[c]);
+#ifdef FOLLOW
+	fpend[tok[c]] = 0; fto[tok[c]] = 0;
+	for (k : 0 .. N-1) {
+		if
+		:: st[c*N + k] == WAIT -> fpend[tok[c]] = fpend[tok[c]] | (1 << k)
+		:: st[c*N + k] == TOUT -> fto[tok[c]] = fto[tok[c]] | (1 << k)
+		:: else
+		fi
+	};
+	k = 0;
+	if
+	:: fpend[tok[c]] == 0 -> follow_done(tok[c], k)
+	:: else
+	fi;
+#endif
+#ifdef LATE_PLAIN_DEL
+	retm = retm | (1 << tok[c]);
+#endif
+	close_op(c, k); ph[c] = P_IDLE; tok[c] = 0
+}
+#endif
+
 /* refm[c] = the nodes a failure cleanup skips: those that answered "no" to
    SET NX in the acquire tally (src/redlock.rs attempt: `round.refused()`;
    a node that refused did not store the token). Every other node --
@@ -421,6 +502,10 @@ inline decide(c, k)
 		el[c] = 0; close_op(c, k); ph[c] = P_IDLE
 	:: ph[c] == P_REL && REL_DONE(c) ->
 		finish_release(c, k)
+#ifdef EARLY_REL
+	:: ph[c] == P_RELQ && (nyes[c] >= Q || nno[c] > N - Q) ->
+		release_returns(c, k)
+#endif
 	:: else -> break
 	od
 }
@@ -500,16 +585,27 @@ inline apply(i, c, n, m, cur)
 		if
 #ifdef PLAIN_DEL
 		:: key[n] != 0 ->              /* negative control (d): no check */
+#elif defined(LATE_PLAIN_DEL)
+		/* negative control (l): a delete that lands after its release
+		   returned deletes whatever key is there */
+		:: key[n] != 0 && (key[n] == ARGOF(m) || ((retm >> ARGOF(m)) & 1)) ->
 #else
 		:: key[n] == ARGOF(m) ->
 #endif
 #ifdef PROP_TOKEN
 			assert(tokc[key[n]] == c);   /* property 4 */
 #endif
-			key[n] = 0; life[n] = 0
-		:: else
+			key[n] = 0; life[n] = 0;
+#ifdef EARLY_REL
+			h_r = YES                    /* deleted: a confirmation */
+#else
+			skip
+#endif
+		:: else                          /* not ours: nothing deleted */
 		fi;
+#ifndef EARLY_REL
 		h_r = YES                      /* done (deleted 1 or 0) */
+#endif
 	fi;
 	printf(" -> %d (key=%d life=%d cnt=%d)\n", h_r, key[n], life[n], cnt[n]);
 	/* the answer reaches the tally only if the client still waits for this
@@ -535,7 +631,21 @@ inline apply(i, c, n, m, cur)
 		fi;
 		h_dec = 1                      /* the tally changed: decide */
 	:: else
+	fi;
+#ifdef FOLLOW
+	/* a delete of a returned release: its follow-up sees the answer */
+	if
+	:: OPOF(m) == REL && ((fpend[ARGOF(m)] >> n) & 1) ->
+		fpend[ARGOF(m)] = fpend[ARGOF(m)] ^ (1 << n);
+		if
+		:: fpend[ARGOF(m)] == 0 -> follow_done(ARGOF(m), h_j)
+		:: else
+		fi
+	:: else
 	fi
+#else
+	skip
+#endif
 }
 
 /* ------------------------------------------------ choosing who moves next */
@@ -607,11 +717,20 @@ inline apply(i, c, n, m, cur)
 
 /* RELEASE (src/guard.rs release, and the guard's Drop): a holder releases,
    at any time, even long after its deadline, when the key may already be
-   someone else's. */
+   someone else's. The delete to each node goes onto that node's link,
+   behind whatever the client still has in flight there (a late SET, an
+   extension), without waiting for it. With EARLY_REL the release returns
+   at a quorum (release_returns); without it, it waits for every answer or
+   the timeout in the P3 runs, and for nothing in the others. */
 #define CAN_RELEASE(c) (ph[c] == P_IDLE && held[c])
+#ifdef EARLY_REL
+#define PH_RELEASE P_RELQ
+#else
+#define PH_RELEASE P_REL
+#endif
 #define RELEASE \
 	:: PICKCLIENT(CAN_RELEASE); \
-		held[h_c] = 0; win[h_c] = 0; ph[h_c] = P_REL; \
+		held[h_c] = 0; win[h_c] = 0; ph[h_c] = PH_RELEASE; \
 		printf("MSC: t=%d client %d RELEASE token %d\n", now_h, h_c, tok[h_c]); \
 		fanout(h_c, h_k, REL, tok[h_c]); \
 		h_dec = 1
@@ -679,6 +798,32 @@ inline apply(i, c, n, m, cur)
 		}; \
 		nno[h_c] = nno[h_c] + nwait[h_c]; nwait[h_c] = 0; \
 		h_dec = 1
+
+/* FTIMEOUT (EARLY_REL, with the follow-ups tracked): the deadline of a
+   returned release passes, and every delete its follow-up still waits for
+   counts as failed (one deadline per fan-out, as TIMEOUT). The requests
+   stay in flight and may still land later. */
+#ifdef FOLLOW
+#define FOLLOWING(t) (fpend[t] != 0)
+#if MAXATT == 1
+#define PICKTOKEN(cond) if P1(cond,h_v,1) fi
+#elif MAXATT == 2
+#define PICKTOKEN(cond) if P1(cond,h_v,1) P1(cond,h_v,2) fi
+#elif MAXATT == 3
+#define PICKTOKEN(cond) if P1(cond,h_v,1) P1(cond,h_v,2) P1(cond,h_v,3) fi
+#elif MAXATT == 4
+#define PICKTOKEN(cond) if P1(cond,h_v,1) P1(cond,h_v,2) P1(cond,h_v,3) P1(cond,h_v,4) fi
+#else
+#error "EARLY_REL with PROP_CLEANUP or PROP_FOLLOWUP: MAXATT > 4 unsupported"
+#endif
+#define FTIMEOUT \
+	:: PICKTOKEN(FOLLOWING); \
+		printf("MSC: t=%d follow-up of token %d: timeout on node mask %d\n", now_h, h_v, fpend[h_v]); \
+		fto[h_v] = fto[h_v] | fpend[h_v]; fpend[h_v] = 0; \
+		follow_done(h_v, h_k)
+#else
+#define FTIMEOUT
+#endif
 
 /* TICK: one tick of the clock. NOCLOCK: time does not pass, keys never
    expire and every decision has validity left. */
@@ -801,6 +946,7 @@ end:
 		DROP
 		OVERTAKE
 		TIMEOUT
+		FTIMEOUT
 		CRASH
 		RESTART
 		fi;
