@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::calls::Stragglers;
 use crate::error::{Error, NodeFailure};
 use crate::node::{Deadline, Seen};
+use crate::quorum::Rule;
 use crate::quorum::quorum;
 use crate::round::{Core, Round, fan_out, follow};
 use crate::token::Token;
@@ -67,25 +68,31 @@ pub(crate) async fn proclaim(
     let announce: Option<Arc<str>> = core
         .announce
         .then(|| elected_channel(&proclamation.key).into());
-    let (round, stragglers) = fan_out(&core.nodes, "proclaim", deadline, |i, _, deadline| {
-        let (core, p, announce) = (core.clone(), proclamation.clone(), announce.clone());
-        async move {
-            let Some(node) = core.nodes.get(i) else {
-                return Ok(false);
-            };
-            node.proclaim(
-                &p.key,
-                &p.leader_key,
-                p.token.as_str(),
-                p.term,
-                p.rev,
-                &p.value,
-                announce.as_deref(),
-                deadline,
-            )
-            .await
-        }
-    })
+    let (round, stragglers) = fan_out(
+        &core.nodes,
+        Rule::Quorum,
+        "proclaim",
+        deadline,
+        |i, _, deadline| {
+            let (core, p, announce) = (core.clone(), proclamation.clone(), announce.clone());
+            async move {
+                let Some(node) = core.nodes.get(i) else {
+                    return Ok(false);
+                };
+                node.proclaim(
+                    &p.key,
+                    &p.leader_key,
+                    p.token.as_str(),
+                    p.term,
+                    p.rev,
+                    &p.value,
+                    announce.as_deref(),
+                    deadline,
+                )
+                .await
+            }
+        },
+    )
     .await;
     follow(core, "proclaim", stragglers, |_, _| {});
     round

@@ -18,7 +18,7 @@ use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Held, Lease, RoundId};
 use crate::metrics;
 use crate::node::ExtendReply;
-use crate::quorum::{Answer, Vote, Window};
+use crate::quorum::{Answer, Rule, Vote, Window};
 use crate::renew::Renewer;
 use crate::request::{Shape, checked_ttl};
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
@@ -244,28 +244,34 @@ impl LockGuard {
             // Owned requests: the ones still in flight at the decision are
             // followed to their answers, so that every node that can hold
             // the lock is extended (or has it restored), not just a quorum.
-            let (round, stragglers) = fan_out(&core.nodes, "extend", deadline, |i, _, deadline| {
-                let (core, held) = (core.clone(), held.clone());
-                async move {
-                    let holding = &held.holding;
-                    if let (Shape::Lock, [key], None) =
-                        (&holding.shape, &*holding.keys, &holding.fence)
-                    {
-                        // With whatever else is bound for this node
-                        // meanwhile.
-                        let op = Op::Extend { ttl_ms };
-                        let token = &holding.token;
-                        return match core.lanes.send(i, op, key, token, deadline).await? {
-                            1 => Ok(ExtendReply::Extended),
-                            2 => Ok(ExtendReply::Restored),
-                            _ => Ok(ExtendReply::Refused),
-                        };
+            let (round, stragglers) = fan_out(
+                &core.nodes,
+                Rule::Quorum,
+                "extend",
+                deadline,
+                |i, _, deadline| {
+                    let (core, held) = (core.clone(), held.clone());
+                    async move {
+                        let holding = &held.holding;
+                        if let (Shape::Lock, [key], None) =
+                            (&holding.shape, &*holding.keys, &holding.fence)
+                        {
+                            // With whatever else is bound for this node
+                            // meanwhile.
+                            let op = Op::Extend { ttl_ms };
+                            let token = &holding.token;
+                            return match core.lanes.send(i, op, key, token, deadline).await? {
+                                1 => Ok(ExtendReply::Extended),
+                                2 => Ok(ExtendReply::Restored),
+                                _ => Ok(ExtendReply::Refused),
+                            };
+                        }
+                        core.nodes[i]
+                            .extend(holding.extension(ttl_ms), deadline)
+                            .await
                     }
-                    core.nodes[i]
-                        .extend(holding.extension(ttl_ms), deadline)
-                        .await
-                }
-            })
+                },
+            )
             .await;
             confirm(held, id, &round, &stragglers);
             let pending: Vec<usize> = stragglers.nodes().collect();
@@ -298,11 +304,14 @@ impl LockGuard {
     /// a quorum. Auto-extension stops, and [`lost`](Lease::lost) resolves,
     /// before any key goes.
     ///
-    /// Returns as soon as a quorum of nodes deleted the token (or as soon
-    /// as that has become impossible); the other nodes are followed in the
-    /// background, each bounded by the node timeout, so a slow or frozen
-    /// minority costs the caller nothing. The summary says what was known
-    /// when it returned; [`ReleaseSummary::settled`] waits for the rest.
+    /// Returns as soon as the outcome is known: a quorum of nodes deleted
+    /// the token, or so many found it gone that no quorum holds it (the
+    /// lock was lost); the other nodes are followed in the background, each
+    /// bounded by the node timeout, so a slow or frozen minority costs the
+    /// caller nothing. (Failures alone do not decide it: with a majority
+    /// failing it waits for every node, each within the node timeout.) The
+    /// summary says what was known when it returned;
+    /// [`ReleaseSummary::settled`] waits for the rest.
     ///
     /// A node whose acquire (or extension) request was still unanswered is
     /// not waited for either: the release goes out behind that request on

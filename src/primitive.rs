@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
 use crate::node::{Deadline, nth};
-use crate::quorum::{Answer, Decision, Vote, Window};
+use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Keys, Kind, Request};
 use crate::round::{Acquire, Core, Round, fan_out};
 use crate::token::Token;
@@ -131,15 +131,21 @@ impl Acquire for Request {
             .max()
             .unwrap_or_default();
         let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
-        let (writeback, _) = fan_out(&core.nodes, "fence", deadline, |i, node, deadline| {
-            let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
-            async move {
-                if !granted {
-                    return Ok(false);
+        let (writeback, _) = fan_out(
+            &core.nodes,
+            Rule::Quorum,
+            "fence",
+            deadline,
+            |i, node, deadline| {
+                let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
+                async move {
+                    if !granted {
+                        return Ok(false);
+                    }
+                    node.fence_writeback(fence_key, fence, deadline).await
                 }
-                node.fence_writeback(fence_key, fence, deadline).await
-            }
-        })
+            },
+        )
         .await;
         // Granting nodes never refuse a write-back: short of a quorum,
         // granting nodes failed.

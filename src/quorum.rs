@@ -46,6 +46,21 @@ pub(crate) enum Decision {
     Impossible,
 }
 
+/// When a fan-out has heard enough to stop: what its caller learns no
+/// longer depends on the nodes still answering (they are followed in the
+/// background).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// A quorum said yes, or can no longer: grants, extensions,
+    /// proclamations.
+    Quorum,
+    /// What a release reports is known: a quorum deleted the token
+    /// (released), or so many nodes refused that no quorum holds it (lost),
+    /// or every node has answered. Failures alone do not decide it: a node
+    /// still answering may yet say the token was gone.
+    Release,
+}
+
 /// Why a quorum was impossible, from the caller's point of view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shortfall {
@@ -94,6 +109,18 @@ impl Tally {
             Decision::Impossible
         } else {
             Decision::Pending
+        }
+    }
+
+    /// Whether the votes so far decide what `rule` asks.
+    pub(crate) fn decides(&self, rule: Rule) -> bool {
+        match rule {
+            Rule::Quorum => self.decision() != Decision::Pending,
+            Rule::Release => {
+                self.yes >= self.quorum
+                    || self.refused_by_quorum_complement()
+                    || self.pending() == 0
+            }
         }
     }
 
@@ -265,6 +292,31 @@ mod tests {
         assert!(!t.refused_by_quorum_complement());
         t.record(Vote::No);
         assert!(t.refused_by_quorum_complement());
+    }
+
+    #[test]
+    fn a_release_decides_on_deletes_or_refusals_never_on_failures_alone() {
+        let tally = |votes: &[Vote]| {
+            let mut t = Tally::new(3);
+            for &v in votes {
+                t.record(v);
+            }
+            t
+        };
+        use Vote::{Failed, No, Yes};
+        // Released on a quorum: known at once.
+        assert!(tally(&[Yes, Yes]).decides(Rule::Release));
+        // Gone on a quorum: lost, known at once.
+        assert!(tally(&[No, No]).decides(Rule::Release));
+        // One refusal and one failure rule out a quorum of deletes, but the
+        // third node may yet say the token was gone (lost) or delete it
+        // (released on two, with a failure): wait for it.
+        assert!(tally(&[No, Failed]).decides(Rule::Quorum));
+        assert!(!tally(&[No, Failed]).decides(Rule::Release));
+        assert!(!tally(&[Failed, Failed]).decides(Rule::Release));
+        assert!(tally(&[No, Failed, Yes]).decides(Rule::Release));
+        assert!(tally(&[Failed, Failed, Failed]).decides(Rule::Release));
+        assert!(!tally(&[Yes, No]).decides(Rule::Release));
     }
 
     #[test]

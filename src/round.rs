@@ -18,7 +18,7 @@ use crate::coalesce::{Lanes, Op};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node, nth};
-use crate::quorum::{Answer, Decision, Shortfall, Tally, Vote, Window};
+use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote, Window};
 use crate::request::{Keys, Shape};
 use crate::tasks::Background;
 use crate::token::Token;
@@ -211,7 +211,7 @@ impl<T: Answer> Round<T> {
 }
 
 /// Sends one request to every node in parallel and tallies the answers
-/// until the decision is known. Returns the requests still in flight then,
+/// until `rule` says they decide. Returns the requests still in flight then,
 /// for the caller to follow (see [`follow`]) or drop.
 ///
 /// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
@@ -219,6 +219,7 @@ impl<T: Answer> Round<T> {
 /// whoever follows its stragglers, rather than a timer per request.
 pub(crate) async fn fan_out<'a, T, F, Fut>(
     nodes: &'a [Node],
+    rule: Rule,
     op: &'static str,
     deadline: Instant,
     call: F,
@@ -251,7 +252,7 @@ where
     );
     while let Some((i, answer)) = calls.next().await {
         round.record(op, i, &nodes[i], answer);
-        if round.decision != Decision::Pending {
+        if round.tally.decides(rule) {
             break;
         }
     }
@@ -450,9 +451,13 @@ pub(crate) async fn release<L: OnNodes>(
 ) {
     let deadline = Instant::now() + core.node_timeout;
     let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
-    fan_out(&core.nodes, "release", deadline, |i, _, deadline| {
-        release_request(core.clone(), lock.clone(), i, announce.clone(), deadline)
-    })
+    fan_out(
+        &core.nodes,
+        Rule::Release,
+        "release",
+        deadline,
+        |i, _, deadline| release_request(core.clone(), lock.clone(), i, announce.clone(), deadline),
+    )
     .await
 }
 
@@ -586,9 +591,13 @@ pub(crate) async fn attempt<A: Acquire>(
             shape: acquire.shape(),
         },
     };
-    let (round, stragglers) = fan_out(&core.nodes, "acquire", deadline, |i, _, deadline| {
-        acquire.call(core, i, &token, deadline)
-    })
+    let (round, stragglers) = fan_out(
+        &core.nodes,
+        Rule::Quorum,
+        "acquire",
+        deadline,
+        |i, _, deadline| acquire.call(core, i, &token, deadline),
+    )
     .await;
     // Only a failed round needs it (see the cleanup below).
     let refused = round.refused_unless_reached();

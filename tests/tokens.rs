@@ -137,8 +137,11 @@ async fn a_stale_holder_cannot_release_or_extend_the_new_holders_lock() {
 
     let err = stale.extend(TTL).await.expect_err("past its deadline");
     assert!(matches!(err, Error::Lost { .. }), "{err}");
-    let err = stale.release().await.expect_err("token gone everywhere");
-    assert!(matches!(err, Error::Lost { held: 0, .. }), "{err}");
+    // Gone from a quorum at least: its own straggling SET may have landed
+    // on the node the fresh lock has not reached yet, later than the
+    // others, and outlived its deadline there.
+    let err = stale.release().await.expect_err("token gone");
+    assert!(matches!(err, Error::Lost { held: 0 | 1, .. }), "{err}");
     let after = holding(&nodes, "s", fresh.token().as_str()).await;
     assert!(after >= before, "new holder untouched: {before} -> {after}");
     assert!(fresh.release().await.expect("release").released() >= 2);

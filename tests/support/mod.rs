@@ -48,7 +48,11 @@ pub async fn no_hang<T>(what: &str, fut: impl Future<Output = T>) -> T {
 }
 
 /// Opens `locks`' connections to every node with one lock and release, so
-/// that what a test does next hits open connections.
+/// that what a test does next hits open connections and nodes that have
+/// the scripts cached. Waits for every node's answer: a release returns at
+/// its quorum's decision, and a node still loading the release script
+/// (after NOSCRIPT) when a test pauses it would answer the test's next
+/// script call NOSCRIPT, after the call gave up.
 pub async fn warm(locks: &Redlock, ttl: Duration) {
     locks
         .lock("warm", ttl)
@@ -57,6 +61,7 @@ pub async fn warm(locks: &Redlock, ttl: Duration) {
         .release()
         .await
         .expect("release");
+    no_hang("warm", locks.settle()).await;
 }
 
 /// Releases `guard` and waits for every node's answer (a release returns
