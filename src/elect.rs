@@ -115,7 +115,7 @@ pub(crate) enum Verdict {
     Leader(Confirmed),
     /// No token can be on a quorum, even counting every node that failed
     /// or has not answered, or the one that is has no value on any node
-    /// that answered: no leader is confirmed.
+    /// and every node answered: no leader.
     NoLeader,
     /// The nodes that failed could decide it: with some answers from them
     /// a leader would be confirmed, with others there would be none.
@@ -130,7 +130,7 @@ pub(crate) enum Verdict {
 /// a node holds one value).
 ///
 /// A node that failed is not a node that said "nobody": it may hold a
-/// leader's token. "No leader" is the answer only when no
+/// leader's token, and its value. "No leader" is the answer only when no
 /// token can be on a quorum even if every failed and pending node holds
 /// it; a leader only when a quorum that answered holds its token and one
 /// of them its value. When the answers still missing (pending) cannot
@@ -176,9 +176,14 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
                 _ => None,
             })
             .max_by_key(|c| c.rev);
+        // The token leads, but no node that answered has its value: a
+        // node yet to answer, or one that failed, may have it (a node that
+        // restarted empty gets the lock back from a renewal before the
+        // value comes back, so the value can be on the failed nodes only).
         return match newest {
             Some(confirmed) => Verdict::Leader(confirmed),
             None if pending > 0 => Verdict::Pending,
+            None if failed > 0 => Verdict::Unavailable,
             None => Verdict::NoLeader,
         };
     }
@@ -390,7 +395,12 @@ mod tests {
     fn a_holder_without_a_value_anywhere_is_not_confirmed() {
         let answers = [holder("a"), holder("a"), None];
         assert_eq!(decide(&answers, 1), Verdict::Pending);
-        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        let answered = [holder("a"), holder("a"), Some(Seen::Nobody)];
+        assert_eq!(decide(&answered, 0), Verdict::NoLeader);
+        // "a" leads, and the node that failed may have its value (two
+        // nodes restarted empty, and renewals put the lock back on them
+        // before the value): unknown, not "no leader".
+        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
         // A stale value of another token does not count for this one.
         let answers = [holder("a"), holder("a"), proclaimed("b", 1, 0, "v")];
         assert_eq!(decide(&answers, 0), Verdict::NoLeader);
@@ -435,6 +445,36 @@ mod tests {
                 .collect();
         }
         out
+    }
+
+    #[test]
+    fn a_verdict_is_what_every_answer_the_failed_nodes_could_have_given_agrees_on() {
+        // Each node answered (anything) or failed. A failed node holds
+        // something all the same: the verdict must be the one every such
+        // hidden answer leads to, and "unavailable" when they differ.
+        let said = sayings();
+        let outcomes: Vec<Option<Seen>> = said.iter().cloned().map(Some).chain([None]).collect();
+        for nodes in 1..=5 {
+            for answers in patterns(nodes, &outcomes) {
+                let failed: Vec<usize> = (0..nodes).filter(|&i| answers[i].is_none()).collect();
+                let mut truths = Vec::new();
+                for hidden in patterns(failed.len(), &said) {
+                    let mut whole = answers.clone();
+                    for (&i, seen) in failed.iter().zip(hidden) {
+                        whole[i] = Some(seen);
+                    }
+                    let truth = decide(&whole, 0);
+                    if !truths.contains(&truth) {
+                        truths.push(truth);
+                    }
+                }
+                let expected = match truths.as_slice() {
+                    [one] => one.clone(),
+                    _ => Verdict::Unavailable,
+                };
+                assert_eq!(decide(&answers, 0), expected, "{answers:?}");
+            }
+        }
     }
 
     #[test]

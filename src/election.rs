@@ -325,7 +325,7 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::Unavailable`] when the nodes that failed to answer could
-    /// tell: they may hold a leader's token, or not — a
+    /// tell: they may hold a leader's token (or its value), or not — a
     /// failed node is never counted as saying "no leader";
     /// [`Error::InvalidArgument`] for an empty name (or one whose keys do
     /// not share a slot on a Redis Cluster node).
