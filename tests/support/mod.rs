@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use quorumlock::testkit::RedisNodes;
+use quorumlock::testkit::{RedisNodes, RedisServer};
 use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
@@ -179,6 +179,25 @@ pub async fn until_no_keys_left(nodes: &RedisNodes, prefix: &str) {
         }
     })
     .await;
+}
+
+/// A server stopped with SIGSTOP (connections stay open, nothing is
+/// answered) until this is dropped: the drop resumes it, also when the test
+/// fails half-way.
+pub struct Paused<'a>(&'a RedisServer);
+
+impl<'a> Paused<'a> {
+    pub fn new(server: &'a RedisServer) -> Self {
+        server.pause().expect("pause");
+        Self(server)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        // Fails only if the server was killed meanwhile: nothing to resume.
+        let _ = self.0.resume();
+    }
 }
 
 /// A manager that keeps trying (many tasks contending), woken by
