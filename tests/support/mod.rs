@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use quorumlock::testkit::{RedisNodes, RedisServer};
+use quorumlock::testkit::RedisNodes;
 use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
@@ -184,10 +184,10 @@ pub async fn until_no_keys_left(nodes: &RedisNodes, prefix: &str) {
 /// A server stopped with SIGSTOP (connections stay open, nothing is
 /// answered) until this is dropped: the drop resumes it, also when the test
 /// fails half-way.
-pub struct Paused<'a>(&'a RedisServer);
+pub struct Paused<'a>(&'a quorumlock::testkit::RedisServer);
 
 impl<'a> Paused<'a> {
-    pub fn new(server: &'a RedisServer) -> Self {
+    pub fn new(server: &'a quorumlock::testkit::RedisServer) -> Self {
         server.pause().expect("pause");
         Self(server)
     }
