@@ -114,10 +114,12 @@ pub(crate) enum Verdict {
     Pending,
     /// A quorum holds one token, and its value is known.
     Leader(Confirmed),
-    /// No token can be held by a quorum any more, or the one that is has
-    /// no value on any node that answered: no leader is confirmed.
+    /// No token can be on a quorum, even counting every node that failed
+    /// or has not answered, or the one that is has no value on any node
+    /// and every node answered: no leader.
     NoLeader,
-    /// Too many nodes failed for any quorum to be seen.
+    /// The nodes that failed could decide it: with some answers from them
+    /// a leader would be confirmed, with others there would be none.
     Unavailable,
 }
 
@@ -127,6 +129,14 @@ pub(crate) enum Verdict {
 /// the leader, with the newest revision of its value among them; two
 /// tokens can never both be on a quorum (any two quorums share a node, and
 /// a node holds one value).
+///
+/// A node that failed is not a node that said "nobody": it may hold a
+/// leader's token, and its value. "No leader" is the answer only when no
+/// token can be on a quorum even if every failed and pending node holds
+/// it; a leader only when a quorum that answered holds its token and one
+/// of them its value. When the answers still missing (pending) cannot
+/// change the outcome, it is decided without them; when only the failed
+/// nodes could, it is [`Verdict::Unavailable`].
 pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
     let nodes = answers.len();
     let q = quorum(nodes);
@@ -167,21 +177,29 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
                 _ => None,
             })
             .max_by_key(|c| c.rev);
+        // The token leads, but no node that answered has its value: a
+        // node yet to answer, or one that failed, may have it (a node that
+        // restarted empty gets the lock back from a renewal before the
+        // value comes back, so the value can be on the failed nodes only).
         return match newest {
             Some(confirmed) => Verdict::Leader(confirmed),
             None if pending > 0 => Verdict::Pending,
+            None if failed > 0 => Verdict::Unavailable,
             None => Verdict::NoLeader,
         };
     }
+    // No token is on a quorum of the answers. The most any token can be on
+    // is what it has, plus every node that has not said otherwise.
     let most = best.map_or(0, |(_, count)| count);
-    if most + pending >= q {
-        return Verdict::Pending;
+    if most + pending + failed < q {
+        return Verdict::NoLeader;
     }
-    if failed > nodes - q {
-        Verdict::Unavailable
-    } else {
-        Verdict::NoLeader
+    // A leader can no longer be confirmed, nor ruled out, whatever the
+    // pending nodes say.
+    if most + pending < q && most + failed >= q {
+        return Verdict::Unavailable;
     }
+    Verdict::Pending
 }
 
 /// Reads the election at `key` from every node and decides who leads, as
@@ -189,7 +207,8 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
 ///
 /// # Errors
 ///
-/// [`Error::Unavailable`] when too many nodes failed to tell.
+/// [`Error::Unavailable`] when the nodes that failed could tell (see
+/// [`decide`]).
 pub(crate) async fn read_leader(
     core: &Core,
     resource: &str,
@@ -294,11 +313,70 @@ mod tests {
             None,
         ];
         assert_eq!(decide(&five, 2), Verdict::Pending);
-        // The two that are left answered "nobody" (or failed): no quorum.
+        // The two that are left answered "nobody": no quorum.
         let mut done = five.clone();
         done[3] = Some(Seen::Nobody);
+        done[4] = Some(Seen::Nobody);
         assert_eq!(decide(&done, 0), Verdict::NoLeader);
-        assert_eq!(decide(&five, 0), Verdict::NoLeader, "two failed");
+        // They failed instead: they may hold "a", which would be on three.
+        assert_eq!(decide(&five, 0), Verdict::Unavailable, "two failed");
+        // One failed, and one said "nobody": "a" can still be on three.
+        done[4] = None;
+        assert_eq!(decide(&done, 0), Verdict::Unavailable, "one failed");
+    }
+
+    #[test]
+    fn a_failed_node_and_a_pending_one_wait_for_the_pending_one() {
+        // Three nodes: one said nobody, one failed, one is still to answer.
+        // Together the failed and the pending one could hold a quorum's
+        // token: this is not "no leader" yet.
+        let answers = [Some(Seen::Nobody), None, None];
+        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        // The pending one fails too: they could be a leader's quorum, or
+        // not. No one can tell.
+        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
+        // It says nobody: with two nodes of three saying nobody, no token
+        // can be on two.
+        let answers = [Some(Seen::Nobody), None, Some(Seen::Nobody)];
+        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        // It holds a token: that token could be on two with the failed one.
+        let answers = [Some(Seen::Nobody), None, holder("a")];
+        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
+
+        // Five nodes: "nobody" from the pending one rules a leader out only
+        // when no token can still be on three.
+        let answers = [holder("a"), holder("a"), Some(Seen::Nobody), None, None];
+        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        let mut answered = answers.clone();
+        answered[4] = Some(Seen::Nobody);
+        assert_eq!(decide(&answered, 0), Verdict::Unavailable, "a, a, failed");
+        let answers = [
+            holder("a"),
+            Some(Seen::Nobody),
+            Some(Seen::Nobody),
+            None,
+            None,
+        ];
+        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        let mut answered = answers.clone();
+        answered[4] = Some(Seen::Nobody);
+        assert_eq!(decide(&answered, 0), Verdict::NoLeader);
+    }
+
+    #[test]
+    fn nobody_on_one_node_and_two_stopped_is_unavailable() {
+        // The reported case: node 3 restarted empty (nobody), nodes 1 and 2
+        // stopped, so their reads time out. Nodes 1 and 2 are a quorum and
+        // may both hold the leader's token.
+        let answers = [None, None, Some(Seen::Nobody)];
+        assert_eq!(decide(&answers, 2), Verdict::Pending);
+        assert_eq!(decide(&answers, 1), Verdict::Pending, "one timed out");
+        assert_eq!(decide(&answers, 0), Verdict::Unavailable, "both timed out");
+        // The timeouts come first: once two failed, node 3's answer
+        // cannot change the outcome.
+        let none: [Option<Seen>; 3] = [None, None, None];
+        assert_eq!(decide(&none, 2), Verdict::Pending);
+        assert_eq!(decide(&none, 1), Verdict::Unavailable);
     }
 
     #[test]
@@ -318,7 +396,12 @@ mod tests {
     fn a_holder_without_a_value_anywhere_is_not_confirmed() {
         let answers = [holder("a"), holder("a"), None];
         assert_eq!(decide(&answers, 1), Verdict::Pending);
-        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        let answered = [holder("a"), holder("a"), Some(Seen::Nobody)];
+        assert_eq!(decide(&answered, 0), Verdict::NoLeader);
+        // "a" leads, and the node that failed may have its value (two
+        // nodes restarted empty, and renewals put the lock back on them
+        // before the value): unknown, not "no leader".
+        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
         // A stale value of another token does not count for this one.
         let answers = [holder("a"), holder("a"), proclaimed("b", 1, 0, "v")];
         assert_eq!(decide(&answers, 0), Verdict::NoLeader);
@@ -336,45 +419,92 @@ mod tests {
         );
     }
 
+    /// What a node that answered can say: nobody, or one of two tokens,
+    /// with or without its value.
+    fn sayings() -> Vec<Seen> {
+        let mut out = vec![Seen::Nobody];
+        for token in ["a", "b"] {
+            out.extend(holder(token));
+            out.extend(proclaimed(token, 1, 0, "v"));
+        }
+        out
+    }
+
+    /// Every way `nodes` nodes can each pick one of `options`.
+    fn patterns<T: Clone>(nodes: usize, options: &[T]) -> Vec<Vec<T>> {
+        let mut out = vec![Vec::new()];
+        for _ in 0..nodes {
+            out = out
+                .into_iter()
+                .flat_map(|pattern| {
+                    options.iter().map(move |option| {
+                        let mut next = pattern.clone();
+                        next.push(option.clone());
+                        next
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
     #[test]
-    fn every_answer_pattern_decides_consistently() {
-        // Three nodes, each: nobody, holder a, proclaimed a, holder b,
-        // failed, or still pending. Once decided, a verdict never changes
-        // as the pending nodes answer.
-        let choices: [Option<Option<Seen>>; 6] = [
-            Some(Some(Seen::Nobody)),
-            Some(holder("a")),
-            Some(proclaimed("a", 1, 0, "v")),
-            Some(holder("b")),
-            Some(None),
-            None,
-        ];
-        for code in 0..6usize.pow(3) {
-            let picks: Vec<&Option<Option<Seen>>> =
-                (0..3).map(|k| &choices[code / 6usize.pow(k) % 6]).collect();
-            let answers: Vec<Option<Seen>> = picks.iter().map(|p| (*p).clone().flatten()).collect();
-            let pending = picks.iter().filter(|p| p.is_none()).count();
-            let verdict = decide(&answers, pending);
-            if verdict == Verdict::Pending {
-                continue;
-            }
-            // Fill the pending nodes every way: the verdict stands.
-            for fill in 0..5usize.pow(pending as u32) {
-                let mut filled = answers.clone();
-                let mut f = fill;
-                for (slot, pick) in filled.iter_mut().zip(&picks) {
-                    if pick.is_none() {
-                        *slot = choices[f % 5].clone().flatten();
-                        f /= 5;
+    fn a_verdict_is_what_every_answer_the_failed_nodes_could_have_given_agrees_on() {
+        // Each node answered (anything) or failed. A failed node holds
+        // something all the same: the verdict must be the one every such
+        // hidden answer leads to, and "unavailable" when they differ.
+        let said = sayings();
+        let outcomes: Vec<Option<Seen>> = said.iter().cloned().map(Some).chain([None]).collect();
+        for nodes in 1..=5 {
+            for answers in patterns(nodes, &outcomes) {
+                let failed: Vec<usize> = (0..nodes).filter(|&i| answers[i].is_none()).collect();
+                let mut truths = Vec::new();
+                for hidden in patterns(failed.len(), &said) {
+                    let mut whole = answers.clone();
+                    for (&i, seen) in failed.iter().zip(hidden) {
+                        whole[i] = Some(seen);
+                    }
+                    let truth = decide(&whole, 0);
+                    if !truths.contains(&truth) {
+                        truths.push(truth);
                     }
                 }
-                let later = decide(&filled, 0);
-                match verdict {
-                    Verdict::Leader(_) => assert_eq!(later, verdict, "code {code} fill {fill}"),
-                    _ => assert!(
-                        !matches!(later, Verdict::Leader(_)),
-                        "code {code} fill {fill}: {verdict:?} then {later:?}"
-                    ),
+                let expected = match truths.as_slice() {
+                    [one] => one.clone(),
+                    _ => Verdict::Unavailable,
+                };
+                assert_eq!(decide(&answers, 0), expected, "{answers:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn once_decided_a_verdict_stands_whatever_the_pending_nodes_say() {
+        // Each node answered, failed, or is still pending (`None` here).
+        // Once decided, a verdict never changes as the pending nodes
+        // answer or fail; with none pending, it is decided.
+        let outcomes: Vec<Option<Seen>> = sayings().into_iter().map(Some).chain([None]).collect();
+        let picks: Vec<Option<Option<Seen>>> =
+            outcomes.iter().cloned().map(Some).chain([None]).collect();
+        for nodes in 1..=5 {
+            for pattern in patterns(nodes, &picks) {
+                let answers: Vec<Option<Seen>> =
+                    pattern.iter().cloned().map(Option::flatten).collect();
+                let waiting: Vec<usize> = (0..nodes).filter(|&i| pattern[i].is_none()).collect();
+                let verdict = decide(&answers, waiting.len());
+                if verdict == Verdict::Pending {
+                    assert!(
+                        !waiting.is_empty(),
+                        "{pattern:?}: pending with every answer in"
+                    );
+                    continue;
+                }
+                for fill in patterns(waiting.len(), &outcomes) {
+                    let mut filled = answers.clone();
+                    for (&i, outcome) in waiting.iter().zip(fill) {
+                        filled[i] = outcome;
+                    }
+                    assert_eq!(decide(&filled, 0), verdict, "{pattern:?} then {filled:?}");
                 }
             }
         }

@@ -324,9 +324,11 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::Unavailable`] when too many nodes failed to answer for a
-    /// quorum to be seen; [`Error::InvalidArgument`] for an empty name (or
-    /// one whose keys do not share a slot on a Redis Cluster node).
+    /// [`Error::Unavailable`] when the nodes that failed to answer could
+    /// tell: they may hold a leader's token (or its value), or not — a
+    /// failed node is never counted as saying "no leader";
+    /// [`Error::InvalidArgument`] for an empty name (or one whose keys do
+    /// not share a slot on a Redis Cluster node).
     ///
     /// # Cancel safety
     ///
@@ -364,8 +366,9 @@ impl Election {
     ///
     /// It reads the election as [`leader`](Self::leader) does, so it
     /// reports only leaders a quorum of nodes confirmed, and may miss a
-    /// leader that came and went between two reads. A read that cannot
-    /// reach a quorum reports `None`: no leader is confirmed.
+    /// leader that came and went between two reads. A read that the
+    /// failed nodes leave undecided (where `leader` returns
+    /// [`Error::Unavailable`]) reports `None`: no leader is confirmed.
     ///
     /// It reads every [`poll_interval`](Self::poll_interval), and where the
     /// manager announces releases

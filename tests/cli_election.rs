@@ -5,15 +5,19 @@
 //! failure.
 
 mod cli_support;
+mod support;
 
 use cli_support::{NODE_TIMEOUT, Running, assert_status, finish, quorumlock, stderr};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use quorumlock::testkit::{RedisNodes, ServerOptions};
+use quorumlock::{FENCE_SUFFIX, LEADER_SUFFIX};
+use support::Paused;
 
 /// The statuses `quorumlock elect --help` and `leader --help` document.
 const NO_LEADER: i32 = 1;
+const UNKNOWN: i32 = 69;
 const LOST: i32 = 124;
 
 /// `quorumlock elect --nodes … <extra…> NAME -- <command…>`.
@@ -28,17 +32,23 @@ fn elect(nodes: &RedisNodes, extra: &[&str], name: &str, command: &[&str]) -> Co
     cmd
 }
 
-/// `quorumlock leader NAME`: its status and its output.
-fn leader(nodes: &RedisNodes, name: &str) -> (i32, String) {
+/// `quorumlock leader --node-timeout NODE_TIMEOUT NAME`, run to its end.
+fn leader_within(nodes: &RedisNodes, name: &str, node_timeout: &str) -> Output {
     let mut cmd = quorumlock();
     cmd.args(["leader", "--nodes", &nodes.urls().join(",")])
-        .args(["--node-timeout", NODE_TIMEOUT])
+        .args(["--node-timeout", node_timeout])
         .arg(name)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let out = finish(cmd.spawn().expect("spawn quorumlock"));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    out
+}
+
+/// `quorumlock leader NAME`: its status and its output.
+fn leader(nodes: &RedisNodes, name: &str) -> (i32, String) {
+    let out = leader_within(nodes, name, NODE_TIMEOUT);
     (
         out.status.code().expect("exit status"),
         String::from_utf8_lossy(&out.stdout).trim().to_owned(),
@@ -203,4 +213,60 @@ fn a_stopped_leader_is_replaced_and_stops_its_command_once_it_runs_again() {
     );
     kill(second.pid(), Signal::SIGTERM).expect("signal quorumlock");
     assert_status(&second.finish(), 128 + 15);
+}
+
+/// The reported case: `sched3` is elected on three nodes, its keys are
+/// gone from node 3 (as after an empty restart) and nodes 1 and 2 are
+/// stopped. They may both hold the leader's token: `leader` cannot tell,
+/// and exits 69 as its help says, not 1 ("no leader").
+#[test]
+fn leader_exits_69_when_stopped_nodes_may_hold_the_leader() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let running = Running::spawn(elect(
+        &nodes,
+        &["--ttl", "20s", "--value", "web-7"],
+        "sched3",
+        &LEAD_UNTIL_STDIN_CLOSES,
+    ));
+    let term = term_of(&running.next_line(), "sched3");
+    assert_eq!(leader(&nodes, "sched3"), (0, format!("{term}\tweb-7")));
+
+    // The leader stands still (no renewal, no value keeper), so that
+    // nothing puts node 3's keys back.
+    kill(running.pid(), Signal::SIGSTOP).expect("stop quorumlock");
+    let mut third = redis::Client::open(nodes[2].url())
+        .expect("url")
+        .get_connection()
+        .expect("connect");
+    let keys = [
+        "sched3".to_owned(),
+        format!("sched3{LEADER_SUFFIX}"),
+        format!("sched3{FENCE_SUFFIX}"),
+    ];
+    // What the leader sent just before it stopped may land right after a
+    // DEL: delete until the keys stay gone.
+    loop {
+        let _: i64 = redis::cmd("DEL").arg(&keys).query(&mut third).expect("DEL");
+        let left: i64 = redis::cmd("EXISTS")
+            .arg(&keys)
+            .query(&mut third)
+            .expect("EXISTS");
+        if left == 0 {
+            break;
+        }
+    }
+
+    let stopped = [Paused::new(&nodes[0]), Paused::new(&nodes[1])];
+    let out = leader_within(&nodes, "sched3", "250ms");
+    assert_status(&out, UNKNOWN);
+    assert!(
+        stderr(&out).contains("cannot tell who leads `sched3`"),
+        "{}",
+        stderr(&out)
+    );
+    drop(stopped);
+
+    kill(running.pid(), Signal::SIGCONT).expect("continue quorumlock");
+    // Its command ends; it resigns and passes the command's status on.
+    assert_status(&running.finish(), 3);
 }

@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use futures::{FutureExt, StreamExt};
 use quorumlock::testkit::{FaultProxy, Faults, RedisCluster, RedisNodes};
 use quorumlock::{
-    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, ScriptMode,
-    WakeOnRelease,
+    ArgumentError, Election, Error, FENCE_SUFFIX, FUNCTIONS_LIBRARY, LEADER_SUFFIX, Leader,
+    Leadership, Redlock, ScriptMode, WakeOnRelease,
 };
-use support::{builder, no_hang};
+use redis::AsyncCommands;
+use support::{Paused, builder, no_hang};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -694,6 +695,91 @@ async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
         "{campaign:?}"
     );
     a_whole_term(&locks, "{scheduler}").await;
+}
+
+/// A leader's keys are gone from node 3 (as after an empty restart) and
+/// nodes 1 and 2 are stopped. Nodes 1 and 2 may both hold the leader's
+/// token: a read cannot tell, and must say so (unavailable), not "no
+/// leader".
+#[test]
+fn a_read_that_stopped_nodes_could_decide_is_unavailable() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    // The leader runs on a runtime that runs only inside `block_on`: once
+    // the campaign returned, its renewals and its value keeper stand
+    // still, so nothing puts node 3's keys back behind the test's back.
+    let frozen = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let leadership = frozen
+        .block_on(async {
+            let campaign = manager(&nodes)
+                .election("sched3")
+                .campaign("web-7", Duration::from_secs(20));
+            no_hang("campaign", campaign).await
+        })
+        .expect("campaign");
+    let reading = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    reading.block_on(async {
+        // A short node timeout: the stopped nodes cost the read little.
+        let election = builder(&nodes)
+            .node_timeout(Duration::from_millis(250))
+            .build()
+            .expect("config")
+            .election("sched3");
+        // It leads (read until confirmed: a loaded node may miss the
+        // short timeout); the reader's connections are open from here.
+        let leader = no_hang("a confirmed leader", async {
+            loop {
+                if let Ok(Some(leader)) = election.leader().await {
+                    return leader;
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            (leader.term(), leader.value()),
+            (leadership.term(), "web-7")
+        );
+
+        // Node 3 loses the election's keys, as an empty restart would. (The
+        // leader stood still since before the reads above: nothing of it is
+        // still on its way to node 3.)
+        let keys = [
+            "sched3".to_owned(),
+            format!("sched3{LEADER_SUFFIX}"),
+            format!("sched3{FENCE_SUFFIX}"),
+        ];
+        let _: i64 = support::conn(&nodes[2].url())
+            .await
+            .del(&keys)
+            .await
+            .expect("DEL");
+
+        let stopped = [Paused::new(&nodes[0]), Paused::new(&nodes[1])];
+        match no_hang("leader", election.leader()).await {
+            Err(
+                error @ Error::Unavailable {
+                    nodes: 3,
+                    quorum: 2,
+                    ..
+                },
+            ) => {
+                // The stopped nodes (or, had node 3 been slower still,
+                // the first two that timed out).
+                assert_eq!(error.node_failures().len(), 2, "{error}");
+            }
+            other => panic!("expected the read to be unavailable, got {other:?}"),
+        }
+        drop(stopped);
+    });
+    // Both nodes run again: the leader steps down (its lock may be lost by
+    // now; either way its keys go).
+    let _ = frozen.block_on(no_hang("resign", leadership.resign()));
 }
 
 /// The window check can fail: two overlapping leaderships are caught.

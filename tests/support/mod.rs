@@ -193,6 +193,25 @@ pub async fn until_no_keys_left(nodes: &RedisNodes, prefix: &str) {
     .await;
 }
 
+/// A server stopped with SIGSTOP (connections stay open, nothing is
+/// answered) until this is dropped: the drop resumes it, also when the test
+/// fails half-way.
+pub struct Paused<'a>(&'a quorumlock::testkit::RedisServer);
+
+impl<'a> Paused<'a> {
+    pub fn new(server: &'a quorumlock::testkit::RedisServer) -> Self {
+        server.pause().expect("pause");
+        Self(server)
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        // Fails only if the server was killed meanwhile: nothing to resume.
+        let _ = self.0.resume();
+    }
+}
+
 /// A manager that keeps trying (many tasks contending), woken by
 /// releases, with a node timeout a loaded machine meets.
 pub fn patient(nodes: &RedisNodes) -> Redlock {
