@@ -9,10 +9,10 @@ mod support;
 use std::time::Duration;
 
 use futures::FutureExt;
-use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, RedisServer};
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
 use quorumlock::{Error, LockGuard, Redlock, Retry};
 use redis::AsyncCommands;
-use support::{conn, holding, no_hang, values, warm};
+use support::{Paused, conn, holding, no_hang, values, warm};
 
 /// The node that is paused.
 const FROZEN: usize = 4;
@@ -28,22 +28,6 @@ fn manager(urls: Vec<String>) -> Redlock {
         .retry(Retry::default().delay(Duration::from_millis(10)))
         .build()
         .expect("config")
-}
-
-/// A paused node, resumed when dropped (also when the test fails).
-struct Paused<'a>(&'a RedisServer);
-
-impl<'a> Paused<'a> {
-    fn new(server: &'a RedisServer) -> Self {
-        server.pause().expect("pause");
-        Self(server)
-    }
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.resume();
-    }
 }
 
 /// Whether `locks` still follows requests in the background: here, the
