@@ -236,6 +236,10 @@ async fn serve(client: TcpStream, target: SocketAddr, state: watch::Receiver<Sta
     }
 }
 
+/// The most chunks (of up to 16 KiB) one direction of a connection holds
+/// on their way: enough for any delay at any rate these tests reach.
+const BACKLOG: usize = 256;
+
 #[derive(Clone, Copy)]
 enum Direction {
     Request,
@@ -253,7 +257,10 @@ async fn pump(
     direction: Direction,
     mut framer: Option<Framer>,
 ) {
-    let (chunks, mut ready) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    // Bounded: a target that stops reading (a paused node) must push back
+    // on the sender through TCP, as it would without the proxy, instead of
+    // piling what the sender writes up in this process's memory.
+    let (chunks, mut ready) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(BACKLOG);
     let reader = {
         let mut state = state.clone();
         async move {
@@ -297,7 +304,7 @@ async fn pump(
                     Some(framer) => framer.feed(&buf[..n]),
                     None => buf[..n].to_vec(),
                 };
-                if !chunk.is_empty() && chunks.send((leave, chunk)).is_err() {
+                if !chunk.is_empty() && chunks.send((leave, chunk)).await.is_err() {
                     return;
                 }
             }
