@@ -23,7 +23,7 @@
 //!   flags the overlap and the node check flagged both nodes beforehand.
 //!   Running 0.5 % fast, within the 1 % allowance: nothing to flag.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -4,7 +4,7 @@
 //! it runs as leader), never by sleeping; timeouts only turn a hang into a
 //! failure.
 
-mod cli_support;
+use crate::cli_support;
 
 use cli_support::{NODE_TIMEOUT, Running, assert_status, finish, quorumlock, stderr};
 use std::process::{Command, Stdio};

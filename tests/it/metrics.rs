@@ -2,7 +2,7 @@
 //! contended attempt and a lost lock record what the crate docs' table
 //! says, and no label carries a token or a resource name.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! in every URL, then searches the logs and the `Debug` and `Display`
 //! output of every public type and error for the tokens and the passwords.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};

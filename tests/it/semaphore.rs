@@ -3,7 +3,7 @@
 //! locks, callers that disagree on the count refused, bad input refused
 //! before any I/O, and nothing left on the nodes afterwards.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
