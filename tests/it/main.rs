@@ -3,6 +3,11 @@
 //! binary links the library once, where a binary per file linked it 25
 //! times. Run one area with e.g. `cargo test --all-features --test it
 //! chaos::`.
+//!
+//! The tests share one process: what a test installs process-wide reaches
+//! every other test's work. The metrics and secrets tests therefore scope
+//! their recorder and their log capture to their own thread (a
+//! current-thread runtime), as doctor's startup-check test already did.
 
 // Helpers shared by the modules below.
 #[cfg(feature = "cli")]
