@@ -7,7 +7,7 @@
 //!   16 clients, every fault kind. `QUORUMLOCK_CHAOS_SEED=N` replays a run's
 //!   fault schedule.
 //! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SECS=3600 cargo test --release
-//!   --all-features --test chaos -- --ignored --nocapture` runs seed after
+//!   --all-features --test it chaos_soak -- --ignored --nocapture` runs seed after
 //!   seed for that long and prints totals.
 //! - Holders keep auto-extended locks for seconds at a time through the
 //!   same faults, including rolling restarts of every node; a holder that
