@@ -7,7 +7,7 @@
 //!   16 clients, every fault kind. `QUORUMLOCK_CHAOS_SEED=N` replays a run's
 //!   fault schedule.
 //! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SECS=3600 cargo test --release
-//!   --all-features --test chaos -- --ignored --nocapture` runs seed after
+//!   --all-features --test it chaos_soak -- --ignored --nocapture` runs seed after
 //!   seed for that long and prints totals.
 //! - Holders keep auto-extended locks for seconds at a time through the
 //!   same faults, including rolling restarts of every node; a holder that
@@ -23,7 +23,7 @@
 //!   flags the overlap and the node check flagged both nodes beforehand.
 //!   Running 0.5 % fast, within the 1 % allowance: nothing to flag.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -4,8 +4,8 @@
 //! it runs as leader), never by sleeping; timeouts only turn a hang into a
 //! failure.
 
-mod cli_support;
-mod support;
+use crate::cli_support;
+use crate::support;
 
 use cli_support::{NODE_TIMEOUT, Running, assert_status, finish, quorumlock, stderr};
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! would be admitted, bad input is refused before any I/O, and nothing is
 //! left on the nodes afterwards.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

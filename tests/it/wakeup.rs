@@ -4,7 +4,7 @@
 //! far longer than the hang guard, so a waiter that gets in can only have
 //! been woken.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Credentials in node URLs: a password, an ACL user; and that neither
 //! leaks into errors or `Debug` output.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! had gone alone — granted or refused on its own, in order, with its own
 //! errors, and nothing left behind by callers that gave up.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

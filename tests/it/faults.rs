@@ -1,6 +1,6 @@
 //! Node faults: killed, restarted, paused, or down when the manager starts.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

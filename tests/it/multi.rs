@@ -1,7 +1,7 @@
 //! Multi-resource locks: all or none per node, no deadlock between
 //! overlapping requests in any order, nothing left behind on failure.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 //! must return at its quorum's decision, while the paused node still owes
 //! its answer, and the engine must follow that node once it wakes up.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

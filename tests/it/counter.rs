@@ -3,7 +3,7 @@
 //! value is exactly 200 only if the lock excluded every time — with 5 nodes
 //! and with 1, and with holders that crash (never release).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

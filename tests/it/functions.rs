@@ -3,7 +3,7 @@
 //! SCRIPT) locks, extends and releases — plain, fenced and multi-resource
 //! locks, on standalone nodes and on a cluster.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! mixed with standalone masters, the exact counter over three clusters,
 //! and a cluster losing (or failing over) one of its masters.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `rediss://` nodes: locks over TLS with a private CA trusted, and
 //! certificate verification that is on by default and cannot be skipped.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

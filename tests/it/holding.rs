@@ -1,7 +1,7 @@
 //! Holding a lock safely: auto-extension through node faults, the lost-lock
 //! signal, with_lock, drop release, cancellation, batched renewal.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

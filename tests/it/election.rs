@@ -2,7 +2,7 @@
 //! increasing terms; a leader that keeps its leadership through minority
 //! kills and a rolling restart of every node; the value beside it.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The token check: failed attempts leave nothing behind, stale holders
 //! touch nothing of the new holder, foreign values are never modified.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,16 +5,18 @@
 //! in every URL, then searches the logs and the `Debug` and `Display`
 //! output of every public type and error for the tokens and the passwords.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, LossReason, Redlock, RedlockBuilder, Retry, ScriptMode};
 use support::no_hang;
+use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 const PASSWORD: &str = "pw-never-shown-4b1f9";
 const WRONG_PASSWORD: &str = "pw-wrong-never-shown-77ae";
@@ -52,19 +54,18 @@ impl Capture {
     }
 }
 
-/// Installs the capturing subscriber once for this test binary.
-fn capture() -> &'static Capture {
-    static CAPTURE: OnceLock<Capture> = OnceLock::new();
-    CAPTURE.get_or_init(|| {
-        let capture = Capture::default();
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(capture.clone())
-            .try_init()
-            .expect("the only subscriber");
-        capture
-    })
+/// Installs a capturing subscriber on this thread until the guard drops
+/// (and, once per process, the `log` bridge). The tests run on a
+/// current-thread runtime, so all they start runs on this thread and is
+/// captured; the other tests of this binary run on other threads.
+fn capture() -> (Capture, DefaultGuard) {
+    let capture = Capture::default();
+    let scope = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(capture.clone())
+        .set_default();
+    (capture, scope)
 }
 
 /// What was shown: every output to search, and every secret not to find.
@@ -102,9 +103,10 @@ fn builder(urls: &[String]) -> RedlockBuilder {
     Redlock::builder().nodes(urls).retry(Retry::none())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Current-thread runtime: see `capture`.
+#[tokio::test]
 async fn tokens_and_passwords_never_appear_in_logs_or_output() {
-    let capture = capture();
+    let (capture, _scope) = capture();
     let nodes = RedisNodes::start_with(3, ServerOptions::new().arg("--requirepass").arg(PASSWORD))
         .expect("nodes");
     let urls: Vec<String> = nodes
@@ -419,9 +421,10 @@ impl Shown {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// Current-thread runtime: see `capture`.
+#[tokio::test]
 async fn echoing_server_errors_never_carry_a_token_or_password() {
-    let capture = capture();
+    let (capture, _scope) = capture();
     let mut shown = Shown::default();
     for broken in [
         Broken::ScriptsUnknown,

@@ -2,7 +2,7 @@
 //! and restarts (with persistence) and under contention; a fenced attempt
 //! whose write-back cannot reach a quorum fails and leaves no lock behind.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -135,9 +135,9 @@ async fn fencer_nodes(scripts: [&[&str]; 3]) -> (RedisNodes, Redlock) {
     (nodes, locks)
 }
 
-const ACQUIRE: &str = include_str!("../src/scripts/acquire_fenced.lua");
-const WRITE_BACK: &str = include_str!("../src/scripts/fence_writeback.lua");
-const RELEASE: &str = include_str!("../src/scripts/release.lua");
+const ACQUIRE: &str = include_str!("../../src/scripts/acquire_fenced.lua");
+const WRITE_BACK: &str = include_str!("../../src/scripts/fence_writeback.lua");
+const RELEASE: &str = include_str!("../../src/scripts/release.lua");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {

@@ -2,7 +2,7 @@
 //! only once its replicas acknowledged it, on a real master with a real
 //! replica.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! policies, persistence, an ACL user without GET, Functions not loaded,
 //! a cluster — and a healthy set with nothing unsafe.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

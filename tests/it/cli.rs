@@ -5,7 +5,7 @@
 //! runs under the lock), never by sleeping; timeouts only turn a hang into
 //! a failure.
 
-mod cli_support;
+use crate::cli_support;
 
 use cli_support::{
     NODE_TIMEOUT, Running, assert_status, finish, output, quorumlock, stderr, stdout,

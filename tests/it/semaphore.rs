@@ -3,7 +3,7 @@
 //! locks, callers that disagree on the count refused, bad input refused
 //! before any I/O, and nothing left on the nodes afterwards.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
     const TASKS: usize = 50;
     const ROUNDS: usize = 6;
     // Persistent nodes: a restart keeps the permits (an empty restart at
-    // once is the known way to break any Redlock, see tests/chaos.rs).
+    // once is the known way to break any Redlock, see tests/it/chaos.rs).
     let nodes =
         Arc::new(RedisNodes::start_with(5, ServerOptions::new().persistent()).expect("nodes"));
     let locks = patient(&nodes);

@@ -3,7 +3,7 @@
 //! restored by extensions where a node lost it, and lives through rolling
 //! restarts of every node while a contender tries to take it.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
