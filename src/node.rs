@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -26,6 +27,10 @@ use crate::scripts::{self, Lua, ScriptMode};
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many requests in a row must time out, with no answer between them,
+/// before a node counts as unresponsive (see [`Node::unresponsive`]).
+const UNRESPONSIVE: u32 = 2;
 
 /// What every node of a manager shares: how scripts run, and whom to trust
 /// over TLS.
@@ -89,6 +94,9 @@ pub(crate) struct Node {
     /// What the server says it is (`redis 6.2.16`), asked on the first
     /// error that names it.
     server: OnceCell<Arc<str>>,
+    /// Requests in a row that timed out, with no answer since (see
+    /// [`unresponsive`](Node::unresponsive)).
+    timeouts: AtomicU32,
     backend: Backend,
 }
 
@@ -251,6 +259,7 @@ impl Node {
             tls: is_tls(info),
             passwords: passwords([info]),
             server: OnceCell::new(),
+            timeouts: AtomicU32::new(0),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -321,6 +330,7 @@ impl Node {
             tls,
             passwords,
             server: OnceCell::new(),
+            timeouts: AtomicU32::new(0),
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -378,6 +388,27 @@ impl Node {
     #[cfg(feature = "tls")]
     pub(crate) fn is_tls(&self) -> bool {
         self.tls
+    }
+
+    /// Records how a request to this node ended: timed out, or answered
+    /// (an error the node sent back is an answer too).
+    pub(crate) fn note(&self, timed_out: bool) {
+        if timed_out {
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+        } else if self.timeouts.load(Ordering::Relaxed) != 0 {
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the node's last requests all timed out ([`UNRESPONSIVE`] in
+    /// a row, none answered since): a frozen node, or one far behind. A
+    /// fan-out does not wait for it once the other nodes have answered
+    /// (see [`Tally::waits_only_on`](crate::quorum::Tally::waits_only_on));
+    /// its requests still go out and are followed, and its first answer
+    /// makes it responsive again. A loaded but healthy node answers between
+    /// its timeouts, and keeps its place.
+    pub(crate) fn unresponsive(&self) -> bool {
+        self.timeouts.load(Ordering::Relaxed) >= UNRESPONSIVE
     }
 
     /// Whether this node is a Redis Cluster, where every key of one script

@@ -187,6 +187,7 @@ impl<T: Answer> Round<T> {
 
     /// Counts node `i`'s answer.
     fn record(&mut self, op: &'static str, i: usize, node: &Node, answer: Result<T, NodeError>) {
+        node.note(matches!(answer, Err(NodeError::Timeout(_))));
         let node = node.label();
         let vote = match answer {
             Ok(answer) => {
@@ -255,6 +256,13 @@ where
         if round.tally.decides(rule) {
             break;
         }
+        // A frozen node does not hold up a decision the others leave open
+        // (a split vote, say): it would only time out.
+        let unresponsive = calls.nodes().filter(|&n| nodes[n].unresponsive());
+        if round.tally.waits_only_on(unresponsive.count()) {
+            tracing::debug!(op, "deciding without the unresponsive nodes");
+            break;
+        }
     }
     (round, calls)
 }
@@ -282,6 +290,9 @@ pub(crate) fn follow<T, F>(
         return;
     }
     let record = move |core: &Core, node: usize, answer: Result<T, NodeError>| {
+        if let Some(target) = core.nodes.get(node) {
+            target.note(matches!(answer, Err(NodeError::Timeout(_))));
+        }
         let label = core.label(node);
         match &answer {
             Ok(answer) => tracing::debug!(op, node = %label, late = true, vote = ?answer.vote()),

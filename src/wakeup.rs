@@ -96,9 +96,19 @@ struct Channel {
     /// Per node: whether the channel is subscribed there.
     subscribed: Vec<bool>,
     /// The last releases announced: each is announced by every node that
-    /// held the key, and wakes only one waiter.
-    recent: [u64; 4],
+    /// held the key, and wakes only one waiter. Many, since a slow node
+    /// announces a release long after the others (its copy arriving after
+    /// a few more releases must not wake a waiter for a lock already
+    /// taken again).
+    recent: Box<[u64; RECENT]>,
+    /// Where the next release goes in `recent`.
+    next: usize,
 }
+
+/// How many releases of one channel are remembered (see
+/// [`Channel::recent`]): at a thousand handoffs a second, the copies a node
+/// sends up to a quarter of a second late.
+const RECENT: usize = 256;
 
 /// Wakes one waiter of a channel per announced release, longest waiting
 /// first; with no waiter waiting (all are trying), the next one to wait
@@ -158,7 +168,8 @@ impl Wakeups {
                             waiters: 0,
                             signal: Arc::default(),
                             subscribed: vec![false; nodes],
-                            recent: [0; 4],
+                            recent: Box::new([0; RECENT]),
+                            next: 0,
                         }
                     });
                     entry.waiters += 1;
@@ -247,8 +258,8 @@ impl Wakeups {
             if channel.recent.contains(&id) {
                 return;
             }
-            channel.recent.rotate_right(1);
-            channel.recent[0] = id;
+            channel.recent[channel.next % RECENT] = id;
+            channel.next = channel.next.wrapping_add(1);
         }
         channel.signal.announce();
     }

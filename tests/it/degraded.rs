@@ -241,3 +241,52 @@ async fn a_straggling_release_never_removes_the_next_grant_on_a_slow_node() {
     );
     guard.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_vote_is_not_left_to_an_unresponsive_node() {
+    // Four nodes split two against two: only the fifth could decide, and
+    // it is paused. Once it has timed out twice in a row with no answer
+    // between, attempts decide without waiting for it again.
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    warm(&locks, TTL).await;
+    let paused = Paused::new(&nodes[FROZEN]);
+    // Its acquire and its release time out (followed in the background).
+    let guard = locks.lock("split:warm", TTL).await.expect("lock");
+    guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
+    for server in nodes.iter().take(2) {
+        let _: () = conn(&server.url())
+            .await
+            .set_ex("split:x", "someone-else", 60)
+            .await
+            .expect("SET");
+    }
+    let err = no_hang("try_lock", locks.try_lock("split:x", TTL))
+        .await
+        .expect_err("two against two, the fifth paused");
+    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    let frozen = format!("127.0.0.1:{}", nodes[FROZEN].port());
+    assert!(
+        err.node_failures().iter().all(|f| *f.node != *frozen),
+        "waited for the paused node: {err}"
+    );
+    drop(paused);
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(
+        values(&nodes, "split:x").await,
+        [
+            Some("someone-else".to_owned()),
+            Some("someone-else".to_owned()),
+            None,
+            None,
+            None
+        ],
+        "the attempt's grants are cleaned up, the paused node's too"
+    );
+}
