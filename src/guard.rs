@@ -438,23 +438,26 @@ async fn give_up(
         }
     }
     let (round, stragglers) = crate::round::release(core, held).await;
-    let races: Arc<[(usize, Arc<InFlight>)]> = races.into();
-    let settle = {
-        let (core, held, races) = (core.clone(), held.clone(), races.clone());
+    // Each of the release's answers, with the requests it raced on that
+    // node, may call for the release to go out there again. (Nothing to
+    // allocate when it raced none: the usual case.)
+    let settle = (!races.is_empty()).then(|| {
+        let (core, held) = (core.clone(), held.clone());
         move |node: usize, deleted: bool| {
+            // Every raced request hears the answer (no short-circuit).
             let again = races
                 .iter()
                 .filter(|(raced, _)| *raced == node)
                 .fold(false, |again, (_, requests)| {
-                    requests.released(node, deleted) || again
+                    requests.released(node, deleted) | again
                 });
             if again {
                 release_again(&core, &held, node);
             }
         }
-    };
+    });
     // The nodes that answered in the round; those still in flight, below.
-    if !races.is_empty() {
+    if let Some(settle) = &settle {
         for (node, vote) in round.votes(&stragglers).into_iter().enumerate() {
             if let Some(deleted) = vote {
                 settle(node, deleted);
@@ -474,7 +477,9 @@ async fn give_up(
     let nodes: Vec<usize> = stragglers.nodes().collect();
     let (answers, following) = watch::channel(vec![None; core.nodes.len()]);
     follow(core, "release", stragglers, move |node, answer| {
-        settle(node, answer.as_ref().is_ok_and(|&deleted| deleted));
+        if let Some(settle) = &settle {
+            settle(node, answer.as_ref().is_ok_and(|&deleted| deleted));
+        }
         answers.send_modify(|answers| {
             if let Some(slot) = answers.get_mut(node) {
                 *slot = Some(answer);
