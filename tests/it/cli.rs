@@ -356,6 +356,26 @@ fn bad_arguments_are_usage_errors() {
         stderr(&out)
     );
     assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the port is not a number"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Each malformed URL names its cause, not the parser's generic error.
+    for (url, cause) in [
+        ("127.0.0.1:6379", "no scheme; write redis://"),
+        ("http://127.0.0.1:6379", "unsupported scheme `http://`"),
+        ("redis://127.0.0.1:99999", "port 99999 is out of range"),
+    ] {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", url, "r"]);
+        let out = output(cmd);
+        assert_status(&out, USAGE);
+        let err = stderr(&out);
+        assert!(err.contains(cause), "{url}: {err}");
+        assert!(!err.contains("InvalidClientConfig"), "{url}: {err}");
+    }
 }
 
 #[test]
