@@ -260,11 +260,7 @@ impl Election {
         let request = Request::new(&[&*self.name], ttl, Fencing::On, self.limits())?;
         let manager = self.locks.manager().clone();
         let core = &manager.core;
-        let mut schedule = manager
-            .retry
-            .unlimited_attempts()
-            .wait_forever()
-            .schedule(Instant::now());
+        let mut schedule = manager.retry.endless().schedule(Instant::now());
         let mut waiter = None;
         // Whether the last attempt was made on a wake-up.
         let mut woken = false;
@@ -292,7 +288,8 @@ impl Election {
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
-            let Next::RetryAfter(delay) = schedule.after_failure(Instant::now(), jitter_unit())
+            let Next::RetryAfter(delay) =
+                schedule.after_failure(Instant::now(), jitter_unit(), false)
             else {
                 // Unlimited attempts and no deadline: never.
                 return Err(error);

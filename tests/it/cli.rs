@@ -307,6 +307,26 @@ fn unreachable_nodes_are_listed_one_per_line() {
 }
 
 #[test]
+fn waiting_is_for_a_busy_resource_not_for_unreachable_nodes() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    for server in &nodes {
+        server.kill();
+    }
+    // Refused connections end the wait after the library's default number
+    // of attempts (10, about 1.5 s), not after the whole --wait.
+    let started = std::time::Instant::now();
+    let out = output(exec(&nodes, &["--wait", "30s"], "job:down", &["true"]));
+    let took = started.elapsed();
+    assert_status(&out, UNAVAILABLE);
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    assert!(
+        stderr(&out).contains("nodes unavailable"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn bad_arguments_are_usage_errors() {
     let nodes = RedisNodes::start(1).expect("nodes");
     let cases: &[(&[&str], &str)] = &[
