@@ -93,10 +93,14 @@ fn exec_on_a_held_resource_is_busy_without_waiting_and_after_waiting() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
     assert!(err.contains("job:busy") && err.contains("busy"), "{err}");
+    assert_eq!(err.matches("job:busy").count(), 1, "names it once:\n{err}");
 
     let out = output(exec(&nodes, &["--wait", "300ms"], "job:busy", &["true"]));
     assert_status(&out, BUSY);
-    assert!(stderr(&out).contains("gave up"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("gave up"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
+    assert_eq!(err.matches("job:busy").count(), 1, "names it once:\n{err}");
 
     assert_status(&holder.finish(), 0);
     let out = output(exec(&nodes, &["--no-wait"], "job:busy", &["true"]));
@@ -304,6 +308,12 @@ fn unreachable_nodes_are_listed_one_per_line() {
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), per_node.len(), "{err}");
+    // Each node's error appears once: on its own line, not also inline.
+    for server in &nodes {
+        let name = format!("127.0.0.1:{}", server.port());
+        assert!(err.matches(&name).count() <= 1, "{name} twice:\n{err}");
+    }
+    assert_eq!(err.matches("job:down").count(), 1, "{err}");
 }
 
 #[test]

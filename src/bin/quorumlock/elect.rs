@@ -129,7 +129,11 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
 }
 
 fn campaign_failed(name: &str, err: &Error) -> u8 {
-    eprintln!("quorumlock: cannot campaign for `{name}`: {err}");
+    eprintln!(
+        "quorumlock: cannot campaign for `{name}`: {}",
+        exit::describe(err)
+    );
+    exit::print_failures(err);
     exit::classify(err)
 }
 
@@ -158,10 +162,12 @@ pub(crate) async fn leader(args: LeaderArgs) -> Result<u8, clap::Error> {
             Ok(exit::FREE)
         }
         Err(e) => {
-            eprintln!("quorumlock: cannot tell who leads `{}`: {e}", args.name);
-            for failure in e.node_failures() {
-                eprintln!("quorumlock:   node {failure}");
-            }
+            eprintln!(
+                "quorumlock: cannot tell who leads `{}`: {}",
+                args.name,
+                exit::describe(&e)
+            );
+            exit::print_failures(&e);
             Ok(exit::classify(&e))
         }
     }
