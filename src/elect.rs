@@ -53,6 +53,8 @@ pub(crate) struct Proclamation {
     pub(crate) term: u64,
     pub(crate) rev: u64,
     pub(crate) value: Arc<str>,
+    /// The lock's ttl: the value expires this long after it is written.
+    pub(crate) ttl_ms: u64,
 }
 
 /// Asks every node to store `proclamation`, where the lock key still holds
@@ -86,6 +88,7 @@ pub(crate) async fn proclaim(
                     p.term,
                     p.rev,
                     &p.value,
+                    p.ttl_ms,
                     announce.as_deref(),
                     deadline,
                 )

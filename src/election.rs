@@ -77,7 +77,9 @@ impl Redlock {
 ///
 /// The keys are the election's name with the manager's prefix (`<key>`, the
 /// lock), `<key>:fence` (the term counter, never expiring) and
-/// `<key>:leader` (the value). On a Redis Cluster node they must share a
+/// `<key>:leader` (the value, rewritten by the leader every third of the
+/// ttl and expiring a ttl after its last write: it outlives a resigned or
+/// crashed leader by a ttl at most). On a Redis Cluster node they must share a
 /// hash slot: use a hash-tagged name such as `{scheduler}`.
 ///
 /// # What leadership guarantees
@@ -278,6 +280,7 @@ impl Election {
                         key: key.clone(),
                         leader_key: leader_key.clone(),
                         current: Mutex::new((0, value.clone())),
+                        ttl_ms: request.ttl_ms,
                     };
                     match inaugurate(core, guard, state, ttl).await {
                         Ok(leadership) => return Ok(leadership),
@@ -607,6 +610,8 @@ struct State {
     key: Arc<str>,
     leader_key: Arc<str>,
     current: Mutex<(u64, Arc<str>)>,
+    /// The lock's ttl in ms: how long the value outlives its last write.
+    ttl_ms: u64,
 }
 
 impl State {
@@ -624,6 +629,7 @@ impl State {
             term: lease.fence().unwrap_or_default(),
             rev,
             value,
+            ttl_ms: self.ttl_ms,
         }
     }
 }

@@ -1358,7 +1358,9 @@ impl Node {
     /// Writes revision `rev` of the leader's `value` for `term` into
     /// `leader_key`, if `key` holds `token`: true if it did (or holds a
     /// newer revision), false if the node does not count `token` as leader.
-    /// With `announce` (a channel), a write is announced there.
+    /// Either way where it holds the token, `leader_key` then expires
+    /// `ttl_ms` later. With `announce` (a channel), a write is announced
+    /// there.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn proclaim(
         &self,
@@ -1368,12 +1370,13 @@ impl Node {
         term: u64,
         rev: u64,
         value: &str,
+        ttl_ms: u64,
         announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let (term, rev) = (term.to_string(), rev.to_string());
-        let mut args = vec![token, &term, &rev, value];
+        let (term, rev, ttl) = (term.to_string(), rev.to_string(), ttl_ms.to_string());
+        let mut args = vec![token, &term, &rev, value, &ttl];
         args.extend(announce);
         self.flag_script(
             &scripts::ELECT_PROCLAIM,
