@@ -270,3 +270,25 @@ fn leader_exits_69_when_stopped_nodes_may_hold_the_leader() {
     // Its command ends; it resigns and passes the command's status on.
     assert_status(&running.finish(), 3);
 }
+
+#[test]
+fn leader_and_elect_help_describe_the_elections_keys_and_defaults() {
+    for (subcommand, node_timeout) in [("leader", "[default: 1s]"), ("elect", "[default: 250ms]")] {
+        let mut cmd = quorumlock();
+        cmd.args([subcommand, "--help"]);
+        let out = cli_support::output(cmd);
+        assert_status(&out, 0);
+        let help = cli_support::stdout(&out);
+        assert!(!help.contains("the Redis key"), "{subcommand}:\n{help}");
+        for key in ["NAME:fence", "NAME:leader", "the election's name"] {
+            assert!(help.contains(key), "{subcommand}: no {key}:\n{help}");
+        }
+        let line = help
+            .lines()
+            .skip_while(|l| !l.contains("--node-timeout"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(line.contains(node_timeout), "{subcommand}:\n{help}");
+        assert!(!help.contains("for locking"), "{subcommand}:\n{help}");
+    }
+}

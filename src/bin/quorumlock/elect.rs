@@ -12,7 +12,7 @@ use tokio::process::Command;
 use crate::duration::parse_duration;
 use crate::exec::{Outcome, exit_status, run_command};
 use crate::exit;
-use crate::nodes::NodeArgs;
+use crate::nodes::{NodeArgs, READ_NODE_TIMEOUT};
 use crate::signals::{Signals, signal_status};
 
 /// The environment variable carrying the election's name to the command.
@@ -52,7 +52,9 @@ pub(crate) struct ElectArgs {
     )]
     pub(crate) grace: Duration,
 
-    /// The election's name (the Redis key, after --prefix).
+    /// The election's name. Its Redis keys (after --prefix) are NAME (the
+    /// leadership's lock), NAME:fence (the term counter) and NAME:leader
+    /// (the leader's value).
     pub(crate) name: String,
 
     /// The command to run while leading, after `--`.
@@ -142,7 +144,9 @@ pub(crate) struct LeaderArgs {
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 
-    /// The election's name (the Redis key, after --prefix).
+    /// The election's name. Its Redis keys (after --prefix) are NAME (the
+    /// leadership's lock), NAME:fence (the term counter) and NAME:leader
+    /// (the leader's value).
     pub(crate) name: String,
 }
 
@@ -150,7 +154,7 @@ pub(crate) struct LeaderArgs {
 pub(crate) async fn leader(args: LeaderArgs) -> Result<u8, clap::Error> {
     let mut nodes = args.nodes.clone();
     // Reading needs no hurry: give a loaded node time to answer.
-    nodes.node_timeout = nodes.node_timeout.or(Some(Duration::from_secs(1)));
+    nodes.node_timeout = nodes.node_timeout.or(Some(READ_NODE_TIMEOUT));
     let locks = nodes.manager("leader", Retry::none())?;
     match locks.election(&args.name).leader().await {
         Ok(Some(leader)) => {

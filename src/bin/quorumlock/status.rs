@@ -14,7 +14,7 @@ use crate::nodes::{NodeArgs, usage_error};
 /// How long one node may take to connect and answer, unless
 /// `--node-timeout` says otherwise. Longer than the locking default: a
 /// status probe also pays for a fresh connection.
-pub(crate) const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_PROBE_TIMEOUT: Duration = crate::nodes::READ_NODE_TIMEOUT;
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
