@@ -292,3 +292,44 @@ fn leader_and_elect_help_describe_the_elections_keys_and_defaults() {
         assert!(!help.contains("for locking"), "{subcommand}:\n{help}");
     }
 }
+
+#[test]
+fn status_on_an_election_reports_the_election_not_a_free_lock() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let status = || {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", &nodes.urls().join(",")])
+            .args(["--node-timeout", NODE_TIMEOUT])
+            .arg("sched5");
+        let out = cli_support::output(cmd);
+        let text = cli_support::stdout(&out);
+        (out.status.code().expect("exit status"), text)
+    };
+    let running = Running::spawn(elect(
+        &nodes,
+        &["--value", "web-5"],
+        "sched5",
+        &LEAD_UNTIL_STDIN_CLOSES,
+    ));
+    let term = term_of(&running.next_line(), "sched5");
+    let (code, text) = status();
+    assert_eq!(code, 0, "{text}");
+    assert!(text.starts_with("election `sched5`"), "{text}");
+    assert!(
+        text.contains(&format!("verdict: led — term {term}, value `web-5`")),
+        "{text}"
+    );
+    assert!(!text.contains("free"), "{text}");
+
+    // Resigned: no leader, and the last one is named.
+    assert_status(&running.finish(), 3);
+    let (code, text) = status();
+    assert_eq!(code, NO_LEADER, "{text}");
+    assert!(text.starts_with("election `sched5`"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "verdict: no leader — no token is on 2 nodes (the last leader: term {term}, `web-5`)"
+        )),
+        "{text}"
+    );
+}
