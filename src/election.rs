@@ -78,8 +78,8 @@ impl Redlock {
 /// The keys are the election's name with the manager's prefix (`<key>`, the
 /// lock), `<key>:fence` (the term counter, never expiring) and
 /// `<key>:leader` (the value, rewritten by the leader every third of the
-/// ttl and expiring a ttl after its last write: it outlives a resigned or
-/// crashed leader by a ttl at most). On a Redis Cluster node they must share a
+/// ttl and expiring two ttls and a node timeout after its last write: it
+/// outlives a resigned or crashed leader by that much at most). On a Redis Cluster node they must share a
 /// hash slot: use a hash-tagged name such as `{scheduler}`.
 ///
 /// # What leadership guarantees
@@ -280,7 +280,7 @@ impl Election {
                         key: key.clone(),
                         leader_key: leader_key.clone(),
                         current: Mutex::new((0, value.clone())),
-                        ttl_ms: request.ttl_ms,
+                        value_ttl_ms: crate::elect::value_ttl_ms(request.ttl_ms, core.node_timeout),
                     };
                     match inaugurate(core, guard, state, ttl).await {
                         Ok(leadership) => return Ok(leadership),
@@ -610,8 +610,8 @@ struct State {
     key: Arc<str>,
     leader_key: Arc<str>,
     current: Mutex<(u64, Arc<str>)>,
-    /// The lock's ttl in ms: how long the value outlives its last write.
-    ttl_ms: u64,
+    /// In ms, how long the value outlives its last write.
+    value_ttl_ms: u64,
 }
 
 impl State {
@@ -629,7 +629,7 @@ impl State {
             term: lease.fence().unwrap_or_default(),
             rev,
             value,
-            ttl_ms: self.ttl_ms,
+            ttl_ms: self.value_ttl_ms,
         }
     }
 }

@@ -169,9 +169,10 @@ redis.register_function('quorumlock_elect_proclaim', function(KEYS, ARGV)
   -- KEYS[1] = lock key, KEYS[2] = leader key (a hash: token, term, rev,
   -- value; a hash of another token is stale);
   -- ARGV[1] = token, ARGV[2] = term, ARGV[3] = revision, ARGV[4] = value,
-  -- ARGV[5] = the lock's ttl in ms: each proclamation (the leader repeats it
-  -- every third of the ttl while it leads) sets the hash to expire that long
-  -- after, so that it outlives its leader by a ttl at most;
+  -- ARGV[5] = in ms, how long the hash outlives this write: each
+  -- proclamation (the leader repeats it every third of the ttl while it
+  -- leads) sets the hash to expire that long after, so that it does not
+  -- outlive its leader for long (two ttls and a node timeout);
   -- ARGV[6], if given, is a channel on which a write is announced, for
   -- observers that subscribe instead of polling.
   -- Returns 1 when the hash now holds this revision of the token's value (or
