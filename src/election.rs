@@ -77,7 +77,9 @@ impl Redlock {
 ///
 /// The keys are the election's name with the manager's prefix (`<key>`, the
 /// lock), `<key>:fence` (the term counter, never expiring) and
-/// `<key>:leader` (the value). On a Redis Cluster node they must share a
+/// `<key>:leader` (the value, rewritten by the leader every third of the
+/// ttl and expiring two ttls and a node timeout after its last write: it
+/// outlives a resigned or crashed leader by that much at most). On a Redis Cluster node they must share a
 /// hash slot: use a hash-tagged name such as `{scheduler}`.
 ///
 /// # What leadership guarantees
@@ -260,11 +262,7 @@ impl Election {
         let request = Request::new(&[&*self.name], ttl, Fencing::On, self.limits())?;
         let manager = self.locks.manager().clone();
         let core = &manager.core;
-        let mut schedule = manager
-            .retry
-            .unlimited_attempts()
-            .wait_forever()
-            .schedule(Instant::now());
+        let mut schedule = manager.retry.endless().schedule(Instant::now());
         let mut waiter = None;
         // Whether the last attempt was made on a wake-up.
         let mut woken = false;
@@ -282,6 +280,7 @@ impl Election {
                         key: key.clone(),
                         leader_key: leader_key.clone(),
                         current: Mutex::new((0, value.clone())),
+                        value_ttl_ms: crate::elect::value_ttl_ms(request.ttl_ms, core.node_timeout),
                     };
                     match inaugurate(core, guard, state, ttl).await {
                         Ok(leadership) => return Ok(leadership),
@@ -292,7 +291,8 @@ impl Election {
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
-            let Next::RetryAfter(delay) = schedule.after_failure(Instant::now(), jitter_unit())
+            let Next::RetryAfter(delay) =
+                schedule.after_failure(Instant::now(), jitter_unit(), false)
             else {
                 // Unlimited attempts and no deadline: never.
                 return Err(error);
@@ -610,6 +610,8 @@ struct State {
     key: Arc<str>,
     leader_key: Arc<str>,
     current: Mutex<(u64, Arc<str>)>,
+    /// In ms, how long the value outlives its last write.
+    value_ttl_ms: u64,
 }
 
 impl State {
@@ -627,6 +629,7 @@ impl State {
             term: lease.fence().unwrap_or_default(),
             rev,
             value,
+            ttl_ms: self.value_ttl_ms,
         }
     }
 }

@@ -1389,7 +1389,9 @@ impl Node {
     /// Writes revision `rev` of the leader's `value` for `term` into
     /// `leader_key`, if `key` holds `token`: true if it did (or holds a
     /// newer revision), false if the node does not count `token` as leader.
-    /// With `announce` (a channel), a write is announced there.
+    /// Either way where it holds the token, `leader_key` then expires
+    /// `ttl_ms` later. With `announce` (a channel), a write is announced
+    /// there.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn proclaim(
         &self,
@@ -1399,12 +1401,13 @@ impl Node {
         term: u64,
         rev: u64,
         value: &str,
+        ttl_ms: u64,
         announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let (term, rev) = (term.to_string(), rev.to_string());
-        let mut args = vec![token, &term, &rev, value];
+        let (term, rev, ttl) = (term.to_string(), rev.to_string(), ttl_ms.to_string());
+        let mut args = vec![token, &term, &rev, value, &ttl];
         args.extend(announce);
         self.flag_script(
             &scripts::ELECT_PROCLAIM,
@@ -1529,8 +1532,7 @@ fn describe_server(reply: &Value) -> Option<String> {
 fn open(url: &str, options: &NodeOptions) -> Result<redis::Client, ConfigError> {
     let client = redis::Client::open(url).map_err(|e| ConfigError::MalformedUrl {
         url: redact_url(url),
-        // The parser's message names what is wrong, not the URL itself.
-        reason: e.to_string(),
+        reason: url_problem(url, &e),
     })?;
     let info = client.get_connection_info();
     if let ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
@@ -1776,6 +1778,96 @@ fn common_prefix(a: &str, b: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// The schemes the redis crate takes for a node URL.
+const SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "redis+unix",
+    "valkey+unix",
+    "unix",
+];
+
+/// Names what is wrong with a node URL the redis crate refused, whose own
+/// message ("Redis URL did not parse") names no cause. Never echoes user
+/// information: at most the scheme and the port are quoted, and the port
+/// only when the URL's user information is where [`redact_url`] masks it.
+fn url_problem(url: &str, parser: &redis::RedisError) -> String {
+    const SHAPE: &str = "write redis://[user:password@]host:port[/db], or rediss:// for TLS";
+    let trimmed = url.trim();
+    if trimmed.is_empty() {
+        return format!("the url is empty; {SHAPE}");
+    }
+    // The parser ignores spaces around the URL.
+    let url = trimmed;
+    let scheme_ok = |scheme: &str| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    };
+    let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| scheme_ok(s)) else {
+        return format!("no scheme; {SHAPE}");
+    };
+    let lower = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&lower.as_str()) {
+        return format!("unsupported scheme `{scheme}://`; {SHAPE}");
+    }
+    if lower.ends_with("unix") {
+        return parser_says(parser);
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    // An '@' past the authority means a password with a '/' in it: quote nothing.
+    let may_quote = !rest[authority_end..].contains('@');
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, after)) => (host, after.strip_prefix(':')),
+            None => return format!("an IPv6 host is missing its closing `]`; {SHAPE}"),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return format!("no host; {SHAPE}");
+    }
+    if let Some(port) = port.filter(|p| !p.is_empty()) {
+        if !port.chars().all(|c| c.is_ascii_digit()) {
+            return "the port is not a number (1-65535)".to_owned();
+        }
+        if port.parse::<u16>().is_err() {
+            return if may_quote && port.len() <= 12 {
+                format!("port {port} is out of range (1-65535)")
+            } else {
+                "the port is out of range (1-65535)".to_owned()
+            };
+        }
+    }
+    parser_says(parser)
+}
+
+/// The redis crate's own reason, without its error kind's name.
+fn parser_says(parser: &redis::RedisError) -> String {
+    let text = parser.to_string();
+    // "DESCRIPTION - KIND[: DETAIL]"
+    let description = text.split_once(" - ").map_or(text.as_str(), |(d, _)| d);
+    let reason = match parser.detail() {
+        Some(detail) => format!("{description}: {detail}"),
+        None => description.to_owned(),
+    };
+    if reason == "Redis URL did not parse" {
+        "not a valid url; write redis://[user:password@]host:port[/db], or rediss:// for TLS"
+            .to_owned()
+    } else {
+        // The parser's message names what is wrong, not the URL itself.
+        reason
+    }
+}
+
 /// Masks the user information of a URL so that errors can show the rest.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -1900,6 +1992,50 @@ mod tests {
                 other => panic!("{url:?}: expected MalformedUrl, got {other:?}"),
             }
         }
+    }
+
+    fn url_reason(url: &str) -> String {
+        match Node::parse(url, &NodeOptions::default()) {
+            Err(ConfigError::MalformedUrl { reason, .. }) => reason,
+            other => panic!("{url:?}: expected MalformedUrl, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_urls_name_the_cause() {
+        for (url, cause) in [
+            ("", "the url is empty"),
+            (" redis://h:99999 ", "port 99999 is out of range"),
+            ("127.0.0.1:6379", "no scheme"),
+            ("localhost:6379", "no scheme"),
+            ("alice:hunter2@h:6379", "no scheme"),
+            ("http://h:6379", "unsupported scheme `http://`"),
+            (
+                "https://alice:hunter2@h:6379",
+                "unsupported scheme `https://`",
+            ),
+            ("redis://h:99999", "port 99999 is out of range (1-65535)"),
+            (
+                "redis://alice:hunter2@h:70000/0",
+                "port 70000 is out of range",
+            ),
+            ("redis://[::1]:65536", "port 65536 is out of range"),
+            ("redis://user:hunter2@:notaport", "no host"),
+            ("redis://h:port", "the port is not a number"),
+            ("redis://:6379", "no host"),
+            ("redis://[::1:6379", "closing `]`"),
+        ] {
+            let reason = url_reason(url);
+            assert!(reason.contains(cause), "{url:?}: {reason}");
+            assert!(!reason.contains("hunter2"), "{url:?}: {reason}");
+            assert!(!reason.contains("InvalidClientConfig"), "{url:?}: {reason}");
+        }
+        // Every hint names the scheme to use.
+        assert!(url_reason("127.0.0.1:6379").contains("redis://"));
+        // A password with a '/' in it hides the user information from the
+        // masking: then the port is not quoted either.
+        let reason = url_reason("redis://u:99999/x@h:1");
+        assert!(!reason.contains("99999"), "{reason}");
     }
 
     #[test]

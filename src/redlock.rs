@@ -647,7 +647,8 @@ impl Redlock {
                 };
                 // Someone else got the release this waiter was woken for.
                 let collided = woken && matches!(error, Error::Contended { .. });
-                match schedule.after_failure(Instant::now(), jitter_unit()) {
+                let unavailable = matches!(error, Error::Unavailable { .. });
+                match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
                     Next::RetryAfter(delay) => {
                         tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
                         if let (None, Some(wakeups), Error::Contended { .. }) =

@@ -23,6 +23,13 @@ pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Only transient failures are retried (see
 /// [`Error::is_retryable`](crate::Error::is_retryable)).
 ///
+/// A busy resource and unreachable nodes are different waits: with
+/// [`Retry::unavailable_attempts`], `lock` gives up after that many
+/// attempts in a row failed with [`Error::Unavailable`](crate::Error::Unavailable)
+/// (too few nodes reachable), however long it may wait for a busy
+/// resource. The command line's `exec --wait` waits this way, with
+/// [`DEFAULT_RETRY_ATTEMPTS`].
+///
 /// # Examples
 ///
 /// Wait up to five seconds for a busy resource, however many attempts that
@@ -52,6 +59,9 @@ pub struct Retry {
     /// `None`: unlimited. `Some(0)` is representable so that `build()` can
     /// reject it with a typed error instead of this setter panicking.
     attempts: Option<u32>,
+    /// Attempts in a row that may fail with `Unavailable`; `None`: as many
+    /// as `attempts` and `wait` allow.
+    unavailable: Option<u32>,
     delay: Duration,
     jitter: Duration,
     wait: Option<Duration>,
@@ -63,6 +73,7 @@ impl Default for Retry {
     fn default() -> Self {
         Self {
             attempts: Some(DEFAULT_RETRY_ATTEMPTS),
+            unavailable: None,
             delay: DEFAULT_RETRY_DELAY,
             jitter: DEFAULT_RETRY_JITTER,
             wait: None,
@@ -80,6 +91,7 @@ impl Retry {
     pub fn forever() -> Self {
         Self {
             attempts: None,
+            unavailable: None,
             wait: None,
             ..Self::default()
         }
@@ -96,6 +108,27 @@ impl Retry {
     /// bound the time instead.
     pub fn unlimited_attempts(mut self) -> Self {
         self.attempts = None;
+        self
+    }
+
+    /// Give up after `attempts` attempts in a row that found too few nodes
+    /// reachable ([`Error::Unavailable`](crate::Error::Unavailable)), with
+    /// that error, even while [`Retry::wait`] or unlimited attempts would
+    /// go on: wait for a busy resource, not for an outage. An attempt that
+    /// fails otherwise (the resource is busy) starts the count again. Zero
+    /// is rejected by `build()`. By default there is no such limit: only
+    /// the attempt limit and the deadline apply.
+    pub fn unavailable_attempts(mut self, attempts: u32) -> Self {
+        self.unavailable = Some(attempts);
+        self
+    }
+
+    /// This policy without limits on attempts, unavailable ones included,
+    /// and without a deadline: a campaign's.
+    pub(crate) fn endless(mut self) -> Self {
+        self.attempts = None;
+        self.unavailable = None;
+        self.wait = None;
         self
     }
 
@@ -129,8 +162,8 @@ impl Retry {
 
     /// Checks the policy; `build()` calls this.
     pub(crate) fn validate(&self) -> Result<(), crate::ConfigError> {
-        match self.attempts {
-            Some(0) => Err(crate::ConfigError::ZeroAttempts),
+        match (self.attempts, self.unavailable) {
+            (Some(0), _) | (_, Some(0)) => Err(crate::ConfigError::ZeroAttempts),
             _ => Ok(()),
         }
     }
@@ -139,6 +172,8 @@ impl Retry {
     pub(crate) fn schedule(&self, started: Instant) -> Schedule {
         Schedule {
             attempts: self.attempts.and_then(NonZeroU32::new),
+            unavailable: self.unavailable.and_then(NonZeroU32::new),
+            unavailable_in_a_row: 0,
             delay: self.delay,
             jitter: self.jitter,
             deadline: self.wait.map(|w| started + w),
@@ -151,6 +186,8 @@ impl Retry {
 #[derive(Debug)]
 pub(crate) struct Schedule {
     attempts: Option<NonZeroU32>,
+    unavailable: Option<NonZeroU32>,
+    unavailable_in_a_row: u32,
     delay: Duration,
     jitter: Duration,
     deadline: Option<Instant>,
@@ -162,7 +199,8 @@ pub(crate) struct Schedule {
 pub(crate) enum Next {
     /// Sleep this long, then try again.
     RetryAfter(Duration),
-    /// The attempt limit is used up.
+    /// The attempt limit is used up, or the limit of unavailable attempts
+    /// in a row.
     AttemptsExhausted,
     /// The wait deadline has passed.
     DeadlinePassed,
@@ -170,11 +208,21 @@ pub(crate) enum Next {
 
 impl Schedule {
     /// Records a failed attempt at `now` and decides what comes next.
-    /// `unit` is a uniform sample in `[0, 1)` that scales the jitter.
-    pub(crate) fn after_failure(&mut self, now: Instant, unit: f64) -> Next {
+    /// `unit` is a uniform sample in `[0, 1)` that scales the jitter;
+    /// `unavailable` says the attempt found too few nodes reachable.
+    pub(crate) fn after_failure(&mut self, now: Instant, unit: f64, unavailable: bool) -> Next {
         self.made = self.made.saturating_add(1);
+        self.unavailable_in_a_row = match unavailable {
+            true => self.unavailable_in_a_row.saturating_add(1),
+            false => 0,
+        };
         if let Some(limit) = self.attempts
             && self.made >= limit.get()
+        {
+            return Next::AttemptsExhausted;
+        }
+        if let Some(limit) = self.unavailable
+            && self.unavailable_in_a_row >= limit.get()
         {
             return Next::AttemptsExhausted;
         }
@@ -211,14 +259,14 @@ mod tests {
             .jitter(Duration::ZERO)
             .schedule(now);
         assert_eq!(
-            s.after_failure(now, 0.5),
+            s.after_failure(now, 0.5, false),
             Next::RetryAfter(DEFAULT_RETRY_DELAY)
         );
         assert_eq!(
-            s.after_failure(now, 0.5),
+            s.after_failure(now, 0.5, false),
             Next::RetryAfter(DEFAULT_RETRY_DELAY)
         );
-        assert_eq!(s.after_failure(now, 0.5), Next::AttemptsExhausted);
+        assert_eq!(s.after_failure(now, 0.5, false), Next::AttemptsExhausted);
         assert_eq!(s.attempts_made(), 3);
     }
 
@@ -226,7 +274,7 @@ mod tests {
     async fn none_means_exactly_one_attempt() {
         let now = Instant::now();
         let mut s = Retry::none().schedule(now);
-        assert_eq!(s.after_failure(now, 0.0), Next::AttemptsExhausted);
+        assert_eq!(s.after_failure(now, 0.0, false), Next::AttemptsExhausted);
     }
 
     #[tokio::test(start_paused = true)]
@@ -234,10 +282,10 @@ mod tests {
         let now = Instant::now();
         let retry = Retry::forever().delay(10 * MS).jitter(100 * MS);
         let mut s = retry.schedule(now);
-        assert_eq!(s.after_failure(now, 0.0), Next::RetryAfter(10 * MS));
-        assert_eq!(s.after_failure(now, 0.5), Next::RetryAfter(60 * MS));
+        assert_eq!(s.after_failure(now, 0.0, false), Next::RetryAfter(10 * MS));
+        assert_eq!(s.after_failure(now, 0.5, false), Next::RetryAfter(60 * MS));
         // Out-of-range samples are clamped, never producing a huge delay.
-        assert_eq!(s.after_failure(now, 7.0), Next::RetryAfter(110 * MS));
+        assert_eq!(s.after_failure(now, 7.0, false), Next::RetryAfter(110 * MS));
     }
 
     #[tokio::test(start_paused = true)]
@@ -245,7 +293,10 @@ mod tests {
         let now = Instant::now();
         let mut s = Retry::forever().schedule(now);
         for _ in 0..10_000 {
-            assert!(matches!(s.after_failure(now, 0.3), Next::RetryAfter(_)));
+            assert!(matches!(
+                s.after_failure(now, 0.3, false),
+                Next::RetryAfter(_)
+            ));
         }
     }
 
@@ -257,16 +308,22 @@ mod tests {
             .jitter(Duration::ZERO)
             .wait(250 * MS);
         let mut s = retry.schedule(start);
-        assert_eq!(s.after_failure(start, 0.0), Next::RetryAfter(100 * MS));
+        assert_eq!(
+            s.after_failure(start, 0.0, false),
+            Next::RetryAfter(100 * MS)
+        );
         tokio::time::advance(200 * MS).await;
         // 50ms are left: sleep only that long, so the last attempt starts at
         // the deadline rather than after it.
         assert_eq!(
-            s.after_failure(Instant::now(), 0.0),
+            s.after_failure(Instant::now(), 0.0, false),
             Next::RetryAfter(50 * MS)
         );
         tokio::time::advance(50 * MS).await;
-        assert_eq!(s.after_failure(Instant::now(), 0.0), Next::DeadlinePassed);
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0, false),
+            Next::DeadlinePassed
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -276,14 +333,78 @@ mod tests {
             .attempts(2)
             .wait(Duration::from_secs(60))
             .schedule(start);
-        assert!(matches!(s.after_failure(start, 0.0), Next::RetryAfter(_)));
-        assert_eq!(s.after_failure(start, 0.0), Next::AttemptsExhausted);
+        assert!(matches!(
+            s.after_failure(start, 0.0, false),
+            Next::RetryAfter(_)
+        ));
+        assert_eq!(s.after_failure(start, 0.0, false), Next::AttemptsExhausted);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unavailable_attempts_in_a_row_end_an_unlimited_wait() {
+        let start = Instant::now();
+        let mut s = Retry::default()
+            .unlimited_attempts()
+            .wait(Duration::from_secs(60))
+            .unavailable_attempts(3)
+            .schedule(start);
+        // Busy attempts are not counted; a busy one restarts the count.
+        for _ in 0..100 {
+            assert!(matches!(
+                s.after_failure(start, 0.0, false),
+                Next::RetryAfter(_)
+            ));
+        }
+        assert!(matches!(
+            s.after_failure(start, 0.0, true),
+            Next::RetryAfter(_)
+        ));
+        assert!(matches!(
+            s.after_failure(start, 0.0, true),
+            Next::RetryAfter(_)
+        ));
+        assert!(matches!(
+            s.after_failure(start, 0.0, false),
+            Next::RetryAfter(_)
+        ));
+        assert!(matches!(
+            s.after_failure(start, 0.0, true),
+            Next::RetryAfter(_)
+        ));
+        assert!(matches!(
+            s.after_failure(start, 0.0, true),
+            Next::RetryAfter(_)
+        ));
+        assert_eq!(s.after_failure(start, 0.0, true), Next::AttemptsExhausted);
+        assert_eq!(s.attempts_made(), 106);
+
+        // Without the limit, unavailable attempts go on until the deadline.
+        let mut s = Retry::forever().schedule(start);
+        for _ in 0..1000 {
+            assert!(matches!(
+                s.after_failure(start, 0.0, true),
+                Next::RetryAfter(_)
+            ));
+        }
+        // A campaign's policy drops the limit.
+        let mut s = Retry::default()
+            .unavailable_attempts(1)
+            .endless()
+            .schedule(start);
+        assert!(matches!(
+            s.after_failure(start, 0.0, true),
+            Next::RetryAfter(_)
+        ));
     }
 
     #[test]
     fn zero_attempts_is_a_config_error() {
         assert_eq!(
             Retry::default().attempts(0).validate(),
+            Err(crate::ConfigError::ZeroAttempts)
+        );
+        assert_eq!(
+            Retry::default().unavailable_attempts(0).validate(),
             Err(crate::ConfigError::ZeroAttempts)
         );
         assert_eq!(Retry::forever().validate(), Ok(()));

@@ -93,10 +93,14 @@ fn exec_on_a_held_resource_is_busy_without_waiting_and_after_waiting() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
     assert!(err.contains("job:busy") && err.contains("busy"), "{err}");
+    assert_eq!(err.matches("job:busy").count(), 1, "names it once:\n{err}");
 
     let out = output(exec(&nodes, &["--wait", "300ms"], "job:busy", &["true"]));
     assert_status(&out, BUSY);
-    assert!(stderr(&out).contains("gave up"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("gave up"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line of reason:\n{err}");
+    assert_eq!(err.matches("job:busy").count(), 1, "names it once:\n{err}");
 
     assert_status(&holder.finish(), 0);
     let out = output(exec(&nodes, &["--no-wait"], "job:busy", &["true"]));
@@ -304,6 +308,32 @@ fn unreachable_nodes_are_listed_one_per_line() {
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), per_node.len(), "{err}");
+    // Each node's error appears once: on its own line, not also inline.
+    for server in &nodes {
+        let name = format!("127.0.0.1:{}", server.port());
+        assert!(err.matches(&name).count() <= 1, "{name} twice:\n{err}");
+    }
+    assert_eq!(err.matches("job:down").count(), 1, "{err}");
+}
+
+#[test]
+fn waiting_is_for_a_busy_resource_not_for_unreachable_nodes() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    for server in &nodes {
+        server.kill();
+    }
+    // Refused connections end the wait after the library's default number
+    // of attempts (10, about 1.5 s), not after the whole --wait.
+    let started = std::time::Instant::now();
+    let out = output(exec(&nodes, &["--wait", "30s"], "job:down", &["true"]));
+    let took = started.elapsed();
+    assert_status(&out, UNAVAILABLE);
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    assert!(
+        stderr(&out).contains("nodes unavailable"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -356,6 +386,26 @@ fn bad_arguments_are_usage_errors() {
         stderr(&out)
     );
     assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the port is not a number"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Each malformed URL names its cause, not the parser's generic error.
+    for (url, cause) in [
+        ("127.0.0.1:6379", "no scheme; write redis://"),
+        ("http://127.0.0.1:6379", "unsupported scheme `http://`"),
+        ("redis://127.0.0.1:99999", "port 99999 is out of range"),
+    ] {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", url, "r"]);
+        let out = output(cmd);
+        assert_status(&out, USAGE);
+        let err = stderr(&out);
+        assert!(err.contains(cause), "{url}: {err}");
+        assert!(!err.contains("InvalidClientConfig"), "{url}: {err}");
+    }
 }
 
 #[test]

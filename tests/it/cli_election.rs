@@ -270,3 +270,66 @@ fn leader_exits_69_when_stopped_nodes_may_hold_the_leader() {
     // Its command ends; it resigns and passes the command's status on.
     assert_status(&running.finish(), 3);
 }
+
+#[test]
+fn leader_and_elect_help_describe_the_elections_keys_and_defaults() {
+    for (subcommand, node_timeout) in [("leader", "[default: 1s]"), ("elect", "[default: 250ms]")] {
+        let mut cmd = quorumlock();
+        cmd.args([subcommand, "--help"]);
+        let out = cli_support::output(cmd);
+        assert_status(&out, 0);
+        let help = cli_support::stdout(&out);
+        assert!(!help.contains("the Redis key"), "{subcommand}:\n{help}");
+        for key in ["NAME:fence", "NAME:leader", "the election's name"] {
+            assert!(help.contains(key), "{subcommand}: no {key}:\n{help}");
+        }
+        let line = help
+            .lines()
+            .skip_while(|l| !l.contains("--node-timeout"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(line.contains(node_timeout), "{subcommand}:\n{help}");
+        assert!(!help.contains("for locking"), "{subcommand}:\n{help}");
+    }
+}
+
+#[test]
+fn status_on_an_election_reports_the_election_not_a_free_lock() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let status = || {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", &nodes.urls().join(",")])
+            .args(["--node-timeout", NODE_TIMEOUT])
+            .arg("sched5");
+        let out = cli_support::output(cmd);
+        let text = cli_support::stdout(&out);
+        (out.status.code().expect("exit status"), text)
+    };
+    let running = Running::spawn(elect(
+        &nodes,
+        &["--value", "web-5"],
+        "sched5",
+        &LEAD_UNTIL_STDIN_CLOSES,
+    ));
+    let term = term_of(&running.next_line(), "sched5");
+    let (code, text) = status();
+    assert_eq!(code, 0, "{text}");
+    assert!(text.starts_with("election `sched5`"), "{text}");
+    assert!(
+        text.contains(&format!("verdict: led — term {term}, value `web-5`")),
+        "{text}"
+    );
+    assert!(!text.contains("free"), "{text}");
+
+    // Resigned: no leader, and the last one is named.
+    assert_status(&running.finish(), 3);
+    let (code, text) = status();
+    assert_eq!(code, NO_LEADER, "{text}");
+    assert!(text.starts_with("election `sched5`"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "verdict: no leader — no token is on 2 nodes (the last leader: term {term}, `web-5`)"
+        )),
+        "{text}"
+    );
+}

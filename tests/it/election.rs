@@ -617,6 +617,44 @@ fn election_types_and_futures_are_send() {
     let _ = leadership_futures;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_value_expires_a_ttl_after_its_leader_is_gone() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let election = manager(&nodes).election("expiring");
+    let ttl = Duration::from_millis(1500);
+    let value_key = format!("expiring{LEADER_SUFFIX}");
+    let pttls = async || {
+        let mut all = Vec::new();
+        for node in &nodes {
+            let pttl: i64 = support::conn(&node.url())
+                .await
+                .pttl(&value_key)
+                .await
+                .expect("PTTL");
+            all.push(pttl);
+        }
+        all
+    };
+    let leadership = election.campaign("first", ttl).await.expect("campaign");
+    // Leading for two ttls: the leader keeps its value alive, and it
+    // always has an expiry, of two ttls and a node timeout at most.
+    tokio::time::sleep(ttl * 2).await;
+    let leader = election.leader().await.expect("leader").expect("a leader");
+    assert_eq!(leader.value(), "first");
+    for pttl in pttls().await {
+        assert!(pttl > 0 && pttl <= 4000, "PTTL {pttl}");
+    }
+    leadership.resign().await.expect("resign");
+    assert_eq!(election.leader().await.expect("leader"), None);
+    // After resigning, the value does not stay forever: gone within two
+    // ttls and a node timeout.
+    for pttl in pttls().await {
+        assert!(pttl == -2 || (pttl > 0 && pttl <= 4000), "PTTL {pttl}");
+    }
+    tokio::time::sleep(ttl * 2 + NODE_TIMEOUT + Duration::from_millis(100)).await;
+    assert_eq!(pttls().await, [-2, -2, -2], "the value keys are gone");
+}
+
 /// Campaigns, proclaims, reads and resigns on `locks`' nodes.
 async fn a_whole_term(locks: &Redlock, name: &str) {
     let election = locks.election(name);

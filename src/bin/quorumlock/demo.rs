@@ -144,7 +144,7 @@ async fn tour(locks: &Redlock, nodes: Option<&RedisNodes>) -> Result<(), Error> 
         Ok(_) => println!("   BUG: a lock without a majority."),
         Err(e) => {
             println!("   No lock without a majority; the error says why:");
-            println!("   {e}");
+            println!("   could not lock `{RESOURCE}`: {}", exit::describe(&e));
             for failure in e.node_failures() {
                 println!("     - {failure}");
             }
@@ -154,9 +154,7 @@ async fn tour(locks: &Redlock, nodes: Option<&RedisNodes>) -> Result<(), Error> 
 }
 
 fn failed(e: &Error) -> u8 {
-    eprintln!("quorumlock: the demo failed: {e}");
-    for failure in e.node_failures() {
-        eprintln!("quorumlock:   node {failure}");
-    }
+    eprintln!("quorumlock: the demo failed: {}", exit::describe(e));
+    exit::print_failures(e);
     exit::classify(e).max(1)
 }

@@ -12,7 +12,7 @@ use tokio::process::Command;
 use crate::duration::parse_duration;
 use crate::exec::{Outcome, exit_status, run_command};
 use crate::exit;
-use crate::nodes::NodeArgs;
+use crate::nodes::{NodeArgs, READ_NODE_TIMEOUT};
 use crate::signals::{Signals, signal_status};
 
 /// The environment variable carrying the election's name to the command.
@@ -52,7 +52,9 @@ pub(crate) struct ElectArgs {
     )]
     pub(crate) grace: Duration,
 
-    /// The election's name (the Redis key, after --prefix).
+    /// The election's name. Its Redis keys (after --prefix) are NAME (the
+    /// leadership's lock), NAME:fence (the term counter) and NAME:leader
+    /// (the leader's value).
     pub(crate) name: String,
 
     /// The command to run while leading, after `--`.
@@ -129,7 +131,11 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
 }
 
 fn campaign_failed(name: &str, err: &Error) -> u8 {
-    eprintln!("quorumlock: cannot campaign for `{name}`: {err}");
+    eprintln!(
+        "quorumlock: cannot campaign for `{name}`: {}",
+        exit::describe(err)
+    );
+    exit::print_failures(err);
     exit::classify(err)
 }
 
@@ -138,7 +144,9 @@ pub(crate) struct LeaderArgs {
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 
-    /// The election's name (the Redis key, after --prefix).
+    /// The election's name. Its Redis keys (after --prefix) are NAME (the
+    /// leadership's lock), NAME:fence (the term counter) and NAME:leader
+    /// (the leader's value).
     pub(crate) name: String,
 }
 
@@ -146,7 +154,7 @@ pub(crate) struct LeaderArgs {
 pub(crate) async fn leader(args: LeaderArgs) -> Result<u8, clap::Error> {
     let mut nodes = args.nodes.clone();
     // Reading needs no hurry: give a loaded node time to answer.
-    nodes.node_timeout = nodes.node_timeout.or(Some(Duration::from_secs(1)));
+    nodes.node_timeout = nodes.node_timeout.or(Some(READ_NODE_TIMEOUT));
     let locks = nodes.manager("leader", Retry::none())?;
     match locks.election(&args.name).leader().await {
         Ok(Some(leader)) => {
@@ -158,10 +166,12 @@ pub(crate) async fn leader(args: LeaderArgs) -> Result<u8, clap::Error> {
             Ok(exit::FREE)
         }
         Err(e) => {
-            eprintln!("quorumlock: cannot tell who leads `{}`: {e}", args.name);
-            for failure in e.node_failures() {
-                eprintln!("quorumlock:   node {failure}");
-            }
+            eprintln!(
+                "quorumlock: cannot tell who leads `{}`: {}",
+                args.name,
+                exit::describe(&e)
+            );
+            exit::print_failures(&e);
             Ok(exit::classify(&e))
         }
     }

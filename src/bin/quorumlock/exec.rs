@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
+use quorumlock::{DEFAULT_RETRY_ATTEMPTS, Error, LockGuard, LossReason, Redlock, Retry};
 use tokio::process::{Child, Command};
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
@@ -35,7 +35,9 @@ pub(crate) struct ExecArgs {
     pub(crate) ttl: Duration,
 
     /// How long to retry while the resource is busy: a duration, or
-    /// `forever`.
+    /// `forever`. It waits for a busy resource, not for unreachable nodes:
+    /// after 10 attempts in a row that find too few nodes reachable (about
+    /// 1.5 s), exec gives up with 69, as the library's `lock` does.
     #[arg(
         long,
         value_name = "DURATION",
@@ -73,11 +75,21 @@ pub(crate) struct ExecArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// How `exec` waits: for a busy resource as long as `wait` allows, for
+/// unreachable nodes only as many attempts as the library's default `lock`
+/// makes, so that an outage fails fast (69) instead of for the whole wait.
+pub(crate) fn exec_retry(wait: Wait) -> Retry {
+    let retry = match wait {
+        Wait::For(wait) => Retry::default().unlimited_attempts().wait(wait),
+        Wait::Forever => Retry::forever(),
+    };
+    retry.unavailable_attempts(DEFAULT_RETRY_ATTEMPTS)
+}
+
 pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     let retry = match (args.no_wait, args.wait) {
         (true, _) => Retry::none(),
-        (false, Wait::For(wait)) => Retry::default().unlimited_attempts().wait(wait),
-        (false, Wait::Forever) => Retry::forever(),
+        (false, wait) => exec_retry(wait),
     };
     let locks = args.nodes.manager("exec", retry)?;
     let Some(mut signals) = Signals::install_or_report() else {

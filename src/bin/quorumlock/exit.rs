@@ -11,6 +11,8 @@ use std::process::ExitCode;
 
 use quorumlock::Error;
 
+use crate::duration::show;
+
 /// Bad arguments or configuration (clap's own status for usage errors).
 pub(crate) const USAGE: u8 = 2;
 /// `status`: the resource is not held by a quorum.
@@ -51,8 +53,8 @@ Environment of the command:
 /// The exit-status table shown by `status --help`.
 pub(crate) const STATUS_HELP: &str = "\
 Exit status:
-  0   held: one token is on a quorum of nodes
-  1   free: no token can be on a quorum
+  0   held: one token is on a quorum of nodes (for an election: a leader)
+  1   free: no token can be on a quorum (for an election: no leader)
   2   bad arguments or node URLs
   69  unknown: too many nodes unreachable to tell";
 
@@ -107,21 +109,81 @@ pub(crate) fn code(status: u8) -> ExitCode {
 /// node) and returns the matching status.
 pub(crate) fn acquire_failed(resource: &str, err: &Error) -> u8 {
     let status = classify(err);
-    let message = match err {
-        Error::WaitTimeout { last, .. } => format!("{err}: {last}"),
-        _ => err.to_string(),
-    };
     let what = match status {
         BUSY => "busy",
         UNAVAILABLE => "nodes unavailable",
         USAGE => "invalid request",
         _ => "failed",
     };
-    eprintln!("quorumlock: could not lock `{resource}` ({what}): {message}");
+    eprintln!(
+        "quorumlock: could not lock `{resource}` ({what}): {}",
+        describe(err)
+    );
+    print_failures(err);
+    status
+}
+
+/// One line per failed node, after a line made with [`describe`].
+pub(crate) fn print_failures(err: &Error) {
     for failure in err.node_failures() {
         eprintln!("quorumlock:   node {failure}");
     }
-    status
+}
+
+/// What `err` says, for a line that already names the resource: without
+/// the resource, and without the per-node failures, which
+/// [`print_failures`] prints on lines of their own.
+pub(crate) fn describe(err: &Error) -> String {
+    match err {
+        Error::Contended {
+            granted, quorum, ..
+        } => format!("held by another owner: {granted} of {quorum} required nodes granted it"),
+        Error::Unavailable {
+            nodes,
+            quorum,
+            failures,
+            ..
+        } => format!(
+            "too few nodes reachable: {} of {nodes} failed, a quorum of {quorum} tolerates {}",
+            failures.len(),
+            nodes.saturating_sub(*quorum)
+        ),
+        Error::FenceUnconfirmed {
+            confirmed, quorum, ..
+        } => format!(
+            "fence not confirmed: {confirmed} of the {quorum} required granting nodes raised their counter"
+        ),
+        Error::ValidityExpired { elapsed, ttl, .. } => format!(
+            "a quorum granted it but its validity was used up: {} of a {} ttl spent acquiring",
+            show(*elapsed),
+            show(*ttl)
+        ),
+        Error::WaitTimeout {
+            waited,
+            attempts,
+            last,
+            ..
+        } => format!(
+            "{}; gave up after waiting {} ({attempts} attempts)",
+            describe(last),
+            show(*waited)
+        ),
+        other => without_failures(other),
+    }
+}
+
+/// `err`'s message without the `; node: error` list its `Display` ends with.
+fn without_failures(err: &Error) -> String {
+    let message = err.to_string();
+    let list: String = err
+        .node_failures()
+        .iter()
+        .map(|failure| format!("; {failure}"))
+        .collect();
+    match message.strip_suffix(&list) {
+        Some(rest) if !list.is_empty() => rest.to_owned(),
+        _ => message,
+    }
 }
 
 /// Which status an acquisition error maps to.

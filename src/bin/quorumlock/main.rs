@@ -50,7 +50,11 @@ enum Commands {
     /// Show, per node, what holds RESOURCE, and whether a quorum holds it.
     ///
     /// Tokens are shown by their first four characters only.
-    #[command(after_help = exit::STATUS_HELP, after_long_help = exit::STATUS_HELP)]
+    #[command(
+        after_help = exit::STATUS_HELP,
+        after_long_help = exit::STATUS_HELP,
+        mut_arg("node_timeout", |a| a.help(nodes::READ_NODE_TIMEOUT_HELP))
+    )]
     Status(status::StatusArgs),
 
     /// Check the nodes against what Redlock's safety rests on; print one
@@ -81,13 +85,19 @@ enum Commands {
     #[command(
         after_help = exit::ELECT_HELP,
         after_long_help = exit::ELECT_HELP,
-        override_usage = "quorumlock elect [OPTIONS] --nodes <URLS> NAME -- COMMAND [ARGS]..."
+        override_usage = "quorumlock elect [OPTIONS] --nodes <URLS> NAME -- COMMAND [ARGS]...",
+        mut_arg("prefix", |a| a.help(nodes::ELECTION_PREFIX_HELP))
     )]
     Elect(elect::ElectArgs),
 
     /// Print the leader of an election: TERM<TAB>VALUE, as a quorum of
     /// nodes confirms it.
-    #[command(after_help = exit::LEADER_HELP, after_long_help = exit::LEADER_HELP)]
+    #[command(
+        after_help = exit::LEADER_HELP,
+        after_long_help = exit::LEADER_HELP,
+        mut_arg("node_timeout", |a| a.help(nodes::READ_NODE_TIMEOUT_HELP)),
+        mut_arg("prefix", |a| a.help(nodes::ELECTION_PREFIX_HELP))
+    )]
     Leader(elect::LeaderArgs),
 }
 

@@ -28,8 +28,7 @@ pub(crate) struct NodeArgs {
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
 
-    /// How long one request to one node may take [default: 250ms for
-    /// locking, 1s for `status`].
+    /// How long one request to one node may take [default: 250ms].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) node_timeout: Option<Duration>,
 }
@@ -64,6 +63,18 @@ impl NodeArgs {
         builder
     }
 }
+
+/// The help of `--node-timeout` for the subcommands that only read, and
+/// give a loaded node more time ([`READ_NODE_TIMEOUT`]).
+pub(crate) const READ_NODE_TIMEOUT_HELP: &str =
+    "How long one request to one node may take [default: 1s]";
+
+/// The node timeout of the subcommands that only read (`status`, `leader`).
+pub(crate) const READ_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The help of `--prefix` for the election subcommands.
+pub(crate) const ELECTION_PREFIX_HELP: &str =
+    "A prefix put before the election's name to form its Redis keys";
 
 /// A clap-formatted usage error of `subcommand` (exit status 2), for
 /// problems clap cannot see, such as a malformed node URL.
