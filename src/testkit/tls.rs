@@ -8,6 +8,7 @@ use std::fmt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
@@ -137,37 +138,73 @@ pub(super) fn check_support(binary: &Path) -> Result<(), TestkitError> {
         })
 }
 
-/// Starts the binary with a TLS option and nothing to listen on: a build
-/// with TLS exits at once ("not listen anywhere"), one without rejects the
-/// option as a bad directive.
+/// What a server built without TLS prints when asked to serve it: Redis
+/// before 7.2 rejects the `tls-*` options ("Bad directive"); Redis 7.2 and
+/// Valkey parse them and fail when they set up the TLS listener ("Failed
+/// finding TLS support.", after Valkey 8's "Missing implement of
+/// connection type tls").
+const NO_TLS_MARKERS: [&str; 3] = [
+    "Bad directive",
+    "Failed finding TLS support",
+    "Missing implement of connection type tls",
+];
+
+/// How long the probe waits for the binary to exit.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Starts the binary with a TLS port and certificate files that do not
+/// exist, so that it exits at once either way: a build with TLS fails to
+/// load the certificates ("Failed to configure TLS"), one without fails
+/// with one of [`NO_TLS_MARKERS`]. A TLS port of 0 would not do: Valkey
+/// and Redis 7.2 only look for TLS support when they open a TLS listener.
 fn probe(binary: &Path) -> Result<(), String> {
-    let output = Command::new(binary)
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            "0",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
+    let port = super::free_port().map_err(|e| format!("no port to probe with: {e}"))?;
+    let missing = std::env::temp_dir().join("quorumlock-tls-probe-no-such-file");
+    let mut child = Command::new(binary)
+        .args(["--port", "0", "--tls-port", &port.to_string()])
+        .arg("--tls-cert-file")
+        .arg(missing.join("server.pem"))
+        .arg("--tls-key-file")
+        .arg(missing.join("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(missing.join("ca.pem"))
+        .args(["--save", "", "--appendonly", "no"])
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("could not run it: {e}"))?;
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if Instant::now() >= deadline {
+            // Still running: it loaded files that cannot exist? Not ours to
+            // judge; stop it and let the real start report what it finds.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("could not read its output: {e}"))?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    if text.contains("Bad directive") || text.contains("TLS") && text.contains("not supported") {
-        let line = text
-            .lines()
-            .find(|line| line.contains("tls") || line.contains("TLS") || line.contains("Bad"))
-            .unwrap_or_default();
-        return Err(format!("built without TLS support ({})", line.trim()));
-    }
-    Ok(())
+    unsupported(&text).map_or(Ok(()), Err)
+}
+
+/// `Some(why)` if `output` (a server's startup output) says it was built
+/// without TLS.
+fn unsupported(output: &str) -> Option<String> {
+    let line = output
+        .lines()
+        .find(|line| NO_TLS_MARKERS.iter().any(|m| line.contains(m)))?;
+    // The log prefix (pid, role, time) says nothing; keep the message.
+    let message = line.rsplit_once(" # ").map_or(line, |(_, m)| m);
+    Some(format!("built without TLS support ({})", message.trim()))
 }
 
 /// A client for `url` that trusts [`test_ca`].
@@ -214,5 +251,26 @@ mod tests {
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let detail = probe(&fake).expect_err("no TLS");
         assert!(detail.contains("without TLS"), "{detail}");
+    }
+
+    #[test]
+    fn what_each_server_without_tls_prints_is_recognised() {
+        // Valkey 8.0.1 and 8.1.8 without TLS, for a nonzero --tls-port.
+        let valkey = "23775:M 25 Nov 2026 17:22:08.525 * Running mode=standalone, port=46399.\n\
+                      23775:M 25 Nov 2026 17:22:08.525 # Missing implement of connection type tls\n\
+                      23775:M 25 Nov 2026 17:22:08.525 # Failed finding TLS support.\n";
+        let detail = unsupported(valkey).expect("no TLS");
+        assert_eq!(
+            detail,
+            "built without TLS support (Missing implement of connection type tls)"
+        );
+        assert!(unsupported("1:M 01 Jan 00:00:00.000 # Failed finding TLS support.").is_some());
+        // A build with TLS fails on the missing certificate files instead.
+        assert!(
+            unsupported(
+                "1:M 25 Nov 2026 17:22:25.647 # Failed to configure TLS. Check logs for more info."
+            )
+            .is_none()
+        );
     }
 }

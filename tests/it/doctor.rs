@@ -372,11 +372,9 @@ async fn a_user_with_only_the_lock_commands_gets_notes_not_an_unreachable_node()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_not_loaded_or_of_another_version_are_reported() {
-    let version = quorumlock::testkit::server_version().expect("server version");
-    if !version.has_functions() {
-        println!(
-            "SKIP functions_not_loaded_or_of_another_version_are_reported: {version} has no Redis Functions (7.0+)"
-        );
+    if !crate::support::functions_or_skip(
+        "doctor::functions_not_loaded_or_of_another_version_are_reported",
+    ) {
         return;
     }
     let missing = RedisServer::start().expect("server");

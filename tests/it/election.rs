@@ -674,11 +674,7 @@ async fn a_whole_term(locks: &Redlock, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_runs_on_the_functions_library() {
-    let version = quorumlock::testkit::server_version().expect("server version");
-    if !version.has_functions() {
-        println!(
-            "SKIP an_election_runs_on_the_functions_library: {version} has no Redis Functions (7.0+)"
-        );
+    if !crate::support::functions_or_skip("election::an_election_runs_on_the_functions_library") {
         return;
     }
     let nodes = RedisNodes::start(3).expect("nodes");

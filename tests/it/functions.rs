@@ -50,14 +50,9 @@ fn as_user(url: &str) -> String {
     url.replace("redis://", &format!("redis://{USER}:{USER_PASSWORD}@"))
 }
 
-/// Whether the server has Functions (7.0+); if not, says that `test` is
-/// skipped and why. (`+fcall` is not even an ACL rule before 7.0.)
+/// [`support::functions_or_skip`] for `test` of this module.
 fn functions_or_skip(test: &str) -> bool {
-    let version = server_version().expect("server version");
-    if !version.has_functions() {
-        println!("SKIP {test}: {version} has no Redis Functions (7.0+)");
-    }
-    version.has_functions()
+    crate::support::functions_or_skip(&format!("functions::{test}"))
 }
 
 /// What an administrator does once per node.

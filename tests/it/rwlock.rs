@@ -334,8 +334,10 @@ async fn scoped_forms_and_functions_mode() {
     assert_eq!(keys_left(&nodes, "scoped").await, Vec::<String>::new());
 
     if !version.has_functions() {
-        println!(
-            "SKIP the Functions half of scoped_forms_and_functions_mode: {version} has no Redis Functions (7.0+)"
+        crate::support::skip(
+            "rwlock::scoped_forms_and_functions_mode",
+            crate::support::Skip::NoFunctions,
+            format_args!("(its Functions half) {version} has no Redis Functions (7.0+)"),
         );
         return;
     }

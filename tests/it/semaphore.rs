@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::{RedisNodes, ServerOptions, server_version};
+use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{
     ArgumentError, Error, FUNCTIONS_LIBRARY, MAX_PERMITS, Redlock, Retry, ScriptMode,
 };
@@ -346,9 +346,7 @@ async fn with_permit_runs_the_work_and_gives_the_permit_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_work_in_functions_mode() {
-    let version = server_version().expect("server version");
-    if !version.has_functions() {
-        println!("SKIP permits_work_in_functions_mode: {version} has no Redis Functions (7.0+)");
+    if !crate::support::functions_or_skip("semaphore::permits_work_in_functions_mode") {
         return;
     }
     let nodes = RedisNodes::start(3).expect("nodes");

@@ -11,8 +11,6 @@ use support::no_hang;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// TLS servers, or `None` (with the reason printed) when `redis-server`
-/// was built without TLS: the tests cannot run there, and say so.
 /// A builder whose node timeout leaves room for TLS handshakes: these
 /// tests make single attempts on fresh connections and assert what each
 /// node said (a certificate error, a grant), so a loaded machine must not
@@ -21,19 +19,26 @@ fn tls_builder() -> RedlockBuilder {
     Redlock::builder().node_timeout(Duration::from_secs(2))
 }
 
-fn tls_nodes(n: usize) -> Option<RedisNodes> {
-    tls_nodes_with(n, ServerOptions::new())
+/// TLS servers for `test` (its name in this module), or `None`, with the
+/// skip said, when the server was built without TLS: the test cannot run
+/// there.
+fn tls_nodes(test: &str, n: usize) -> Option<RedisNodes> {
+    tls_nodes_with(test, n, ServerOptions::new())
 }
 
-fn tls_nodes_with(n: usize, options: ServerOptions) -> Option<RedisNodes> {
+fn tls_nodes_with(test: &str, n: usize, options: ServerOptions) -> Option<RedisNodes> {
     match RedisNodes::start_with(n, options.tls()) {
         Ok(nodes) => Some(nodes),
         Err(e @ TestkitError::TlsUnsupported { .. }) => {
-            eprintln!("SKIPPED: {e}");
+            skip_no_tls(test, &e);
             None
         }
         Err(e) => panic!("TLS servers: {e}"),
     }
+}
+
+fn skip_no_tls(test: &str, e: &TestkitError) {
+    support::skip(&format!("tls::{test}"), support::Skip::NoTls, e);
 }
 
 fn ca_pem() -> &'static str {
@@ -42,7 +47,9 @@ fn ca_pem() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_extend_release_over_tls_with_the_ca_trusted() {
-    let Some(nodes) = tls_nodes(3) else { return };
+    let Some(nodes) = tls_nodes("lock_extend_release_over_tls_with_the_ca_trusted", 3) else {
+        return;
+    };
     assert!(nodes.urls().iter().all(|url| url.starts_with("rediss://")));
     let locks = tls_builder()
         .nodes(nodes.urls())
@@ -88,7 +95,9 @@ fn assert_certificate_refused(err: &Error) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_are_verified_by_default() {
-    let Some(nodes) = tls_nodes(3) else { return };
+    let Some(nodes) = tls_nodes("certificates_are_verified_by_default", 3) else {
+        return;
+    };
     // The system's trust store does not know the test CA.
     let untrusting = tls_builder()
         .nodes(nodes.urls())
@@ -122,7 +131,7 @@ async fn the_host_name_is_verified() {
         .arg("--bind")
         .arg("127.0.0.1")
         .arg("127.0.0.2");
-    let Some(nodes) = tls_nodes_with(1, options) else {
+    let Some(nodes) = tls_nodes_with("the_host_name_is_verified", 1, options) else {
         return;
     };
     let url = nodes[0].url().replace("127.0.0.1", "127.0.0.2");
@@ -201,7 +210,7 @@ async fn a_tls_cluster_is_one_node() {
     let cluster = match RedisCluster::start_with(3, 0, ServerOptions::new().tls()) {
         Ok(cluster) => cluster,
         Err(e @ TestkitError::TlsUnsupported { .. }) => {
-            eprintln!("SKIPPED: {e}");
+            skip_no_tls("a_tls_cluster_is_one_node", &e);
             return;
         }
         Err(e) => panic!("TLS cluster: {e}"),

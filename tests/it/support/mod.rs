@@ -228,3 +228,46 @@ pub fn patient(nodes: &RedisNodes) -> Redlock {
         .build()
         .expect("config")
 }
+
+/// Why a test cannot run on the server at hand: the reason code of its
+/// `SKIP` line, which `.ci/servers` judges against what each server of
+/// the matrix supports (a skip where the test should run fails CI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// The server has no Redis Functions (before 7.0): `no-functions`.
+    NoFunctions,
+    /// The server was built without TLS: `no-tls`.
+    NoTls,
+}
+
+impl Skip {
+    /// The reason code in the `SKIP` line.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::NoFunctions => "no-functions",
+            Self::NoTls => "no-tls",
+        }
+    }
+}
+
+/// Says that `test` (`module::test`, as `cargo test` names it), or part
+/// of it, does not run here, in the one machine-readable form CI reads:
+/// `SKIP <module::test>: <reason-code> <text>`. Every skip goes through
+/// here. (Printed to stdout: `cargo test -- --show-output` shows it.)
+pub fn skip(test: &str, why: Skip, text: impl std::fmt::Display) {
+    println!("SKIP {test}: {} {text}", why.code());
+}
+
+/// Whether the server has Functions (7.0+); if not, says that `test` is
+/// skipped and why. (`+fcall` is not even an ACL rule before 7.0.)
+pub fn functions_or_skip(test: &str) -> bool {
+    let version = quorumlock::testkit::server_version().expect("server version");
+    if !version.has_functions() {
+        skip(
+            test,
+            Skip::NoFunctions,
+            format_args!("{version} has no Redis Functions (7.0+)"),
+        );
+    }
+    version.has_functions()
+}
