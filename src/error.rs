@@ -280,6 +280,12 @@ pub enum NodeError {
     /// remaining validity budget, if that was shorter).
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// Not waited for: the node's last requests all timed out, with no
+    /// answer since (a frozen node, or one far behind), and the other
+    /// nodes had answered. Its request still went out; its first answer
+    /// makes it count again.
+    #[error("not waited for: its last requests timed out, none answered since")]
+    Unresponsive,
     /// The connection or the server reported an error.
     #[error(transparent)]
     Redis(#[from] redis::RedisError),

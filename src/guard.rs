@@ -662,6 +662,10 @@ impl ReleaseSummary {
         // down): what it did not report stays unanswered.
         let _ = answers.wait_for(answered).await;
         let answers = answers.borrow();
+        // A node not waited for (unresponsive) is listed as failed already:
+        // its answer replaces that.
+        self.failures
+            .retain(|failure| nodes.iter().all(|(_, label)| *label != failure.node));
         for (node, label) in nodes {
             match answers.get(node).cloned().flatten() {
                 Some(Ok(true)) => self.released_on.push(label),

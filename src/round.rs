@@ -187,7 +187,10 @@ impl<T: Answer> Round<T> {
 
     /// Counts node `i`'s answer.
     fn record(&mut self, op: &'static str, i: usize, node: &Node, answer: Result<T, NodeError>) {
-        node.note(matches!(answer, Err(NodeError::Timeout(_))));
+        // Only an answer or a timeout says how the node is doing.
+        if !matches!(answer, Err(NodeError::Unresponsive)) {
+            node.note(matches!(answer, Err(NodeError::Timeout(_))));
+        }
         let node = node.label();
         let vote = match answer {
             Ok(answer) => {
@@ -257,10 +260,14 @@ where
             break;
         }
         // A frozen node does not hold up a decision the others leave open
-        // (a split vote, say): it would only time out.
+        // (a split vote, say): it would only time out. It counts as failed
+        // here; its request is still followed.
         let unresponsive = calls.nodes().filter(|&n| nodes[n].unresponsive());
         if round.tally.waits_only_on(unresponsive.count()) {
-            tracing::debug!(op, "deciding without the unresponsive nodes");
+            let pending: Vec<usize> = calls.nodes().collect();
+            for n in pending {
+                round.record(op, n, &nodes[n], Err(NodeError::Unresponsive));
+            }
             break;
         }
     }
