@@ -19,7 +19,7 @@ use crate::error::{Error, NodeError};
 use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Keys, Kind, Request};
-use crate::round::{Acquire, Core, Round, fan_out};
+use crate::round::{Acquire, Core, Round, fan_out, follow};
 use crate::token::Token;
 
 /// A node's answer to a lock's acquire request.
@@ -131,22 +131,27 @@ impl Acquire for Request {
             .max()
             .unwrap_or_default();
         let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
-        let (writeback, _) = fan_out(
+        // Owned requests: the granting nodes still writing back at the
+        // decision are followed, so that their counters rise too.
+        let (writeback, stragglers) = fan_out(
             &core.nodes,
             Rule::Quorum,
             "fence",
             deadline,
-            |i, node, deadline| {
+            |i, _, deadline| {
                 let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
+                let (core, fence_key) = (core.clone(), fence_key.clone());
                 async move {
                     if !granted {
                         return Ok(false);
                     }
-                    node.fence_writeback(fence_key, fence, deadline).await
+                    let node = nth(&core.nodes, i)?;
+                    node.fence_writeback(&fence_key, fence, deadline).await
                 }
             },
         )
         .await;
+        follow(core, "fence", stragglers, |_, _| {});
         // Granting nodes never refuse a write-back: short of a quorum,
         // granting nodes failed.
         match writeback.decision {

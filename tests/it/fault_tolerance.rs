@@ -320,6 +320,10 @@ async fn restoring_a_fenced_lock_restores_its_fence_floor() {
     let nodes = RedisNodes::start(3).expect("nodes");
     let locks = fresh(&nodes);
     let ttl = Duration::from_secs(30);
+    // Scripts cached on every node first: a release that meets NOSCRIPT
+    // sends its retry after the next grant's request, which that node then
+    // refuses (one node short, not unsafe).
+    support::warm(&locks, ttl).await;
     // A few grants first, so that the fence is well above 1.
     for _ in 0..3 {
         let guard = locks.lock_fenced("fenced", ttl).await.expect("lock");
@@ -346,11 +350,15 @@ async fn restoring_a_fenced_lock_restores_its_fence_floor() {
         }
     })
     .await;
-    for server in &nodes {
+    // The restored nodes: their counters came back empty. (Node 2 was not
+    // restored. Its counter may lag the fence: a node whose grant came after
+    // the quorum's decision is not written back, as the protocol has it.)
+    for (i, server) in nodes.iter().enumerate().take(2) {
         let got: Option<u64> = conn(&server.url()).await.get(&counter).await.expect("GET");
         assert!(
             got >= Some(fence),
-            "counter {got:?} below the fence {fence}"
+            "node {i}: counter {got:?} below the fence {fence}; keys {:?}",
+            values(&nodes, "fenced").await
         );
     }
     guard.release().await.expect("release");
