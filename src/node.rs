@@ -97,6 +97,9 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
+    /// Per script (bit [`Lua::index`]): known to be in the node's script
+    /// cache, so that EVALSHA finds it.
+    cached: AtomicU32,
     backend: Backend,
 }
 
@@ -260,6 +263,7 @@ impl Node {
             passwords: passwords([info]),
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
+            cached: AtomicU32::new(0),
             backend: Backend::Standalone {
                 client,
                 conn: OnceCell::new(),
@@ -331,6 +335,7 @@ impl Node {
             passwords,
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
+            cached: AtomicU32::new(0),
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -1298,17 +1303,40 @@ impl Node {
                 reply => reply,
             };
         }
-        match send(call("EVALSHA", lua.script.get_hash())).await {
+        let cached = 1u32 << lua.index;
+        let standalone = !self.is_cluster();
+        if standalone && self.cached.load(Ordering::Relaxed) & cached == 0 {
+            // Not known to be cached (first use, or a NOSCRIPT since): EVAL
+            // carries the text and caches it in one request. EVALSHA would
+            // answer NOSCRIPT and the text would follow a round trip later,
+            // behind whatever the caller sent meanwhile — a release overtaken
+            // by the next grant's request, which that node would refuse.
+            match send(call("EVAL", lua.source)).await {
+                // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
+                // server with EVAL renamed away): by hash, as below.
+                Err(NodeError::Redis(e))
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+                        || is_unknown_command(&e, "EVAL") => {}
+                reply => {
+                    if reply.is_ok() {
+                        self.cached.fetch_or(cached, Ordering::Relaxed);
+                    }
+                    return reply;
+                }
+            }
+        }
+        let reply = match send(call("EVALSHA", lua.script.get_hash())).await {
             Err(NodeError::Redis(e))
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
+                self.cached.fetch_and(!cached, Ordering::Relaxed);
                 // A restarted (or newly promoted) node has an empty script
                 // cache. A cluster sends the text to the member that owns
                 // the keys (EVAL, which also caches it): `SCRIPT LOAD` would
                 // go to any member, and one paused or dead master must not
                 // fail calls on keys owned by healthy ones. A standalone
                 // node loads it, then runs it by hash.
-                if self.is_cluster() {
+                if !standalone {
                     return send(call("EVAL", lua.source)).await;
                 }
                 let mut load = redis::cmd("SCRIPT");
@@ -1318,7 +1346,11 @@ impl Node {
                 send(call("EVALSHA", lua.script.get_hash())).await
             }
             reply => reply,
+        };
+        if standalone && reply.is_ok() && self.cached.load(Ordering::Relaxed) & cached == 0 {
+            self.cached.fetch_or(cached, Ordering::Relaxed);
         }
+        reply
     }
 
     /// What the server says it is and its version (`redis 6.2.16`,

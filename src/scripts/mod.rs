@@ -91,14 +91,19 @@ pub(crate) struct Lua {
     pub(crate) script: Script,
     pub(crate) source: &'static str,
     pub(crate) function: &'static str,
+    /// Its place in [`SCRIPTS`]: a node keeps one bit per script for
+    /// whether it is known to have it cached.
+    pub(crate) index: usize,
 }
 
 impl Lua {
-    fn new(function: &'static str, source: &'static str) -> Self {
+    fn new(index: usize) -> Self {
+        let (function, source) = SCRIPTS[index];
         Self {
             script: Script::new(source),
             source,
             function,
+            index,
         }
     }
 }
@@ -141,60 +146,49 @@ const SCRIPTS: [(&str, &str); 14] = [
 ];
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[0].0, SCRIPTS[0].1));
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(0));
 
 /// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
-pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[1].0, SCRIPTS[1].1));
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(1));
 
 /// All keys or none: multi-resource acquire.
-pub(crate) static ACQUIRE_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[2].0, SCRIPTS[2].1));
+pub(crate) static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| Lua::new(2));
 
 /// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[3].0, SCRIPTS[3].1));
+pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> = LazyLock::new(|| Lua::new(3));
 
 /// `counter = max(counter, fence)`: fenced acquire, phase 2.
-pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[4].0, SCRIPTS[4].1));
+pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| Lua::new(4));
 
 /// Election: the leader's value beside its lock key, token-checked.
-pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[5].0, SCRIPTS[5].1));
+pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> = LazyLock::new(|| Lua::new(5));
 
 /// Election: the lock key's holder and its value, read atomically.
-pub(crate) static ELECT_LEADER: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[6].0, SCRIPTS[6].1));
+pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| Lua::new(6));
 
 /// Semaphore: take one permit slot if free (and the permit count agrees),
 /// else report the free slots.
-pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[7].0, SCRIPTS[7].1));
+pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(7));
 
 /// Semaphore: extend (or restore) one permit or a batch, token-checked.
-pub(crate) static SEMAPHORE_EXTEND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[8].0, SCRIPTS[8].1));
+pub(crate) static SEMAPHORE_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(8));
 
 /// Semaphore: token-checked release of a permit, and of the limit key with
 /// the node's last permit.
-pub(crate) static SEMAPHORE_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[9].0, SCRIPTS[9].1));
+pub(crate) static SEMAPHORE_RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(9));
 
 /// Reader-writer lock: admit a reader or a writer, with writer preference.
-pub(crate) static RW_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[10].0, SCRIPTS[10].1));
+pub(crate) static RW_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(10));
 
 /// Reader-writer lock: extend (or restore) holds, token-checked.
-pub(crate) static RW_EXTEND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[11].0, SCRIPTS[11].1));
+pub(crate) static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(11));
 
 /// Reader-writer lock: token-checked release of a hold.
-pub(crate) static RW_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(SCRIPTS[12].0, SCRIPTS[12].1));
+pub(crate) static RW_RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(12));
 
 /// Plain locks: many acquires, releases and extensions of one node in one
 /// call (group commit, see `coalesce.rs`).
-pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| Lua::new(SCRIPTS[13].0, SCRIPTS[13].1));
+pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| Lua::new(13));
 
 #[cfg(test)]
 mod tests {

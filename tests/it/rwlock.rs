@@ -316,6 +316,10 @@ async fn scoped_forms_and_functions_mode() {
     let version = server_version().expect("server version");
     let nodes = RedisNodes::start(3).expect("nodes");
     let locks = builder(&nodes).build().expect("config");
+    // Open connections: on a connection still being set up, requests go
+    // out in no certain order, and a writer could meet the reader whose
+    // release it followed (and leave its waiting mark until its ttl).
+    support::warm(&locks, Duration::from_secs(5)).await;
     let out = locks
         .rwlock("scoped")
         .with_read(Duration::from_secs(5), |lease| async move {
