@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,13 +24,13 @@ use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again}
 
 /// A held lock.
 ///
-/// The holder may trust the lock until [`deadline`](Lease::deadline) (see
-/// [`validity`](Lease::validity)); [`extend`](Self::extend) moves the
+/// The holder may trust the lock until [`deadline`](Self::deadline) (see
+/// [`validity`](Self::validity)); [`extend`](Self::extend) moves the
 /// deadline, [`auto_extend`](Self::auto_extend) keeps moving it in the
 /// background, [`release`](Self::release) gives the lock up and reports per
-/// node, and [`lost`](Lease::lost) resolves once the lock can no longer be
-/// trusted. The guard dereferences to a [`Lease`], the read-only view it
-/// can also hand out with [`lease`](Self::lease).
+/// node, and [`lost`](Self::lost) resolves once the lock can no longer be
+/// trusted. [`lease`](Self::lease) hands out a [`Lease`]: the same
+/// read-only getters, owned and cloneable, for code running under the lock.
 ///
 /// Dropping a guard without calling `release` releases the lock in the
 /// background when a tokio runtime is available; without one, the keys
@@ -53,15 +52,66 @@ pub struct LockGuard {
     in_flight: Option<Arc<InFlight>>,
 }
 
-/// A guard is a handle on its lock's shared state, as a `MutexGuard` is on
-/// its data: the [`Lease`] getters (`resource`, `token`, `validity`,
-/// `lost`, …) are the guard's own.
-impl Deref for LockGuard {
-    type Target = Lease;
+/// The read-only getters every guard shares with its [`Lease`], each
+/// answering what the lease's method of the same name does (documented
+/// there). Written once, for [`LockGuard`] and the typed guards of the
+/// other primitives; `$($lease)+` is the path from `self` to the lease.
+macro_rules! lease_getters {
+    ($($lease:ident).+) => {
+        /// The resource name the lock is held on ([`Lease::resource`]).
+        pub fn resource(&self) -> &str {
+            self.$($lease).+.resource()
+        }
 
-    fn deref(&self) -> &Lease {
-        &self.lease
-    }
+        /// This grant's token ([`Lease::token`]).
+        pub fn token(&self) -> &$crate::Token {
+            self.$($lease).+.token()
+        }
+
+        /// On how many nodes the token is confirmed ([`Lease::confirmed`]).
+        pub fn confirmed(&self) -> usize {
+            self.$($lease).+.confirmed()
+        }
+
+        /// The instant after which the holder must assume it no longer
+        /// holds the lock ([`Lease::deadline`]).
+        pub fn deadline(&self) -> ::tokio::time::Instant {
+            self.$($lease).+.deadline()
+        }
+
+        /// When the request behind the current deadline began
+        /// ([`Lease::started`]).
+        pub fn started(&self) -> ::tokio::time::Instant {
+            self.$($lease).+.started()
+        }
+
+        /// How much longer the lock can be trusted; zero once it is lost
+        /// ([`Lease::validity`]).
+        pub fn validity(&self) -> ::std::time::Duration {
+            self.$($lease).+.validity()
+        }
+
+        /// Why the lock is lost, if it is; `None` while it can be trusted
+        /// ([`Lease::loss_reason`]).
+        pub fn loss_reason(&self) -> Option<$crate::LossReason> {
+            self.$($lease).+.loss_reason()
+        }
+
+        /// Resolves once the holder must assume the lock is gone, with the
+        /// reason ([`Lease::lost`]). Cancel safe; the future borrows
+        /// nothing.
+        pub fn lost(
+            &self,
+        ) -> impl ::std::future::Future<Output = $crate::LossReason> + Send + 'static + use<> {
+            self.$($lease).+.lost()
+        }
+
+        /// An owned, cloneable view of this lock for code running under it
+        /// (see [`Lease`]).
+        pub fn lease(&self) -> Lease {
+            self.$($lease).+.clone()
+        }
+    };
 }
 
 impl LockGuard {
@@ -128,9 +178,12 @@ impl LockGuard {
         &self.lease.held
     }
 
-    /// An owned, cloneable view of this lock for code running under it.
-    pub fn lease(&self) -> Lease {
-        self.lease.clone()
+    lease_getters!(lease);
+
+    /// The fencing token of this grant, for fenced locks and elections;
+    /// `None` otherwise ([`Lease::fence`]).
+    pub fn fence(&self) -> Option<u64> {
+        self.lease.fence()
     }
 
     /// Keeps the lock alive in the background until it is released,

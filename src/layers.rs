@@ -30,7 +30,7 @@ const LAYERS: [Layer; 5] = [
     (
         "pure",
         &[
-            &["error", "health", "quorum", "scripts"],
+            &["check", "error", "quorum", "scripts"],
             // metrics, retry, token: error; request: error, quorum.
             &["metrics", "request", "retry", "token"],
         ],

@@ -177,8 +177,8 @@
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
-//!    - `health` — the node check's [`Report`] and its judgement of what
-//!      the nodes showed.
+//!    - `check` — the node check's [`Report`](check::Report) and its
+//!      judgement of what the nodes showed.
 //! 2. **Wire**
 //!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
 //!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
@@ -229,8 +229,8 @@
 // (checked by the `layers` unit test): see "How the code is organised".
 //
 // 1. pure: no I/O
+pub mod check;
 mod error;
-mod health;
 mod metrics;
 mod quorum;
 mod request;
@@ -266,21 +266,17 @@ mod layers;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
+pub use builder::RedlockBuilder;
 pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
-pub use health::{
-    Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
-    Finding, Latency, NodeReport, Report, Severity, StartupCheck,
-};
 pub use lease::Lease;
 pub use redlock::Redlock;
-pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};
-pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
+pub use request::{FENCE_SUFFIX, RELEASED_SUFFIX};
+pub use retry::Retry;
 pub use rwlock::{READERS_SUFFIX, RwLock, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
-pub use semaphore::{MAX_PERMITS, PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
+pub use semaphore::{PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
 pub use token::Token;
 pub use wakeup::WakeOnRelease;
 

@@ -12,9 +12,8 @@ use redis::cluster_routing::Slot;
 use crate::error::{ArgumentError, Error};
 use crate::quorum::drift;
 
-/// The largest accepted lock time-to-live. Hold longer with
-/// [`LockGuard::extend`](crate::LockGuard::extend).
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest accepted lock time-to-live: [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Appended to a lock's key to form its fence counter's key.
 pub const FENCE_SUFFIX: &str = ":fence";

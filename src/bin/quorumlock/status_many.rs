@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use quorumlock::{
-    MAX_PERMITS, PERMIT_INFIX, PERMITS_SUFFIX, READERS_SUFFIX, Redlock, WRITER_SUFFIX,
+    PERMIT_INFIX, PERMITS_SUFFIX, READERS_SUFFIX, Redlock, Semaphore, WRITER_SUFFIX,
     WRITER_WAITING_SUFFIX,
 };
 
@@ -77,10 +77,13 @@ pub(crate) async fn semaphore(
     key: &str,
     permits: u32,
 ) -> Result<u8, clap::Error> {
-    if permits == 0 || permits > MAX_PERMITS {
+    if permits == 0 || permits > Semaphore::MAX_PERMITS {
         return Err(usage_error(
             "status",
-            format!("--semaphore: between 1 and {MAX_PERMITS} permits"),
+            format!(
+                "--semaphore: between 1 and {} permits",
+                Semaphore::MAX_PERMITS
+            ),
         ));
     }
     let quorum = locks.quorum();
