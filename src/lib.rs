@@ -180,7 +180,9 @@
 //!    - `check` — the node check's [`Report`](check::Report) and its
 //!      judgement of what the nodes showed.
 //! 2. **Wire**
-//!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
+//!    - `node` — one node, split by job: its shared connection, URLs and
+//!      TLS, redaction, per-call deadlines, the request runner (scripts
+//!      with their fallbacks), and one file of commands per primitive.
 //!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
 //!      trips, slot maps, an access probe.
 //! 3. **Round**
