@@ -282,7 +282,39 @@ pub use semaphore::{PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
 pub use token::Token;
 pub use wakeup::WakeOnRelease;
 
-// Compiles the README's examples as doctests, so they cannot rot.
+// Compiles the examples of the README and of every docs/ chapter as
+// doctests, so they cannot rot (docs/check.py checks that each chapter has
+// its line here).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct CliDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/election.md")]
+struct ElectionDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/how-it-works.md")]
+struct HowItWorksDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+struct OperationsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/primitives.md")]
+struct PrimitivesDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/safety.md")]
+struct SafetyDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/security.md")]
+struct SecurityDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/speed.md")]
+struct SpeedDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing.md")]
+struct TestingDoctests;
