@@ -53,8 +53,8 @@ impl fmt::Display for Severity {
 }
 
 /// Which assumption of Redlock (or which practical need) a [`Finding`] is
-/// about. See the README's "The assumptions, and the checks that cover
-/// them".
+/// about. See *The assumptions, and the checks that cover them* in
+/// `docs/safety.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Aspect {
@@ -628,7 +628,7 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
                     || lower.contains("no permissions")
                     || lower.contains("can't run this command")
                 {
-                    "grant the lock user these commands on the key prefix (README, Security), or use ScriptMode::Functions with +fcall"
+                    "grant the lock user these commands on the key prefix (docs/security.md), or use ScriptMode::Functions with +fcall"
                 } else {
                     "the node fails this operation: see its error"
                 };
