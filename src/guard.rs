@@ -619,6 +619,97 @@ fn follow_into<T, F>(
     });
 }
 
+/// A guard for a primitive other than the plain lock: the same holding as
+/// a [`LockGuard`] (`extend`, `auto_extend`, `release`, `lost` and the
+/// lease's getters, each documented there), under a type that says what
+/// is held, as tokio's `SemaphorePermit`, `RwLockReadGuard` and
+/// `RwLockWriteGuard` do. Dropped unreleased, it is released in the
+/// background, as a `LockGuard` is.
+macro_rules! typed_guard {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[must_use = concat!("dropping the ", $what, " releases it in the background; bind it (`let guard = …`) for as long as you need it")]
+        #[clippy::has_significant_drop]
+        pub struct $name {
+            guard: LockGuard,
+        }
+
+        impl $name {
+            pub(crate) fn new(guard: LockGuard) -> Self {
+                Self { guard }
+            }
+
+            lease_getters!(guard.lease);
+
+            /// Extends the hold to `ttl` from now, on a quorum (see
+            /// [`LockGuard::extend`]).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockGuard::extend`].
+            pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+                self.guard.extend(ttl).await
+            }
+
+            /// Keeps the hold alive in the background until it is released,
+            /// dropped or lost (see [`LockGuard::auto_extend`]).
+            pub fn auto_extend(&self) {
+                self.guard.auto_extend();
+            }
+
+            /// Gives the hold up, decided at a quorum (see
+            /// [`LockGuard::release`]).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockGuard::release`].
+            pub async fn release(self) -> Result<ReleaseSummary, Error> {
+                self.guard.release().await
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_tuple(stringify!($name)).field(&self.guard).finish()
+            }
+        }
+
+        impl From<$name> for LockGuard {
+            /// The same hold as a plain [`LockGuard`], for code that holds
+            /// any primitive alike.
+            fn from(typed: $name) -> LockGuard {
+                typed.guard
+            }
+        }
+    };
+}
+
+typed_guard!(
+    /// A permit of a [`Semaphore`](crate::Semaphore), from
+    /// [`acquire`](crate::Semaphore::acquire) or
+    /// [`try_acquire`](crate::Semaphore::try_acquire). Its
+    /// [`resource`](Self::resource) is the semaphore's name.
+    Permit,
+    "permit"
+);
+
+typed_guard!(
+    /// A reader's share of an [`RwLock`](crate::RwLock), from
+    /// [`read`](crate::RwLock::read) or [`try_read`](crate::RwLock::try_read).
+    /// Other readers may hold it too; no writer does.
+    ReadGuard,
+    "read guard"
+);
+
+typed_guard!(
+    /// The writer's hold on an [`RwLock`](crate::RwLock), from
+    /// [`write`](crate::RwLock::write) or
+    /// [`try_write`](crate::RwLock::try_write): no reader or other writer
+    /// holds it.
+    WriteGuard,
+    "write guard"
+);
+
 /// The outcome of [`LockGuard::release`], per node: what was known when it
 /// returned (a quorum's answers, at least), and a way to wait for the
 /// rest ([`settled`](Self::settled)).
