@@ -405,19 +405,25 @@ impl Election {
 
     /// Runs `work` only while leading: campaigns with `value` (see
     /// [`campaign`](Self::campaign)), runs the future `work` builds, and
-    /// resigns when it completes.
+    /// resigns when it completes — [`with_lock`](Redlock::with_lock) for
+    /// leadership, with the same arguments (the election's `value` where
+    /// `with_lock` takes the resource, then the ttl and `work`) and the
+    /// same holding: one helper runs both.
     ///
     /// `work` receives the leadership's [`Lease`], whose
     /// [`fence`](Lease::fence) is the term. If leadership is lost while
     /// `work` runs, the future of `work` is dropped at once and the call
-    /// returns [`Error::Lost`], as [`with_lock`](Redlock::with_lock) does.
+    /// returns [`Error::Lost`]. Resigning returns as soon as a quorum of
+    /// nodes decided it, as [`Leadership::resign`] does.
     ///
     /// # Errors
     ///
     /// Those of [`campaign`](Self::campaign), and [`Error::Lost`] when
     /// leadership was lost before `work` completed. A failed resignation
-    /// after `work` completed is logged, not returned (the keys expire by
-    /// ttl).
+    /// after `work` completed is not an error (the keys expire by ttl); it
+    /// is logged — except [`Error::Incompatible`] (nodes that cannot run
+    /// the release at all), which is returned instead of `work`'s output,
+    /// as `with_lock` does.
     ///
     /// # Cancel safety
     ///
@@ -451,24 +457,10 @@ impl Election {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let leadership = self.campaign(value, ttl).await?;
-        let lost = leadership.lost();
-        let work = work(leadership.lease());
-        tokio::select! {
-            biased;
-            reason = lost => {
-                let held = leadership.guard.held();
-                let error = held.lost_error(reason, 0, self.locks.quorum(), Vec::new());
-                drop(leadership);
-                Err(error)
-            }
-            output = work => {
-                if let Err(error) = leadership.resign().await {
-                    tracing::debug!(error = %error, "resigning after with_leadership failed");
-                }
-                Ok(output)
-            }
-        }
+        // Resigning is releasing the leadership's lock: held and given up
+        // exactly as `with_lock` holds and releases its guard.
+        let Leadership { guard, .. } = self.campaign(value, ttl).await?;
+        self.locks.hold_while(guard, work).await
     }
 }
 
