@@ -22,10 +22,6 @@ use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Request, channel, same_slot};
 use crate::round::Core;
 
-/// How often [`Election::observe`] reads the election when nothing wakes
-/// it earlier.
-pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
-
 /// Appended to an election's key to form the key of the leader's value: a
 /// hash of the leader's token, term, revision and value, beside the
 /// election's lock key (`<key>`) and its term counter (`<key>:fence`).
@@ -57,7 +53,7 @@ impl Redlock {
         Election {
             locks: self.clone(),
             name: name.into(),
-            poll: DEFAULT_OBSERVE_INTERVAL,
+            poll: Election::DEFAULT_OBSERVE_INTERVAL,
         }
     }
 }
@@ -150,8 +146,15 @@ impl Leader {
     }
 
     /// The value the leader proclaimed last.
-    pub fn value(&self) -> &str {
-        &self.value
+    ///
+    /// A copy, as [`Leadership::value`] returns. The leader's own handle
+    /// cannot lend out a `&str`: its value changes under `&self`
+    /// ([`proclaim`](Leadership::proclaim)), so a borrow would have to hold
+    /// a lock for as long as the caller kept it. Both return an owned
+    /// `String`, so that code reading either reads alike; the copy is small
+    /// next to the read of every node that produced this `Leader`.
+    pub fn value(&self) -> String {
+        self.value.clone()
     }
 }
 
@@ -162,13 +165,19 @@ impl fmt::Display for Leader {
 }
 
 impl Election {
+    /// How often [`observe`](Self::observe) reads the election when nothing
+    /// wakes it earlier, unless [`poll_interval`](Self::poll_interval) says
+    /// otherwise.
+    pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+
     /// The election's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// How often [`observe`](Self::observe) reads the election when nothing
-    /// wakes it earlier. Defaults to [`DEFAULT_OBSERVE_INTERVAL`]; a zero
+    /// wakes it earlier. Defaults to
+    /// [`DEFAULT_OBSERVE_INTERVAL`](Self::DEFAULT_OBSERVE_INTERVAL); a zero
     /// interval is taken as 1 ms.
     #[must_use]
     pub fn poll_interval(mut self, every: Duration) -> Self {
@@ -715,6 +724,11 @@ impl Leadership {
 
     /// The value proclaimed last (by the campaign or by
     /// [`proclaim`](Self::proclaim), whether or not it reached a quorum).
+    ///
+    /// A copy: `proclaim` takes `&self` and may change the value while
+    /// this handle is shared, so a borrowed `&str` would have to keep a
+    /// lock held for as long as the caller kept it. [`Leader::value`]
+    /// returns a `String` too, so that both read alike.
     pub fn value(&self) -> String {
         self.state.current().1.to_string()
     }

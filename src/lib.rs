@@ -267,7 +267,7 @@ mod layers;
 pub mod testkit;
 
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
-pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
+pub use election::{Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use health::{
