@@ -148,8 +148,8 @@
 //!
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
-//! | `quorumlock_acquisitions_total` | counter | `outcome` | a `lock`/`try_lock` call (any form) ended: `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
-//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input) |
+//! | `quorumlock_acquisitions_total` | counter | `outcome` | an acquiring call ended — `lock`/`try_lock` (any form), a semaphore's `acquire`/`try_acquire`, a reader-writer lock's `read`/`write` (and `try_` forms), an election's `campaign` (`with_…` included; a call dropped before it ended is not counted): `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
+//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input; a campaign's attempts until it won) |
 //! | `quorumlock_acquire_seconds` | histogram | `outcome` | how long the call took, waiting included |
 //! | `quorumlock_extensions_total` | counter | `outcome` | an explicit `extend`: `extended`, `lost`, `failed` (too few nodes answered; still held) |
 //! | `quorumlock_renewals_total` | counter | `outcome` | one auto-extended lock's renewal: `renewed`, `failed` (retried), `lost` |
@@ -269,7 +269,7 @@ mod layers;
 pub mod testkit;
 
 pub use builder::RedlockBuilder;
-pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
+pub use election::{Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use lease::Lease;

@@ -7,14 +7,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::node::{Deadline, nth};
 use crate::quorum::Window;
-use crate::redlock::{Redlock, measured};
+use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -245,22 +243,8 @@ impl RwLock {
         mode: Mode,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "wait");
-            // Woken by a writer's release (a reader or writer may then get
-            // in) and by a reader's (a writer may).
-            let keys: Keys = Arc::from([request.rw.writer.clone(), request.rw.readers.clone()]);
-            let request = &request;
-            let mut attempts = 0;
-            let result = locks
-                .retry(&request.name, &keys, &mut attempts, || {
-                    locks.attempt(request)
-                })
-                .instrument(span)
-                .await;
-            (result, attempts)
-        })
+        self.locks
+            .acquire(self.request(mode, ttl), Attempts::PerPolicy, "wait")
     }
 
     fn once(
@@ -268,11 +252,8 @@ impl RwLock {
         mode: Mode,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "try");
-            (locks.attempt(&request).instrument(span).await, 1)
-        })
+        self.locks
+            .acquire(self.request(mode, ttl), Attempts::Once, "try")
     }
 
     /// Validates the name and `ttl` into a request. No I/O.
@@ -322,6 +303,28 @@ fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
         mode = ?request.mode,
         ttl_ms = request.ttl_ms
     )
+}
+
+impl Acquisition for RwAttempt {
+    type Held = LockGuard;
+
+    fn resource(&self) -> &str {
+        &self.name
+    }
+
+    /// Woken by a writer's release (a reader or writer may then get in)
+    /// and by a reader's (a writer may).
+    fn wake_keys(&self) -> Keys {
+        Arc::from([self.rw.writer.clone(), self.rw.readers.clone()])
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        span(self, op)
+    }
+
+    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        locks.attempt(self)
+    }
 }
 
 /// A validated read or write request: one attempt at a time on the round

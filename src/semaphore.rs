@@ -10,14 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::RngExt;
-use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
-use crate::redlock::{Redlock, measured};
+use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -182,19 +181,11 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (this, request) = (self.clone(), self.request(ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "acquire");
-            let (locks, slots) = (this.locks.clone(), request.permits.slots.clone());
-            let mut attempts = 0;
-            let result = locks
-                .retry(&request.name, &slots, &mut attempts, || {
-                    this.attempt(&request)
-                })
-                .instrument(span)
-                .await;
-            (result, attempts)
-        })
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks.acquire(request, Attempts::PerPolicy, "acquire")
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -227,11 +218,11 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (this, request) = (self.clone(), self.request(ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "try_acquire");
-            (this.attempt(&request).instrument(span).await, 1)
-        })
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks.acquire(request, Attempts::Once, "try_acquire")
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry
@@ -357,6 +348,33 @@ impl Semaphore {
             tracing::debug!(slot, next = free, "permit taken, trying one reported free");
             slot = free;
         }
+    }
+}
+
+/// A call of [`Semaphore::acquire`] or [`Semaphore::try_acquire`]: the
+/// validated request, and the handle whose next slot the attempts try.
+struct Acquiring {
+    semaphore: Semaphore,
+    request: Arc<PermitRequest>,
+}
+
+impl Acquisition for Acquiring {
+    type Held = LockGuard;
+
+    fn resource(&self) -> &str {
+        &self.request.name
+    }
+
+    fn wake_keys(&self) -> Keys {
+        self.request.permits.slots.clone()
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        span(&self.request, op)
+    }
+
+    fn attempt(&self, _locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        self.semaphore.attempt(&self.request)
     }
 }
 

@@ -193,7 +193,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         }
     })
     .await;
-    assert_eq!((leader.term(), leader.value()), (term, "first"));
+    assert_eq!((leader.term(), &*leader.value()), (term, "first"));
     // The observer saw one leader, throughout.
     let expected = Some(leader.clone());
     assert_eq!(watching.recv().await, Some(expected));
@@ -209,7 +209,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         .await
         .expect("leader")
         .expect("a new leader");
-    assert_eq!((next.term(), next.value()), (won.term(), &*won.value()));
+    assert_eq!((next.term(), next.value()), (won.term(), won.value()));
     for other in others {
         other.abort();
     }
@@ -388,7 +388,7 @@ async fn observers_report_only_leaders_that_led_in_term_order() {
         let leaders: Vec<&Leader> = seen.iter().flatten().collect();
         for leader in &leaders {
             assert_eq!(
-                proclaimed.get(leader.value()),
+                proclaimed.get(&leader.value()),
                 Some(&leader.term()),
                 "{leader} never led"
             );
@@ -481,7 +481,7 @@ async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
         .await
         .expect("leader");
     assert_eq!(
-        leader.map(|l| (l.term(), l.value().to_owned())),
+        leader.map(|l| (l.term(), l.value())),
         Some((new.term(), "new".to_owned()))
     );
     drop(old);
@@ -665,7 +665,7 @@ async fn a_whole_term(locks: &Redlock, name: &str) {
     leadership.proclaim("second").await.expect("proclaim");
     let leader = election.leader().await.expect("leader").expect("a leader");
     assert_eq!(
-        (leader.term(), leader.value()),
+        (leader.term(), &*leader.value()),
         (leadership.term(), "second")
     );
     leadership.resign().await.expect("resign");
@@ -776,7 +776,7 @@ fn a_read_that_stopped_nodes_could_decide_is_unavailable() {
         })
         .await;
         assert_eq!(
-            (leader.term(), leader.value()),
+            (leader.term(), &*leader.value()),
             (leadership.term(), "web-7")
         );
 
