@@ -103,7 +103,8 @@
 //! counting semaphore would admit more than `L`; see [`Semaphore`] for why
 //! this one does not). [`Redlock::rwlock`] gives an [`RwLock`]: readers
 //! share, a writer is alone, and a waiting writer holds new readers back.
-//! Both hand out [`LockGuard`]s, held, extended and released like a lock's.
+//! They hand out a [`Permit`], a [`ReadGuard`] or a [`WriteGuard`], held,
+//! extended and released like a lock's [`LockGuard`].
 //!
 //! # Keys
 //!
@@ -202,7 +203,8 @@
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
 //!    - `wakeup` — waiting for a release by pub/sub instead of polling.
-//!    - `guard` — [`LockGuard`]: extend, release, drop.
+//!    - `guard` — [`LockGuard`] (and the typed [`Permit`], [`ReadGuard`],
+//!      [`WriteGuard`]): extend, release, drop.
 //! 5. **Entry points**
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
@@ -271,7 +273,7 @@ pub mod testkit;
 pub use builder::RedlockBuilder;
 pub use election::{Election, LEADER_SUFFIX, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
-pub use guard::{LockGuard, ReleaseSummary};
+pub use guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
 pub use lease::Lease;
 pub use redlock::Redlock;
 pub use request::{FENCE_SUFFIX, RELEASED_SUFFIX};

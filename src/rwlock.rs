@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{ArgumentError, Error, NodeError};
-use crate::guard::LockGuard;
+use futures::FutureExt;
+
+use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::lease::Lease;
 use crate::node::{Deadline, nth};
 use crate::quorum::Window;
@@ -55,7 +57,8 @@ impl Redlock {
 }
 
 /// A reader-writer lock among the clients of the same nodes: any number of
-/// readers at once, or one writer alone. Each hold is a [`LockGuard`] (ttl,
+/// readers at once, or one writer alone. Each hold is a [`ReadGuard`] or a
+/// [`WriteGuard`], held as a [`LockGuard`] is (ttl,
 /// `extend`, `auto_extend`, `lost()`, `release` with per-node outcome,
 /// released in the background when dropped).
 ///
@@ -127,8 +130,9 @@ impl RwLock {
     pub fn read(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
         self.retrying(Mode::Read, ttl)
+            .map(|held| held.map(ReadGuard::new))
     }
 
     /// Takes the lock for writing, retrying with the manager's retry policy
@@ -160,8 +164,9 @@ impl RwLock {
     pub fn write(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
         self.retrying(Mode::Write, ttl)
+            .map(|held| held.map(WriteGuard::new))
     }
 
     /// One attempt to read: [`Error::Contended`] at once while a writer
@@ -173,8 +178,9 @@ impl RwLock {
     pub fn try_read(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
         self.once(Mode::Read, ttl)
+            .map(|held| held.map(ReadGuard::new))
     }
 
     /// One attempt to write: [`Error::Contended`] at once while readers or
@@ -187,8 +193,9 @@ impl RwLock {
     pub fn try_write(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
         self.once(Mode::Write, ttl)
+            .map(|held| held.map(WriteGuard::new))
     }
 
     /// Runs `work` while reading: acquires, auto-extends, releases when it
@@ -220,7 +227,7 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let guard = self.read(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        self.locks.hold_while(guard.into(), work).await
     }
 
     /// Runs `work` while writing: acquires, auto-extends, releases when it
@@ -235,7 +242,7 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let guard = self.write(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        self.locks.hold_while(guard.into(), work).await
     }
 
     fn retrying(

@@ -12,7 +12,9 @@ use std::time::Duration;
 use rand::RngExt;
 
 use crate::error::{ArgumentError, Error, NodeError};
-use crate::guard::LockGuard;
+use futures::FutureExt;
+
+use crate::guard::{LockGuard, Permit};
 use crate::lease::Lease;
 use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
@@ -71,7 +73,7 @@ impl Redlock {
 
 /// A counting semaphore among the clients of the same nodes: at most
 /// `permits` holders at once, each holding a **permit** as long as it holds
-/// a lock (with a ttl, extended, auto-extended, released; a [`LockGuard`]).
+/// a lock (with a ttl, extended, auto-extended, released; a [`Permit`]).
 ///
 /// # How it works, and why at most `permits` hold one
 ///
@@ -180,12 +182,14 @@ impl Semaphore {
     pub fn acquire(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
         let request = self.request(ttl).map(|request| Acquiring {
             semaphore: self.clone(),
             request,
         });
-        self.locks.acquire(request, Attempts::PerPolicy, "acquire")
+        self.locks
+            .acquire(request, Attempts::PerPolicy, "acquire")
+            .map(|held| held.map(Permit::new))
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -217,16 +221,18 @@ impl Semaphore {
     pub fn try_acquire(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
         let request = self.request(ttl).map(|request| Acquiring {
             semaphore: self.clone(),
             request,
         });
-        self.locks.acquire(request, Attempts::Once, "try_acquire")
+        self.locks
+            .acquire(request, Attempts::Once, "try_acquire")
+            .map(|held| held.map(Permit::new))
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry
-    /// policy), keeps the permit alive with [`LockGuard::auto_extend`],
+    /// policy), keeps the permit alive with [`Permit::auto_extend`],
     /// runs the future `work` builds, and releases when it completes — as
     /// [`Redlock::with_lock`] does for a lock.
     ///
@@ -260,8 +266,8 @@ impl Semaphore {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        let permit = self.acquire(ttl).await?;
+        self.locks.hold_while(permit.into(), work).await
     }
 
     /// Validates the semaphore and `ttl` into a request. No I/O.

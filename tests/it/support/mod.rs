@@ -84,7 +84,8 @@ pub async fn warm(locks: &Redlock, ttl: Duration) {
 
 /// Releases `guard` and waits for every node's answer (a release returns
 /// at its quorum's decision): on how many nodes it deleted the token.
-pub async fn release_settled(guard: LockGuard) -> usize {
+pub async fn release_settled(guard: impl Into<LockGuard>) -> usize {
+    let guard: LockGuard = guard.into();
     let summary = guard.release().await.expect("release");
     summary.settled().await.released()
 }
