@@ -107,24 +107,6 @@ async fn five_candidates_lead_one_at_a_time_with_increasing_terms() {
     assert_eq!(after, None, "every leader resigned");
 }
 
-/// Waits until two renewals of `leadership` have moved its deadline — the
-/// second one began after this call — and its lock is on `n` nodes.
-async fn until_renewed_on(leadership: &Leadership, n: usize) {
-    let lease = leadership.lease();
-    no_hang("renewals", async {
-        for _ in 0..2 {
-            let before = lease.deadline();
-            while lease.deadline() == before {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        while lease.confirmed() < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart() {
     let nodes = Arc::new(RedisNodes::start(5).expect("nodes"));
@@ -154,7 +136,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         // A minority dies, stays down for a while, and comes back.
         nodes[0].kill();
         nodes[1].kill();
-        until_renewed_on(&leadership, 3).await;
+        support::until_renewed_on(&leadership.lease(), 3).await;
         for i in [0, 1] {
             let restarted = nodes.clone();
             tokio::task::spawn_blocking(move || restarted[i].restart())
@@ -162,7 +144,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
                 .expect("restart task")
                 .expect("restart");
         }
-        until_renewed_on(&leadership, 5).await;
+        support::until_renewed_on(&leadership.lease(), 5).await;
         // Then every node, one at a time, down for longer than the ttl and
         // back empty: renewals put the lock back, the leader its value.
         for i in 0..5 {
@@ -173,7 +155,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
                 .await
                 .expect("restart task")
                 .expect("restart");
-            until_renewed_on(&leadership, 5).await;
+            support::until_renewed_on(&leadership.lease(), 5).await;
         }
     };
     tokio::select! {
@@ -444,7 +426,7 @@ async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
         .expect("campaign");
     let store = FencedStore::default();
     store.write(old.term()).expect("the leader writes");
-    until_renewed_on(&old, 3).await;
+    support::until_renewed_on(&old.lease(), 3).await;
 
     let challenger = tokio::spawn(manager(&nodes).election("cron").campaign("new", ttl));
     for proxy in &proxies {
