@@ -174,6 +174,9 @@
 //!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
 //!    - `token` — [`Token`]: 128 random bits, hex.
 //!    - `quorum` — votes in, decision out; validity and drift math.
+//!    - `decide` — the decision rules a fan-out runs: one lock's tally, a
+//!      renewal round's batch of them, when an unresponsive node is not
+//!      waited for.
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
@@ -190,8 +193,10 @@
 //!      acquires, releases and extensions that meet a call in flight go out
 //!      together as one script call once it answers; under light load, and
 //!      always for a lone request, at once.
-//!    - `round` — the engine: one request to every node, votes, decision, the
-//!      requests still in flight, releases, cleanup; the `Core` that holders share.
+//!    - `round` — the engine: the one fan-out (one request to every node,
+//!      decided by a rule from `decide`: a lock's votes, a renewal's batch, a
+//!      leader read), the requests still in flight, releases, cleanup; the
+//!      `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //!    - `elect` — the election on the engine: the leader's value beside a
@@ -229,6 +234,7 @@
 // (checked by the `layers` unit test): see "How the code is organised".
 //
 // 1. pure: no I/O
+mod decide;
 mod error;
 mod health;
 mod metrics;
