@@ -31,8 +31,8 @@ const LAYERS: [Layer; 5] = [
         "pure",
         &[
             &["check", "error", "quorum", "scripts"],
-            // metrics, retry, token: error; request: error, quorum.
-            &["metrics", "request", "retry", "token"],
+            // metrics, retry, token: error; decide, request: error, quorum.
+            &["decide", "metrics", "request", "retry", "token"],
         ],
     ),
     (
