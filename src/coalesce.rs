@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Node, Single, SingleOp, nth, within};
+use crate::request::Shape;
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -62,6 +63,24 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Whether this request for a holding of `shape` on `keys` goes through
+    /// its node's group-commit lane, and under which key: the one place
+    /// that decides it. Only one-key locks do (`batch.lua` knows nothing
+    /// else): every op of a plain lock, and a fenced lock's release (a
+    /// token-checked delete, like a plain one's); a fenced lock's acquire
+    /// and extension touch its counter too, and go alone.
+    pub(crate) fn batched<'k>(
+        &self,
+        shape: &Shape,
+        keys: &'k [Arc<str>],
+        fenced: bool,
+    ) -> Option<&'k Arc<str>> {
+        match (shape, keys) {
+            (Shape::Lock, [key]) if !fenced || matches!(self, Op::Release { .. }) => Some(key),
+            _ => None,
+        }
+    }
+
     fn borrow(&self) -> SingleOp<'_> {
         match self {
             Op::Acquire { ttl_ms } => SingleOp::Acquire { ttl_ms: *ttl_ms },

@@ -218,7 +218,7 @@ impl Election {
     ///
     /// A campaign is acquired as [`lock`](Redlock::lock) acquires, but for
     /// the attempt limit and the wait deadline: it runs the manager's
-    /// [startup check](crate::StartupCheck) on first use, and counts in the
+    /// [startup check](crate::check::StartupCheck) on first use, and counts in the
     /// acquisition metrics (`quorumlock_acquisitions_total` and the
     /// `quorumlock_acquire_*` histograms) once it is won (or fails with an
     /// error that is not retried).

@@ -19,7 +19,7 @@ use crate::metrics;
 use crate::node::ExtendReply;
 use crate::quorum::{Answer, Rule, Vote, Window};
 use crate::renew::Renewer;
-use crate::request::{Shape, checked_ttl};
+use crate::request::checked_ttl;
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
 
 /// A held lock.
@@ -306,12 +306,11 @@ impl LockGuard {
                     let (core, held) = (core.clone(), held.clone());
                     async move {
                         let holding = &held.holding;
-                        if let (Shape::Lock, [key], None) =
-                            (&holding.shape, &*holding.keys, &holding.fence)
-                        {
+                        let op = Op::Extend { ttl_ms };
+                        let fenced = holding.fence.is_some();
+                        if let Some(key) = op.batched(&holding.shape, &holding.keys, fenced) {
                             // With whatever else is bound for this node
                             // meanwhile.
-                            let op = Op::Extend { ttl_ms };
                             let token = &holding.token;
                             return match core.lanes.send(i, op, key, token, deadline).await? {
                                 1 => Ok(ExtendReply::Extended),

@@ -18,7 +18,7 @@ use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
 use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
-use crate::request::{Keys, Kind, Request};
+use crate::request::{Keys, Kind, Request, Shape};
 use crate::round::{Acquire, Core, Round, fan_out, follow};
 use crate::token::Token;
 
@@ -78,6 +78,12 @@ impl Acquire for Request {
         async move {
             let i = node;
             let node = nth(&core.nodes, i)?;
+            let op = Op::Acquire { ttl_ms };
+            if let Some(key) = op.batched(&Shape::Lock, &keys, kind == Kind::Fenced) {
+                // With whatever else is bound for this node meanwhile.
+                let status = core.lanes.send(i, op, key, &token, deadline).await?;
+                return Ok((status == 1).into());
+            }
             match (kind, &*keys, fence_key.as_deref()) {
                 (Kind::Fenced, [key], Some(fence_key)) => {
                     let counter = node
@@ -88,12 +94,6 @@ impl Acquire for Request {
                             counter: Some(counter),
                         }),
                     )
-                }
-                (Kind::Plain, [key], _) => {
-                    // With whatever else is bound for this node meanwhile.
-                    let op = Op::Acquire { ttl_ms };
-                    let status = core.lanes.send(i, op, key, &token, deadline).await?;
-                    Ok((status == 1).into())
                 }
                 (_, keys, _) => Ok(node
                     .acquire_many(keys, token.as_str(), ttl_ms, deadline)

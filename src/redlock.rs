@@ -605,7 +605,7 @@ impl Redlock {
     /// in all their forms, semaphore permits, reader-writer holds and
     /// election campaigns: for a request validated up front (so the future
     /// borrows nothing and is `'static`), runs the [startup
-    /// check](crate::StartupCheck) on first use, makes the attempts
+    /// check](crate::check::StartupCheck) on first use, makes the attempts
     /// `attempts` allows with the retry policy's delays and the wake-ups on
     /// release between them, and reports the call to metrics (a request
     /// refused before any I/O as one of no attempts). Named `op` in its

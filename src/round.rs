@@ -497,8 +497,8 @@ impl OnNodes for Holding {
 }
 
 /// The token-checked release of `lock` on node `node`, owned, so that it
-/// can be followed after its caller returned. A plain one-key lock goes
-/// with whatever else is bound for the node meanwhile (group commit).
+/// can be followed after its caller returned. A one-key lock goes with
+/// whatever else is bound for the node meanwhile (see [`Op::batched`]).
 async fn release_request<L: OnNodes>(
     core: Arc<Core>,
     lock: Arc<L>,
@@ -507,8 +507,10 @@ async fn release_request<L: OnNodes>(
     deadline: Deadline,
 ) -> Result<bool, NodeError> {
     let holding = lock.holding();
-    if let (Shape::Lock, [key]) = (&holding.shape, &*holding.keys) {
-        let op = Op::Release { announce };
+    let op = Op::Release {
+        announce: announce.clone(),
+    };
+    if let Some(key) = op.batched(&holding.shape, &holding.keys, holding.fence.is_some()) {
         let status = core
             .lanes
             .send(node, op, key, &holding.token, deadline)
