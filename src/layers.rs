@@ -51,8 +51,8 @@ const LAYERS: [Layer; 5] = [
             &["coalesce"],
             // round: calls, coalesce, tasks.
             &["round"],
-            // elect: calls, round; primitive: coalesce, round.
-            &["elect", "primitive"],
+            // primitive: coalesce, round.
+            &["primitive"],
         ],
     ),
     (

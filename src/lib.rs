@@ -202,8 +202,6 @@
 //!      `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
-//!    - `elect` — the election on the engine: the leader's value beside a
-//!      fenced lock, proclaimed token-checked, and read by a quorum.
 //! 4. **Holding**
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
@@ -214,7 +212,10 @@
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
 //!    - `doctor` — [`Redlock::check`], and the check on first use.
-//!    - `election` — [`Election`], [`Leadership`]: campaign, leader, observe.
+//!    - `election` — [`Election`], [`Leadership`]: campaign, leader,
+//!      observe; and on the engine (`election/leader.rs`), the leader's
+//!      value beside a fenced lock, proclaimed token-checked, read by a
+//!      quorum.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -253,7 +254,6 @@ mod probe;
 // 3. round: one request to every node, and the primitives on it
 mod calls;
 mod coalesce;
-mod elect;
 mod primitive;
 mod round;
 mod tasks;

@@ -6,6 +6,8 @@
 //! [`LockGuard`], and the value beside it is the election primitive's
 //! (`elect`).
 
+mod leader;
+
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -25,7 +27,7 @@ use crate::round::Core;
 /// Appended to an election's key to form the key of the leader's value: a
 /// hash of the leader's token, term, revision and value, beside the
 /// election's lock key (`<key>`) and its term counter (`<key>:fence`).
-pub const LEADER_SUFFIX: &str = crate::elect::LEADER_SUFFIX;
+pub const LEADER_SUFFIX: &str = leader::LEADER_SUFFIX;
 
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see
@@ -192,7 +194,7 @@ impl Election {
         }
         let limits = self.locks.limits();
         let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
-        let leader_key = crate::elect::leader_key(&key);
+        let leader_key = leader::leader_key(&key);
         let fence_key = format!("{key}{}", crate::request::FENCE_SUFFIX);
         let all = [&*key, &*fence_key, &*leader_key];
         if limits.cluster && !same_slot(&all) {
@@ -312,10 +314,10 @@ impl Election {
         }))
     }
 
-    async fn read(&self) -> Result<Option<crate::elect::Confirmed>, Error> {
+    async fn read(&self) -> Result<Option<leader::Confirmed>, Error> {
         let (key, leader_key) = self.keys()?;
         let core = &self.locks.manager().core;
-        crate::elect::read_leader(core, &self.name, &key, &leader_key).await
+        leader::read_leader(core, &self.name, &key, &leader_key).await
     }
 
     /// A stream of the election's leaders as they change: first who leads
@@ -507,7 +509,7 @@ impl Acquisition for Campaign {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),
             current: Mutex::new((0, self.value.clone())),
-            value_ttl_ms: crate::elect::value_ttl_ms(self.lock.ttl_ms, core.node_timeout),
+            value_ttl_ms: leader::value_ttl_ms(self.lock.ttl_ms, core.node_timeout),
         };
         inaugurate(core, guard, state, self.ttl).await
     }
@@ -547,7 +549,7 @@ impl Listener {
         }
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let woken = Arc::new(Notify::new());
-        let channels: Arc<[String]> = Arc::new([channel(key), crate::elect::elected_channel(key)]);
+        let channels: Arc<[String]> = Arc::new([channel(key), leader::elected_channel(key)]);
         let mut tasks = JoinSet::new();
         for node in 0..core.nodes.len() {
             let follow = follow_node(Arc::downgrade(core), node, channels.clone(), woken.clone());
@@ -610,9 +612,9 @@ impl State {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn proclamation(&self, lease: &Lease) -> crate::elect::Proclamation {
+    fn proclamation(&self, lease: &Lease) -> leader::Proclamation {
         let (rev, value) = self.current().clone();
-        crate::elect::Proclamation {
+        leader::Proclamation {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),
             token: lease.token().clone(),
@@ -635,8 +637,7 @@ async fn inaugurate(
 ) -> Result<Leadership, Error> {
     guard.auto_extend();
     let state = Arc::new(state);
-    let round =
-        crate::elect::proclaim(core, &state.proclamation(&guard.lease()), guard.deadline()).await;
+    let round = leader::proclaim(core, &state.proclamation(&guard.lease()), guard.deadline()).await;
     if round.decision != crate::quorum::Decision::Reached || guard.loss_reason().is_some() {
         let error = round.failure(guard.resource());
         if let Err(release) = guard.release().await {
@@ -678,8 +679,7 @@ async fn keep(core: Weak<Core>, state: Arc<State>, lease: Lease, first: Duration
         let Some(core) = core.upgrade() else {
             return;
         };
-        let round =
-            crate::elect::proclaim(&core, &state.proclamation(&lease), lease.deadline()).await;
+        let round = leader::proclaim(&core, &state.proclamation(&lease), lease.deadline()).await;
         tracing::debug!(
             op = "keep",
             kept = round.tally.yes(),
@@ -812,7 +812,7 @@ impl Leadership {
             current.0 = current.0.saturating_add(1);
             current.1 = value;
         }
-        let round = crate::elect::proclaim(
+        let round = leader::proclaim(
             &self.core,
             &self.state.proclamation(&lease),
             lease.deadline(),
