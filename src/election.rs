@@ -27,11 +27,6 @@ use crate::round::{Core, attempt};
 /// it earlier.
 pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Appended to an election's key to form the key of the leader's value: a
-/// hash of the leader's token, term, revision and value, beside the
-/// election's lock key (`<key>`) and its term counter (`<key>:fence`).
-pub const LEADER_SUFFIX: &str = crate::elect::LEADER_SUFFIX;
-
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see
     /// [`Election`]. No I/O; the name is checked by the calls that use it.
@@ -194,7 +189,7 @@ impl Election {
         let limits = self.limits();
         let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
         let leader_key = crate::elect::leader_key(&key);
-        let fence_key = format!("{key}{}", crate::request::FENCE_SUFFIX);
+        let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
         let all = [&*key, &*fence_key, &*leader_key];
         if limits.cluster && !same_slot(&all) {
             return Err(ArgumentError::CrossSlot {

@@ -30,8 +30,8 @@ const LAYERS: [Layer; 5] = [
     (
         "pure",
         &[
-            &["error", "health", "quorum", "scripts"],
-            // metrics, retry, token: error; request: error, quorum.
+            &["error", "health", "keys", "quorum", "scripts"],
+            // metrics, retry, token: error; request: error, keys, quorum.
             &["metrics", "request", "retry", "token"],
         ],
     ),

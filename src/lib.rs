@@ -175,6 +175,8 @@
 //!    - `token` — [`Token`]: 128 random bits, hex.
 //!    - `quorum` — votes in, decision out; validity and drift math.
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
+//!    - `keys` — the key layout: every key and channel named after a
+//!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
 //!    - `health` — the node check's [`Report`] and its judgement of what
@@ -231,6 +233,7 @@
 // 1. pure: no I/O
 mod error;
 mod health;
+mod keys;
 mod metrics;
 mod quorum;
 mod request;
@@ -267,20 +270,24 @@ mod layers;
 pub mod testkit;
 
 pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
-pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, LEADER_SUFFIX, Leader, Leadership};
+pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
 pub use health::{
     Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
     Finding, Latency, NodeReport, Report, Severity, StartupCheck,
 };
+pub use keys::{
+    FENCE_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, PERMITS_SUFFIX, READERS_SUFFIX, RELEASED_SUFFIX,
+    WRITER_SUFFIX, WRITER_WAITING_SUFFIX,
+};
 pub use lease::Lease;
 pub use redlock::Redlock;
-pub use request::{FENCE_SUFFIX, MAX_TTL, RELEASED_SUFFIX};
+pub use request::MAX_TTL;
 pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
-pub use rwlock::{READERS_SUFFIX, RwLock, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
+pub use rwlock::RwLock;
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
-pub use semaphore::{MAX_PERMITS, PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
+pub use semaphore::{MAX_PERMITS, Semaphore};
 pub use token::Token;
 pub use wakeup::WakeOnRelease;
 

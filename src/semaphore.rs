@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError};
 use crate::guard::LockGuard;
+use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
 use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
@@ -25,14 +26,6 @@ use crate::token::Token;
 /// The largest permit count of a [`Semaphore`]: every acquire passes each
 /// permit's key to each node.
 pub const MAX_PERMITS: u32 = 1024;
-
-/// Between a semaphore's key and a permit's number: permit `i` of the
-/// semaphore `<key>` is the lock `<key>:permit:<i>`.
-pub const PERMIT_INFIX: &str = ":permit:";
-
-/// Appended to a semaphore's key to form its limit key, which holds the
-/// permit count on a node while any permit is held there.
-pub const PERMITS_SUFFIX: &str = ":permits";
 
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.

@@ -1,0 +1,51 @@
+//! The key layout, in one place: the names of the Redis keys and channels
+//! that quorumlock keeps beside a resource's key (`<prefix><name>`), for
+//! every primitive. The primitives form their keys from these.
+//!
+//! | name | what |
+//! | --- | --- |
+//! | `<key>` | a lock (or an election's lock): its holder's token |
+//! | `<key>:fence` | a fenced lock's (or an election's term) counter; never expires |
+//! | `<key>:released` | the channel a release announces on |
+//! | `<key>:leader` | an election's leader value: a hash of token, term, rev, value |
+//! | `<key>:elected` | the channel an election's new values are announced on |
+//! | `<key>:permits` | a semaphore's permit count, while a permit is held |
+//! | `<key>:permit:<i>` | a semaphore's permit `i`: its holder's token |
+//! | `<key>:writer` | a reader-writer lock's writer: its token |
+//! | `<key>:readers` | a reader-writer lock's readers: tokens scored with expiries |
+//! | `<key>:writer-waiting` | the mark of a writer waiting for the readers to leave |
+
+/// Appended to a lock's key to form its fence counter's key.
+pub const FENCE_SUFFIX: &str = ":fence";
+
+/// Appended to a lock's key to form the channel its releases announce on.
+pub const RELEASED_SUFFIX: &str = ":released";
+
+/// Appended to an election's lock key to form the key of the leader's
+/// value (a hash: token, term, revision, value).
+pub const LEADER_SUFFIX: &str = ":leader";
+
+/// Appended to an election's lock key to form the channel on which nodes
+/// announce a stored value (a new leader's, or a new revision), when the
+/// manager announces releases
+/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)).
+pub(crate) const ELECTED_SUFFIX: &str = ":elected";
+
+/// Between a semaphore's key and a permit's number: permit `i` of the
+/// semaphore `<key>` is the lock `<key>:permit:<i>`.
+pub const PERMIT_INFIX: &str = ":permit:";
+
+/// Appended to a semaphore's key to form its limit key, which holds the
+/// permit count on a node while any permit is held there.
+pub const PERMITS_SUFFIX: &str = ":permits";
+
+/// Appended to a reader-writer lock's key to form its writer key.
+pub const WRITER_SUFFIX: &str = ":writer";
+
+/// Appended to a reader-writer lock's key to form its readers key (a
+/// sorted set of the readers' tokens, scored with their expiries).
+pub const READERS_SUFFIX: &str = ":readers";
+
+/// Appended to a reader-writer lock's key to form the mark of a writer
+/// waiting for the readers to leave.
+pub const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
