@@ -1,6 +1,7 @@
 //! The key layout, in one place: the names of the Redis keys and channels
 //! that quorumlock keeps beside a resource's key (`<prefix><name>`), for
-//! every primitive. The primitives form their keys from these.
+//! every primitive. The primitives form their keys from these, and
+//! [`Redlock::inspect`](crate::Redlock::inspect) reads them back.
 //!
 //! | name | what |
 //! | --- | --- |
@@ -49,3 +50,68 @@ pub const READERS_SUFFIX: &str = ":readers";
 /// Appended to a reader-writer lock's key to form the mark of a writer
 /// waiting for the readers to leave.
 pub const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
+
+/// Every key a resource's key may have beside it, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The resource's key: the prefix and the name.
+    pub(crate) key: String,
+}
+
+impl Layout {
+    pub(crate) fn new(key: String) -> Self {
+        Self { key }
+    }
+
+    fn beside(&self, suffix: &str) -> String {
+        let mut name = String::with_capacity(self.key.len() + suffix.len());
+        name.push_str(&self.key);
+        name.push_str(suffix);
+        name
+    }
+
+    pub(crate) fn fence(&self) -> String {
+        self.beside(FENCE_SUFFIX)
+    }
+
+    pub(crate) fn leader(&self) -> String {
+        self.beside(LEADER_SUFFIX)
+    }
+
+    pub(crate) fn permits(&self) -> String {
+        self.beside(PERMITS_SUFFIX)
+    }
+
+    pub(crate) fn permit(&self, slot: u32) -> String {
+        format!("{}{PERMIT_INFIX}{slot}", self.key)
+    }
+
+    pub(crate) fn writer(&self) -> String {
+        self.beside(WRITER_SUFFIX)
+    }
+
+    pub(crate) fn readers(&self) -> String {
+        self.beside(READERS_SUFFIX)
+    }
+
+    pub(crate) fn writer_waiting(&self) -> String {
+        self.beside(WRITER_WAITING_SUFFIX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_key_and_a_suffix() {
+        let layout = Layout::new("{jobs}:7".to_owned());
+        assert_eq!(layout.fence(), "{jobs}:7:fence");
+        assert_eq!(layout.leader(), "{jobs}:7:leader");
+        assert_eq!(layout.permits(), "{jobs}:7:permits");
+        assert_eq!(layout.permit(12), "{jobs}:7:permit:12");
+        assert_eq!(layout.writer(), "{jobs}:7:writer");
+        assert_eq!(layout.readers(), "{jobs}:7:readers");
+        assert_eq!(layout.writer_waiting(), "{jobs}:7:writer-waiting");
+    }
+}

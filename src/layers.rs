@@ -71,6 +71,8 @@ const LAYERS: [Layer; 5] = [
             &["redlock"],
             // builder, doctor, election, rwlock, semaphore: redlock.
             &["builder", "doctor", "election", "rwlock", "semaphore"],
+            // inspect: redlock, semaphore.
+            &["inspect"],
         ],
     ),
 ];

@@ -208,6 +208,8 @@
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
 //!    - `doctor` — [`Redlock::check`], and the check on first use.
 //!    - `election` — [`Election`], [`Leadership`]: campaign, leader, observe.
+//!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
+//!      keeps under a name, read through the engine and judged at a quorum.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -259,6 +261,7 @@ mod wakeup;
 mod builder;
 mod doctor;
 mod election;
+mod inspect;
 mod redlock;
 mod rwlock;
 mod semaphore;
@@ -276,6 +279,10 @@ pub use guard::{LockGuard, ReleaseSummary};
 pub use health::{
     Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
     Finding, Latency, NodeReport, Report, Severity, StartupCheck,
+};
+pub use inspect::{
+    Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
+    ResourceKind, SeenToken, Stored, Verdict,
 };
 pub use keys::{
     FENCE_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, PERMITS_SUFFIX, READERS_SUFFIX, RELEASED_SUFFIX,

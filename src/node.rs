@@ -1498,6 +1498,17 @@ impl Node {
     }
 }
 
+/// Plain reads, for looking at what a node keeps
+/// ([`Redlock::inspect`](crate::Redlock::inspect)).
+impl Node {
+    /// Sends the read-only command `cmd` on the shared connection within
+    /// `deadline` (sent once more if the connection dropped: a read can
+    /// be). On a cluster it goes to the master of its key.
+    pub(crate) async fn read(&self, cmd: &Cmd, deadline: Deadline) -> Result<Value, NodeError> {
+        self.command(cmd, &[], Resend::IfDropped, deadline).await
+    }
+}
+
 /// Asks a member for `CLUSTER INFO`: a standalone server refuses it. (A
 /// cluster client over standalone servers knows no slot map and sends each
 /// request to any of them.)
