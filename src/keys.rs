@@ -17,14 +17,14 @@
 //! | `<key>:writer-waiting` | the mark of a writer waiting for the readers to leave |
 
 /// Appended to a lock's key to form its fence counter's key.
-pub const FENCE_SUFFIX: &str = ":fence";
+pub(crate) const FENCE_SUFFIX: &str = ":fence";
 
 /// Appended to a lock's key to form the channel its releases announce on.
-pub const RELEASED_SUFFIX: &str = ":released";
+pub(crate) const RELEASED_SUFFIX: &str = ":released";
 
 /// Appended to an election's lock key to form the key of the leader's
 /// value (a hash: token, term, revision, value).
-pub const LEADER_SUFFIX: &str = ":leader";
+pub(crate) const LEADER_SUFFIX: &str = ":leader";
 
 /// Appended to an election's lock key to form the channel on which nodes
 /// announce a stored value (a new leader's, or a new revision), when the
@@ -34,22 +34,22 @@ pub(crate) const ELECTED_SUFFIX: &str = ":elected";
 
 /// Between a semaphore's key and a permit's number: permit `i` of the
 /// semaphore `<key>` is the lock `<key>:permit:<i>`.
-pub const PERMIT_INFIX: &str = ":permit:";
+pub(crate) const PERMIT_INFIX: &str = ":permit:";
 
 /// Appended to a semaphore's key to form its limit key, which holds the
 /// permit count on a node while any permit is held there.
-pub const PERMITS_SUFFIX: &str = ":permits";
+pub(crate) const PERMITS_SUFFIX: &str = ":permits";
 
 /// Appended to a reader-writer lock's key to form its writer key.
-pub const WRITER_SUFFIX: &str = ":writer";
+pub(crate) const WRITER_SUFFIX: &str = ":writer";
 
 /// Appended to a reader-writer lock's key to form its readers key (a
 /// sorted set of the readers' tokens, scored with their expiries).
-pub const READERS_SUFFIX: &str = ":readers";
+pub(crate) const READERS_SUFFIX: &str = ":readers";
 
 /// Appended to a reader-writer lock's key to form the mark of a writer
 /// waiting for the readers to leave.
-pub const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
+pub(crate) const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
 
 /// Every key a resource's key may have beside it, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -284,10 +284,6 @@ pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,
 };
-pub use keys::{
-    FENCE_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, PERMITS_SUFFIX, READERS_SUFFIX, RELEASED_SUFFIX,
-    WRITER_SUFFIX, WRITER_WAITING_SUFFIX,
-};
 pub use lease::Lease;
 pub use redlock::Redlock;
 pub use request::MAX_TTL;
