@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the docker/ files without a Docker engine: the compose files parse,
-their services and ports are what the README's Docker table says, the
+their services and ports are what the Docker table of docs/operations.md
+(the chapter the README links for Docker) says, the
 cluster init really creates 3 masters with a replica each, and the
 Dockerfile builds the binary Cargo.toml declares.
 
@@ -19,6 +20,8 @@ DOCKER = ROOT / "docker"
 COMPOSE = "docker/docker-compose.yml"
 CLUSTER = "docker/docker-compose.cluster.yml"
 DOCKERFILE = "docker/Dockerfile"
+# The page with the Docker table and the commands that use these files.
+DOCS = "docs/operations.md"
 
 problems = []
 
@@ -324,7 +327,7 @@ def check_dockerfile():
         problem(f"{DOCKERFILE}: expected a build stage and a runtime stage")
 
 
-# --- what the README says ----------------------------------------------------
+# --- what the docs say ------------------------------------------------------
 
 
 def expand_names(cell):
@@ -333,7 +336,7 @@ def expand_names(cell):
     if len(names) == 2 and ("…" in cell or "..." in cell):
         (a_base, a_num), (b_base, b_num) = (re.fullmatch(r"(.*?)(\d+)", n).groups() for n in names)
         if a_base != b_base:
-            problem(f"README: cannot expand the range {cell.strip()}")
+            problem(f"{DOCS}: cannot expand the range {cell.strip()}")
             return names
         return [f"{a_base}{i}" for i in range(int(a_num), int(b_num) + 1)]
     return names
@@ -348,10 +351,10 @@ def expand_ports(cell):
     return [int(p) for p in re.findall(r"\d+", cell)]
 
 
-def readme_table():
-    """{file: {service: port or None}} from the README's Docker table."""
+def docs_table():
+    """{file: {service: port or None}} from the Docker table of DOCS."""
     table = {}
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / DOCS).read_text(encoding="utf-8")
     for line in text.splitlines():
         if not line.startswith("| `docker/"):
             continue
@@ -361,7 +364,7 @@ def readme_table():
         file = cells[0].strip("`")
         names, ports = expand_names(cells[1]), expand_ports(cells[2])
         if ports and len(ports) != len(names):
-            problem(f"README: {file}: {len(names)} services but {len(ports)} ports")
+            problem(f"{DOCS}: {file}: {len(names)} services but {len(ports)} ports")
             continue
         entry = table.setdefault(file, {})
         for i, name in enumerate(names):
@@ -378,22 +381,22 @@ def main():
         masters, cluster = {}, {}
     check_dockerfile()
 
-    table, readme = readme_table()
+    table, docs = docs_table()
     for file, actual in ((COMPOSE, masters), (CLUSTER, cluster)):
         documented = table.get(file)
         if documented is None:
-            problem(f"README: the Docker table has no row for {file}")
+            problem(f"{DOCS}: the Docker table has no row for {file}")
         elif documented != actual:
-            problem(f"README: the Docker table says {documented} for {file}, the file has {actual}")
+            problem(f"{DOCS}: the Docker table says {documented} for {file}, the file has {actual}")
     if DOCKERFILE not in table:
-        problem(f"README: the Docker table has no row for {DOCKERFILE}")
+        problem(f"{DOCS}: the Docker table has no row for {DOCKERFILE}")
     nodes = ",".join(f"redis://127.0.0.1:{p}" for p in sorted(masters.values()))
-    if masters and f"QUORUMLOCK_NODES={nodes}" not in readme:
-        problem(f"README: does not show QUORUMLOCK_NODES={nodes}")
+    if masters and f"QUORUMLOCK_NODES={nodes}" not in docs:
+        problem(f"{DOCS}: does not show QUORUMLOCK_NODES={nodes}")
     for command in (f"docker compose -f {COMPOSE} up", f"docker compose -f {CLUSTER} up",
                     f"docker build -f {DOCKERFILE}"):
-        if command not in readme:
-            problem(f"README: does not show `{command}`")
+        if command not in docs:
+            problem(f"{DOCS}: does not show `{command}`")
 
     if problems:
         for p in problems:

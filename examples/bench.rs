@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use quorumlock::testkit::{FaultProxy, Faults};
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{DEFAULT_NODE_TIMEOUT, Redlock, Retry, WakeOnRelease};
+use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use serde_json::json;
@@ -1582,7 +1582,7 @@ impl Degraded {
             out,
             "Degraded: 5 nodes, node 5 behind a fault proxy in every condition (healthy: no fault; slow: +{} ms each way; frozen: SIGSTOP); quorumlock with its default node timeout ({} ms); every cycle cut at {CYCLE_LIMIT:?}, a latency row at {:?}; peak RSS is the whole process's (with whatever earlier parts left resident), reset before each library's rows:",
             SLOW_BY.as_millis(),
-            DEFAULT_NODE_TIMEOUT.as_millis(),
+            RedlockBuilder::DEFAULT_NODE_TIMEOUT.as_millis(),
             self.budget
         );
         let _ = writeln!(
@@ -1697,7 +1697,7 @@ impl Degraded {
         json!({
             "nodes": 5,
             "slow_by_ms_each_way": SLOW_BY.as_millis() as u64,
-            "node_timeout_ms": DEFAULT_NODE_TIMEOUT.as_millis() as u64,
+            "node_timeout_ms": RedlockBuilder::DEFAULT_NODE_TIMEOUT.as_millis() as u64,
             "cycle_limit_ms": CYCLE_LIMIT.as_millis() as u64,
             "latency_budget_ms": self.budget.as_millis() as u64,
             "node5_ping_p50_us": {

@@ -6,26 +6,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::check::{FirstUse, StartupCheck};
 use crate::error::{ConfigError, Error};
-use crate::health::{FirstUse, StartupCheck};
 use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
 use crate::round::Core;
 use crate::scripts::ScriptMode;
 use crate::wakeup::WakeOnRelease;
-
-/// Default per-node timeout for one request.
-///
-/// Large enough that a loaded but healthy node is not declared down (a
-/// fixed 50 ms was seen failing healthy nodes with 256 concurrent lockers on
-/// 2 cores), small against typical lock TTLs. A lock attempt never waits
-/// longer than its validity budget, whatever this is set to.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
-
-/// Default clock drift factor: nodes' clocks may run up to 1 % fast
-/// against the client's.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
 /// Builds a [`Redlock`] manager.
 ///
@@ -73,8 +61,8 @@ impl Default for RedlockBuilder {
     fn default() -> Self {
         Self {
             nodes: Vec::new(),
-            node_timeout: DEFAULT_NODE_TIMEOUT,
-            drift_factor: DEFAULT_DRIFT_FACTOR,
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             retry: Retry::default(),
             key_prefix: String::new(),
             script_mode: ScriptMode::default(),
@@ -126,6 +114,11 @@ impl fmt::Debug for NodeSpec {
 
 /// The manager's constructors live with its configuration.
 impl Redlock {
+    /// The largest accepted lock time-to-live (24 hours). Hold longer with
+    /// [`LockGuard::extend`](crate::LockGuard::extend) or
+    /// [`auto_extend`](crate::LockGuard::auto_extend).
+    pub const MAX_TTL: Duration = crate::request::MAX_TTL;
+
     /// A builder with every option at its default.
     pub fn builder() -> RedlockBuilder {
         RedlockBuilder::default()
@@ -157,6 +150,18 @@ impl Redlock {
 }
 
 impl RedlockBuilder {
+    /// Default per-node timeout for one request.
+    ///
+    /// Large enough that a loaded but healthy node is not declared down (a
+    /// fixed 50 ms was seen failing healthy nodes with 256 concurrent lockers on
+    /// 2 cores), small against typical lock TTLs. A lock attempt never waits
+    /// longer than its validity budget, whatever this is set to.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+    /// Default clock drift factor: nodes' clocks may run up to 1 % fast
+    /// against the client's.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
     /// Adds nodes, one independent Redis master each, as URLs:
     /// `redis://[[user]:password@]host:port[/db]`. Password and ACL user in
     /// the URL are used to authenticate. Calls accumulate, and may be mixed
@@ -249,7 +254,7 @@ impl RedlockBuilder {
     /// How long one request to one node may take before the node counts as
     /// failed for that request. A lock attempt additionally never waits
     /// past its validity budget (`ttl - drift`). Must be greater than zero.
-    /// Defaults to [`DEFAULT_NODE_TIMEOUT`].
+    /// Defaults to [`Self::DEFAULT_NODE_TIMEOUT`].
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -257,7 +262,7 @@ impl RedlockBuilder {
 
     /// The clock drift factor: the allowance subtracted from every validity
     /// is `ttl * drift_factor + 2ms`. Must be finite and in `[0, 1)`.
-    /// Defaults to [`DEFAULT_DRIFT_FACTOR`].
+    /// Defaults to [`Self::DEFAULT_DRIFT_FACTOR`].
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = factor;
         self
@@ -431,13 +436,14 @@ impl RedlockBuilder {
     /// for, and a check that only logs is easy to miss. Run the check where
     /// its answer is acted on: `quorumlock doctor` in a deployment
     /// pipeline, or [`Redlock::check`] at start-up with a decision on
-    /// [`Report::is_unsafe`](crate::Report::is_unsafe). Turn this on where
+    /// [`Report::is_unsafe`](crate::check::Report::is_unsafe). Turn this on where
     /// the logs are watched.
     ///
     /// # Examples
     ///
     /// ```
-    /// use quorumlock::{Redlock, StartupCheck};
+    /// use quorumlock::Redlock;
+    /// use quorumlock::check::StartupCheck;
     ///
     /// # fn main() -> Result<(), quorumlock::Error> {
     /// let locks = Redlock::builder()

@@ -1,12 +1,12 @@
 //! [`Redlock::check`]: what Redlock's safety rests on, checked node by node
-//! (the probing is in `probe`, the judgement in `health`), and the check a
+//! (the probing is in `probe`, the judgement in `check`), and the check a
 //! manager can run once on first use and log ([`StartupCheck`]).
 
 use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 
-use crate::health::{CheckOptions, Report, Settings, Severity, StartupCheck, judge};
+use crate::check::{CheckOptions, Report, Settings, Severity, StartupCheck, judge};
 use crate::probe::node_facts;
 use crate::redlock::Redlock;
 use crate::scripts::FUNCTIONS_LIBRARY;
@@ -66,7 +66,8 @@ impl Redlock {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use quorumlock::{CheckOptions, Redlock};
+    /// use quorumlock::Redlock;
+    /// use quorumlock::check::CheckOptions;
     ///
     /// # #[tokio::main]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -640,7 +640,8 @@ async fn inaugurate(
 ) -> Result<Leadership, Error> {
     guard.auto_extend();
     let state = Arc::new(state);
-    let round = crate::elect::proclaim(core, &state.proclamation(&guard), guard.deadline()).await;
+    let round =
+        crate::elect::proclaim(core, &state.proclamation(&guard.lease()), guard.deadline()).await;
     if round.decision != crate::quorum::Decision::Reached || guard.loss_reason().is_some() {
         let error = round.failure(guard.resource());
         if let Err(release) = guard.release().await {

@@ -383,7 +383,7 @@ pub enum ArgumentError {
     #[error("a semaphore needs at least one permit")]
     NoPermits,
     /// A semaphore with more permits than
-    /// [`MAX_PERMITS`](crate::MAX_PERMITS) (every acquire touches every
+    /// [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS) (every acquire touches every
     /// permit's key on each node).
     #[error("{permits} permits exceed the maximum of {max}")]
     TooManyPermits {
@@ -395,7 +395,7 @@ pub enum ArgumentError {
     /// The time-to-live is shorter than one millisecond (Redis' resolution).
     #[error("the ttl must be at least 1ms")]
     ZeroTtl,
-    /// The time-to-live exceeds [`MAX_TTL`](crate::MAX_TTL).
+    /// The time-to-live exceeds [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
     #[error("the ttl {ttl:?} exceeds the maximum of {max:?}")]
     TtlTooLong {
         /// The requested time-to-live.

@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,13 +24,13 @@ use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again}
 
 /// A held lock.
 ///
-/// The holder may trust the lock until [`deadline`](Lease::deadline) (see
-/// [`validity`](Lease::validity)); [`extend`](Self::extend) moves the
+/// The holder may trust the lock until [`deadline`](Self::deadline) (see
+/// [`validity`](Self::validity)); [`extend`](Self::extend) moves the
 /// deadline, [`auto_extend`](Self::auto_extend) keeps moving it in the
 /// background, [`release`](Self::release) gives the lock up and reports per
-/// node, and [`lost`](Lease::lost) resolves once the lock can no longer be
-/// trusted. The guard dereferences to a [`Lease`], the read-only view it
-/// can also hand out with [`lease`](Self::lease).
+/// node, and [`lost`](Self::lost) resolves once the lock can no longer be
+/// trusted. [`lease`](Self::lease) hands out a [`Lease`]: the same
+/// read-only getters, owned and cloneable, for code running under the lock.
 ///
 /// Dropping a guard without calling `release` releases the lock in the
 /// background when a tokio runtime is available; without one, the keys
@@ -53,15 +52,66 @@ pub struct LockGuard {
     in_flight: Option<Arc<InFlight>>,
 }
 
-/// A guard is a handle on its lock's shared state, as a `MutexGuard` is on
-/// its data: the [`Lease`] getters (`resource`, `token`, `validity`,
-/// `lost`, …) are the guard's own.
-impl Deref for LockGuard {
-    type Target = Lease;
+/// The read-only getters every guard shares with its [`Lease`], each
+/// answering what the lease's method of the same name does (documented
+/// there). Written once, for [`LockGuard`] and the typed guards of the
+/// other primitives; `$($lease)+` is the path from `self` to the lease.
+macro_rules! lease_getters {
+    ($($lease:ident).+) => {
+        /// The resource name the lock is held on ([`Lease::resource`]).
+        pub fn resource(&self) -> &str {
+            self.$($lease).+.resource()
+        }
 
-    fn deref(&self) -> &Lease {
-        &self.lease
-    }
+        /// This grant's token ([`Lease::token`]).
+        pub fn token(&self) -> &$crate::Token {
+            self.$($lease).+.token()
+        }
+
+        /// On how many nodes the token is confirmed ([`Lease::confirmed`]).
+        pub fn confirmed(&self) -> usize {
+            self.$($lease).+.confirmed()
+        }
+
+        /// The instant after which the holder must assume it no longer
+        /// holds the lock ([`Lease::deadline`]).
+        pub fn deadline(&self) -> ::tokio::time::Instant {
+            self.$($lease).+.deadline()
+        }
+
+        /// When the request behind the current deadline began
+        /// ([`Lease::started`]).
+        pub fn started(&self) -> ::tokio::time::Instant {
+            self.$($lease).+.started()
+        }
+
+        /// How much longer the lock can be trusted; zero once it is lost
+        /// ([`Lease::validity`]).
+        pub fn validity(&self) -> ::std::time::Duration {
+            self.$($lease).+.validity()
+        }
+
+        /// Why the lock is lost, if it is; `None` while it can be trusted
+        /// ([`Lease::loss_reason`]).
+        pub fn loss_reason(&self) -> Option<$crate::LossReason> {
+            self.$($lease).+.loss_reason()
+        }
+
+        /// Resolves once the holder must assume the lock is gone, with the
+        /// reason ([`Lease::lost`]). Cancel safe; the future borrows
+        /// nothing.
+        pub fn lost(
+            &self,
+        ) -> impl ::std::future::Future<Output = $crate::LossReason> + Send + 'static + use<> {
+            self.$($lease).+.lost()
+        }
+
+        /// An owned, cloneable view of this lock for code running under it
+        /// (see [`Lease`]).
+        pub fn lease(&self) -> Lease {
+            self.$($lease).+.clone()
+        }
+    };
 }
 
 impl LockGuard {
@@ -128,9 +178,12 @@ impl LockGuard {
         &self.lease.held
     }
 
-    /// An owned, cloneable view of this lock for code running under it.
-    pub fn lease(&self) -> Lease {
-        self.lease.clone()
+    lease_getters!(lease);
+
+    /// The fencing token of this grant, for fenced locks and elections;
+    /// `None` otherwise ([`Lease::fence`]).
+    pub fn fence(&self) -> Option<u64> {
+        self.lease.fence()
     }
 
     /// Keeps the lock alive in the background until it is released,
@@ -565,6 +618,97 @@ fn follow_into<T, F>(
         }
     });
 }
+
+/// A guard for a primitive other than the plain lock: the same holding as
+/// a [`LockGuard`] (`extend`, `auto_extend`, `release`, `lost` and the
+/// lease's getters, each documented there), under a type that says what
+/// is held, as tokio's `SemaphorePermit`, `RwLockReadGuard` and
+/// `RwLockWriteGuard` do. Dropped unreleased, it is released in the
+/// background, as a `LockGuard` is.
+macro_rules! typed_guard {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[must_use = concat!("dropping the ", $what, " releases it in the background; bind it (`let guard = …`) for as long as you need it")]
+        #[clippy::has_significant_drop]
+        pub struct $name {
+            guard: LockGuard,
+        }
+
+        impl $name {
+            pub(crate) fn new(guard: LockGuard) -> Self {
+                Self { guard }
+            }
+
+            lease_getters!(guard.lease);
+
+            /// Extends the hold to `ttl` from now, on a quorum (see
+            /// [`LockGuard::extend`]).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockGuard::extend`].
+            pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+                self.guard.extend(ttl).await
+            }
+
+            /// Keeps the hold alive in the background until it is released,
+            /// dropped or lost (see [`LockGuard::auto_extend`]).
+            pub fn auto_extend(&self) {
+                self.guard.auto_extend();
+            }
+
+            /// Gives the hold up, decided at a quorum (see
+            /// [`LockGuard::release`]).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockGuard::release`].
+            pub async fn release(self) -> Result<ReleaseSummary, Error> {
+                self.guard.release().await
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_tuple(stringify!($name)).field(&self.guard).finish()
+            }
+        }
+
+        impl From<$name> for LockGuard {
+            /// The same hold as a plain [`LockGuard`], for code that holds
+            /// any primitive alike.
+            fn from(typed: $name) -> LockGuard {
+                typed.guard
+            }
+        }
+    };
+}
+
+typed_guard!(
+    /// A permit of a [`Semaphore`](crate::Semaphore), from
+    /// [`acquire`](crate::Semaphore::acquire) or
+    /// [`try_acquire`](crate::Semaphore::try_acquire). Its
+    /// [`resource`](Self::resource) is the semaphore's name.
+    Permit,
+    "permit"
+);
+
+typed_guard!(
+    /// A reader's share of an [`RwLock`](crate::RwLock), from
+    /// [`read`](crate::RwLock::read) or [`try_read`](crate::RwLock::try_read).
+    /// Other readers may hold it too; no writer does.
+    ReadGuard,
+    "read guard"
+);
+
+typed_guard!(
+    /// The writer's hold on an [`RwLock`](crate::RwLock), from
+    /// [`write`](crate::RwLock::write) or
+    /// [`try_write`](crate::RwLock::try_write): no reader or other writer
+    /// holds it.
+    WriteGuard,
+    "write guard"
+);
 
 /// The outcome of [`LockGuard::release`], per node: what was known when it
 /// returned (a quorum's answers, at least), and a way to wait for the

@@ -24,7 +24,7 @@ use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Rule, Vote};
 use crate::redlock::Redlock;
 use crate::round::{Core, fan_out, follow};
-use crate::semaphore::MAX_PERMITS;
+use crate::semaphore::Semaphore;
 use crate::token::Token;
 
 impl Redlock {
@@ -395,7 +395,7 @@ impl Inspection {
                 vec![layout.key.clone(), layout.fence(), layout.leader()]
             }
             ResourceKind::Semaphore => {
-                let count = self.permit_count().unwrap_or(0).min(MAX_PERMITS);
+                let count = self.permit_count().unwrap_or(0).min(Semaphore::MAX_PERMITS);
                 std::iter::once(layout.permits())
                     .chain((0..count).map(|slot| layout.permit(slot)))
                     .collect()
@@ -1096,7 +1096,8 @@ async fn read(
         })
         .collect();
     if let Some(count) = permit_count {
-        stored.permits = read_permits(target, layout, count.min(MAX_PERMITS), deadline).await?;
+        stored.permits =
+            read_permits(target, layout, count.min(Semaphore::MAX_PERMITS), deadline).await?;
     }
     Ok(stored)
 }

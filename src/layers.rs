@@ -30,7 +30,7 @@ const LAYERS: [Layer; 5] = [
     (
         "pure",
         &[
-            &["error", "health", "keys", "quorum", "scripts"],
+            &["check", "error", "keys", "quorum", "scripts"],
             // metrics, retry, token: error; request: error, keys, quorum.
             &["metrics", "request", "retry", "token"],
         ],

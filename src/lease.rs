@@ -369,15 +369,6 @@ impl Lease {
             .or_else(|| (Instant::now() >= status.deadline).then_some(LossReason::Expired))
     }
 
-    /// Why the lock is lost, if it is.
-    #[deprecated(
-        since = "0.1.0",
-        note = "renamed to `loss_reason`: `loss` and `lost` differed by one letter"
-    )]
-    pub fn loss(&self) -> Option<LossReason> {
-        self.loss_reason()
-    }
-
     /// Resolves once the holder must assume the lock is gone, with the
     /// reason: its deadline passed without a successful extension, a
     /// renewal found the token gone on too many nodes or could not reach a

@@ -179,10 +179,12 @@
 //!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
-//!    - `health` — the node check's [`Report`] and its judgement of what
-//!      the nodes showed.
+//!    - `check` — the node check's [`Report`](check::Report) and its
+//!      judgement of what the nodes showed.
 //! 2. **Wire**
-//!    - `node` — one node: its shared connection, per-call deadlines, the commands and scripts.
+//!    - `node` — one node, split by job: its shared connection, URLs and
+//!      TLS, redaction, per-call deadlines, the request runner (scripts
+//!      with their fallbacks), and one file of commands per primitive.
 //!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
 //!      trips, slot maps, an access probe.
 //! 3. **Round**
@@ -233,8 +235,8 @@
 // (checked by the `layers` unit test): see "How the code is organised".
 //
 // 1. pure: no I/O
+pub mod check;
 mod error;
-mod health;
 mod keys;
 mod metrics;
 mod quorum;
@@ -272,29 +274,56 @@ mod layers;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use builder::{DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT, RedlockBuilder};
+pub use builder::RedlockBuilder;
 pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, ReleaseSummary};
-pub use health::{
-    Aspect, CheckOptions, DEFAULT_CLOCK_INTERVAL, DEFAULT_LATENCY_SAMPLES, DEFAULT_PROBE_TIMEOUT,
-    Finding, Latency, NodeReport, Report, Severity, StartupCheck,
-};
 pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,
 };
 pub use lease::Lease;
 pub use redlock::Redlock;
-pub use request::MAX_TTL;
-pub use retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, Retry};
+pub use retry::Retry;
 pub use rwlock::RwLock;
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
-pub use semaphore::{MAX_PERMITS, Semaphore};
+pub use semaphore::Semaphore;
 pub use token::Token;
 pub use wakeup::WakeOnRelease;
 
-// Compiles the README's examples as doctests, so they cannot rot.
+// Compiles the examples of the README and of every docs/ chapter as
+// doctests, so they cannot rot (docs/check.py checks that each chapter has
+// its line here).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct CliDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/election.md")]
+struct ElectionDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/how-it-works.md")]
+struct HowItWorksDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operations.md")]
+struct OperationsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/primitives.md")]
+struct PrimitivesDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/safety.md")]
+struct SafetyDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/security.md")]
+struct SecurityDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/speed.md")]
+struct SpeedDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing.md")]
+struct TestingDoctests;

@@ -2,7 +2,7 @@
 //! `CONFIG GET appendfsync`, timed `PING`s, two readings of `TIME`, the
 //! Functions library, a cluster's slot map — and the access probe, a
 //! short-lived lock on a key of its own. Read-only apart from that probe
-//! key; the judgement of what was seen is in `health`.
+//! key; the judgement of what was seen is in `check`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
-use crate::health::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
+use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
 use crate::node::{Extension, Node};
 use crate::request::Shape;
 use crate::scripts::ScriptMode;

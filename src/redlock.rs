@@ -11,9 +11,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::check::FirstUse;
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::health::FirstUse;
 use crate::lease::Lease;
 use crate::metrics;
 use crate::renew::Renewer;
@@ -119,7 +119,7 @@ impl Redlock {
     /// still answering after a quorum decided (an acquire's, an
     /// extension's or a release's: every call returns at its decision and
     /// leaves the other nodes to the background), and a
-    /// [startup check](crate::StartupCheck). Each of those requests ends
+    /// [startup check](crate::check::StartupCheck). Each of those requests ends
     /// within the node timeout. Renewal of auto-extended locks is not
     /// waited for; release those guards first.
     ///
@@ -173,7 +173,7 @@ impl Redlock {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`]: empty resource, ttl under 1 ms, over
-    ///   [`MAX_TTL`](crate::MAX_TTL), or not above the drift allowance.
+    ///   [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL), or not above the drift allowance.
     /// - [`Error::Contended`], [`Error::Unavailable`],
     ///   [`Error::ValidityExpired`]: the last attempt's failure, once the
     ///   attempt limit is reached.

@@ -13,9 +13,8 @@ use crate::error::{ArgumentError, Error};
 use crate::keys::{FENCE_SUFFIX, RELEASED_SUFFIX};
 use crate::quorum::drift;
 
-/// The largest accepted lock time-to-live. Hold longer with
-/// [`LockGuard::extend`](crate::LockGuard::extend).
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest accepted lock time-to-live: [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A lock's Redis keys, shared cheaply by its guard and background tasks.
 pub(crate) type Keys = Arc<[Arc<str>]>;

@@ -6,13 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Default number of attempts `lock` makes, the first included.
-pub const DEFAULT_RETRY_ATTEMPTS: u32 = 10;
-/// Default fixed part of the delay between attempts.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(100);
-/// Default upper bound of the random part of the delay between attempts.
-pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
-
 /// How [`Redlock::lock`](crate::Redlock::lock) retries a failed attempt.
 ///
 /// Between two attempts it sleeps `delay + U(0, jitter)`: a fixed base plus
@@ -28,7 +21,7 @@ pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// attempts in a row failed with [`Error::Unavailable`](crate::Error::Unavailable)
 /// (too few nodes reachable), however long it may wait for a busy
 /// resource. The command line's `exec --wait` waits this way, with
-/// [`DEFAULT_RETRY_ATTEMPTS`].
+/// [`Self::DEFAULT_ATTEMPTS`].
 ///
 /// # Examples
 ///
@@ -68,20 +61,27 @@ pub struct Retry {
 }
 
 impl Default for Retry {
-    /// [`DEFAULT_RETRY_ATTEMPTS`] attempts, [`DEFAULT_RETRY_DELAY`] plus up to
-    /// [`DEFAULT_RETRY_JITTER`] between them, no overall deadline.
+    /// [`Self::DEFAULT_ATTEMPTS`] attempts, [`Self::DEFAULT_DELAY`] plus up to
+    /// [`Self::DEFAULT_JITTER`] between them, no overall deadline.
     fn default() -> Self {
         Self {
-            attempts: Some(DEFAULT_RETRY_ATTEMPTS),
+            attempts: Some(Retry::DEFAULT_ATTEMPTS),
             unavailable: None,
-            delay: DEFAULT_RETRY_DELAY,
-            jitter: DEFAULT_RETRY_JITTER,
+            delay: Retry::DEFAULT_DELAY,
+            jitter: Retry::DEFAULT_JITTER,
             wait: None,
         }
     }
 }
 
 impl Retry {
+    /// Default number of attempts `lock` makes, the first included.
+    pub const DEFAULT_ATTEMPTS: u32 = 10;
+    /// Default fixed part of the delay between attempts.
+    pub const DEFAULT_DELAY: Duration = Duration::from_millis(100);
+    /// Default upper bound of the random part of the delay between attempts.
+    pub const DEFAULT_JITTER: Duration = Duration::from_millis(100);
+
     /// A single attempt, no retry: `lock` then behaves like `try_lock`.
     pub fn none() -> Self {
         Self::default().attempts(1)
@@ -98,7 +98,7 @@ impl Retry {
     }
 
     /// At most `attempts` attempts, the first included. Zero is rejected by
-    /// `build()`. Defaults to [`DEFAULT_RETRY_ATTEMPTS`].
+    /// `build()`. Defaults to [`Self::DEFAULT_ATTEMPTS`].
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = Some(attempts);
         self
@@ -133,14 +133,14 @@ impl Retry {
     }
 
     /// The fixed part of the delay between attempts. Defaults to
-    /// [`DEFAULT_RETRY_DELAY`].
+    /// [`Self::DEFAULT_DELAY`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
     }
 
     /// The upper bound of the uniformly random part of the delay. Defaults
-    /// to [`DEFAULT_RETRY_JITTER`].
+    /// to [`Self::DEFAULT_JITTER`].
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
         self
@@ -260,11 +260,11 @@ mod tests {
             .schedule(now);
         assert_eq!(
             s.after_failure(now, 0.5, false),
-            Next::RetryAfter(DEFAULT_RETRY_DELAY)
+            Next::RetryAfter(Retry::DEFAULT_DELAY)
         );
         assert_eq!(
             s.after_failure(now, 0.5, false),
-            Next::RetryAfter(DEFAULT_RETRY_DELAY)
+            Next::RetryAfter(Retry::DEFAULT_DELAY)
         );
         assert_eq!(s.after_failure(now, 0.5, false), Next::AttemptsExhausted);
         assert_eq!(s.attempts_made(), 3);

@@ -23,10 +23,6 @@ use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
 
-/// The largest permit count of a [`Semaphore`]: every acquire passes each
-/// permit's key to each node.
-pub const MAX_PERMITS: u32 = 1024;
-
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.
 const PERMIT_TRIES: usize = 3;
@@ -111,7 +107,7 @@ impl Redlock {
 /// # Cost
 ///
 /// Each acquire and release passes every slot key to each node, so they
-/// cost O(permits) on the nodes (bounded by [`MAX_PERMITS`]); extending a
+/// cost O(permits) on the nodes (bounded by [`Semaphore::MAX_PERMITS`]); extending a
 /// permit costs what extending a lock does.
 #[derive(Debug, Clone)]
 pub struct Semaphore {
@@ -124,6 +120,10 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
+    /// The largest permit count of a semaphore: every acquire passes each
+    /// permit's key to each node.
+    pub const MAX_PERMITS: u32 = 1024;
+
     /// The semaphore's name (its key, before the manager's prefix).
     pub fn name(&self) -> &str {
         &self.name
@@ -143,7 +143,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`]: an empty name, no permits, more than
-    ///   [`MAX_PERMITS`], a ttl the lock would refuse, or on a Redis
+    ///   [`Semaphore::MAX_PERMITS`], a ttl the lock would refuse, or on a Redis
     ///   Cluster a name without a hash tag.
     /// - [`Error::PermitsMismatch`]: the semaphore is held with another
     ///   count (not retried).
@@ -271,10 +271,10 @@ impl Semaphore {
         if self.permits == 0 {
             return Err(ArgumentError::NoPermits.into());
         }
-        if self.permits > MAX_PERMITS {
+        if self.permits > Self::MAX_PERMITS {
             return Err(ArgumentError::TooManyPermits {
                 permits: self.permits,
-                max: MAX_PERMITS,
+                max: Self::MAX_PERMITS,
             }
             .into());
         }

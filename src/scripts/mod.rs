@@ -1,5 +1,6 @@
-//! The Lua scripts, each in its own `.lua` file, sent with EVALSHA and
-//! reloaded on NOSCRIPT (a restarted node has an empty script cache) — or,
+//! The Lua scripts, each in its own `.lua` file, sent as EVAL until a node
+//! is known to cache them, then as EVALSHA (a NOSCRIPT — a restarted node
+//! has an empty script cache — sends EVAL again) — or,
 //! in [`ScriptMode::Functions`], called with FCALL as the functions of
 //! `functions.lua`, the same scripts wrapped as one Redis Functions library.
 //! Scripts are constant text: keys only in KEYS, token and ttl only in ARGV.
@@ -32,8 +33,10 @@ use redis::Script;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ScriptMode {
-    /// `EVALSHA`, and on `NOSCRIPT` (a restarted node has an empty script
-    /// cache) `SCRIPT LOAD` on a standalone node or `EVAL` on a cluster.
+    /// `EVAL` until the node is known to cache the script, then `EVALSHA`;
+    /// on `NOSCRIPT` (a restarted node has an empty script cache) `EVAL`
+    /// again. A user refused `EVAL` falls back to `EVALSHA` with
+    /// `SCRIPT LOAD`.
     /// Works on any Redis from 2.6 on with nothing installed beforehand,
     /// but the lock user needs `+evalsha +script|load +eval`: permission
     /// to run *any* script, and a script runs every command the user may.

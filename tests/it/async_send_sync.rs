@@ -20,8 +20,8 @@ fn types_are_send_and_sync() {
     send_sync::<Error>();
     send_sync::<quorumlock::testkit::RedisCluster>();
     send_sync::<quorumlock::ScriptMode>();
-    send_sync::<quorumlock::Report>();
-    send_sync::<quorumlock::CheckOptions>();
+    send_sync::<quorumlock::check::Report>();
+    send_sync::<quorumlock::check::CheckOptions>();
     #[cfg(feature = "tls")]
     send_sync::<quorumlock::testkit::TestCa>();
 }

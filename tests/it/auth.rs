@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisServer, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
-use support::LOCK_COMMANDS;
+use support::{ELECTION_COMMANDS, LOCK_COMMANDS, RWLOCK_COMMANDS, SEMAPHORE_COMMANDS};
 
 const PASSWORD: &str = "s3cret-pw-7f1e";
 const USER_PASSWORD: &str = "alice-pw-91c2";
@@ -107,7 +107,8 @@ async fn a_missing_permission_is_reported_not_mistaken_for_a_lost_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
-    // The README's ACL line: keys under the prefix, only LOCK_COMMANDS.
+    // The ACL line of docs/security.md: keys under the prefix, only
+    // LOCK_COMMANDS.
     let mut options = ServerOptions::new()
         .arg("--requirepass")
         .arg(PASSWORD)
@@ -177,4 +178,71 @@ async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
         .expect_err("outside the prefix");
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     support::assert_acl_refusals(&err);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_serves_semaphores_rwlocks_and_elections() {
+    // docs/security.md: LOCK_COMMANDS, plus what each other primitive's
+    // scripts run. Each primitive is tried with exactly the commands the
+    // docs list for it, so a script that starts calling another command
+    // fails here before it fails a locked-down user.
+    let ttl = Duration::from_secs(5);
+    let primitives: [(&str, &[&str]); 3] = [
+        ("semaphore", &SEMAPHORE_COMMANDS),
+        ("rwlock", &RWLOCK_COMMANDS),
+        ("election", &ELECTION_COMMANDS),
+    ];
+    for (primitive, extra) in primitives {
+        let mut options = ServerOptions::new()
+            .arg("--requirepass")
+            .arg(PASSWORD)
+            .arg("--user")
+            .arg("locker")
+            .arg("on")
+            .arg(format!(">{USER_PASSWORD}"))
+            .arg("resetkeys")
+            .arg("~myapp:lock:*")
+            .arg("resetchannels")
+            .arg("-@all");
+        for command in LOCK_COMMANDS.iter().chain(extra) {
+            options = options.arg(*command);
+        }
+        let server = RedisServer::start_with(options).expect("server");
+        let user_url = format!("redis://locker:{USER_PASSWORD}@127.0.0.1:{}", server.port());
+        let locks = Redlock::builder()
+            .node(&user_url)
+            .key_prefix("myapp:lock:")
+            .retry(Retry::none())
+            .build()
+            .expect("config");
+        match primitive {
+            "semaphore" => {
+                let permits = locks.semaphore("pool", 2);
+                let permit = permits.try_acquire(ttl).await.expect("permit");
+                permit.extend(ttl).await.expect("extend permit");
+                assert_eq!(support::release_settled(permit).await, 1);
+            }
+            "rwlock" => {
+                let rw = locks.rwlock("doc");
+                let reader = rw.try_read(ttl).await.expect("read");
+                reader.extend(ttl).await.expect("extend read");
+                assert_eq!(support::release_settled(reader).await, 1);
+                let writer = rw.try_write(ttl).await.expect("write");
+                writer.extend(ttl).await.expect("extend write");
+                assert_eq!(support::release_settled(writer).await, 1);
+            }
+            _ => {
+                let election = locks.election("scheduler");
+                let leadership =
+                    tokio::time::timeout(support::HANG_GUARD, election.campaign("node-a", ttl))
+                        .await
+                        .expect("campaign hung")
+                        .expect("campaign");
+                leadership.proclaim("node-a v2").await.expect("proclaim");
+                let leader = election.leader().await.expect("leader").expect("a leader");
+                assert_eq!(leader.value(), "node-a v2");
+                leadership.resign().await.expect("resign");
+            }
+        }
+    }
 }

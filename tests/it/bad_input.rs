@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{ArgumentError, ConfigError, Error, MAX_TTL, Redlock, Retry};
+use quorumlock::{ArgumentError, ConfigError, Error, Redlock, Retry};
 
 /// Nothing listens on port 1: none of these calls may reach the network.
 const NOWHERE: &str = "redis://127.0.0.1:1";
@@ -100,7 +100,7 @@ async fn bad_arguments() {
         ArgumentError::TtlNotAboveDrift { .. }
     ));
     assert!(matches!(
-        argument_error(&locks, "r", MAX_TTL + Duration::from_millis(1)).await,
+        argument_error(&locks, "r", Redlock::MAX_TTL + Duration::from_millis(1)).await,
         ArgumentError::TtlTooLong { .. }
     ));
     assert!(matches!(

@@ -1257,7 +1257,7 @@ async fn a_delayed_or_persistent_restart_is_not_flagged() {
 /// of them are filled until A's key is gone (or writes are refused); B then
 /// tries once. Returns the node check's report from before the first lock,
 /// the checker's verdict on the two clients, and B's error if it failed.
-async fn eviction_scenario(policy: &str) -> (quorumlock::Report, Report, Option<Error>) {
+async fn eviction_scenario(policy: &str) -> (quorumlock::check::Report, Report, Option<Error>) {
     let nodes = RedisNodes::start_with(
         3,
         ServerOptions::new()
@@ -1280,7 +1280,7 @@ async fn eviction_scenario(policy: &str) -> (quorumlock::Report, Report, Option<
     // The node check, before any lock.
     let doctor = a_locks
         .check_with(
-            &quorumlock::CheckOptions::new()
+            &quorumlock::check::CheckOptions::new()
                 .clock_interval(Duration::from_millis(100))
                 .latency_samples(3)
                 .skip_access_probe(),
@@ -1375,8 +1375,8 @@ async fn evicting_lock_keys_breaks_the_lock_and_the_doctor_said_so() {
         doctor.nodes.iter().all(|n| n
             .findings
             .iter()
-            .any(|f| f.aspect == quorumlock::Aspect::Eviction
-                && f.severity == quorumlock::Severity::Unsafe)),
+            .any(|f| f.aspect == quorumlock::check::Aspect::Eviction
+                && f.severity == quorumlock::check::Severity::Unsafe)),
         "{doctor}"
     );
     // …and the checker sees what it costs: B got the lock A still holds.
@@ -1415,7 +1415,7 @@ async fn noeviction_keeps_the_lock_and_refuses_writes_with_typed_errors() {
 /// shrink, `TIME` runs fast). A holds the lock; B tries until it gets it.
 /// Returns the node check's report from before the first lock, and the
 /// checker's verdict on the two grants.
-async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
+async fn clock_scenario(rate: f64) -> (quorumlock::check::Report, Report) {
     let nodes = RedisNodes::start(3).expect("nodes");
     let mut proxies = Vec::new();
     for server in &nodes {
@@ -1436,7 +1436,7 @@ async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
     let (a_locks, b_locks) = (client(), client());
     let doctor = a_locks
         .check_with(
-            &quorumlock::CheckOptions::new()
+            &quorumlock::check::CheckOptions::new()
                 .clock_interval(Duration::from_millis(500))
                 .latency_samples(3)
                 .skip_access_probe(),
@@ -1462,11 +1462,14 @@ async fn clock_scenario(rate: f64) -> (quorumlock::Report, Report) {
     (doctor, check(start, &history, &[0], Duration::MAX))
 }
 
-fn clock_findings(doctor: &quorumlock::Report, i: usize) -> Vec<quorumlock::Severity> {
+fn clock_findings(
+    doctor: &quorumlock::check::Report,
+    i: usize,
+) -> Vec<quorumlock::check::Severity> {
     doctor.nodes[i]
         .findings
         .iter()
-        .filter(|f| f.aspect == quorumlock::Aspect::Clock)
+        .filter(|f| f.aspect == quorumlock::check::Aspect::Clock)
         .map(|f| f.severity)
         .collect()
 }
@@ -1477,12 +1480,12 @@ async fn clocks_fast_beyond_the_drift_allowance_break_the_lock_and_the_doctor_sa
     for i in 0..2 {
         assert_eq!(
             clock_findings(&doctor, i),
-            [quorumlock::Severity::Unsafe],
+            [quorumlock::check::Severity::Unsafe],
             "{doctor}"
         );
     }
     assert!(
-        !clock_findings(&doctor, 2).contains(&quorumlock::Severity::Unsafe),
+        !clock_findings(&doctor, 2).contains(&quorumlock::check::Severity::Unsafe),
         "{doctor}"
     );
     assert!(
@@ -1500,7 +1503,7 @@ async fn clocks_fast_within_the_drift_allowance_are_safe() {
     let (doctor, report) = clock_scenario(1.005).await;
     for i in 0..3 {
         assert!(
-            !clock_findings(&doctor, i).contains(&quorumlock::Severity::Unsafe),
+            !clock_findings(&doctor, i).contains(&quorumlock::check::Severity::Unsafe),
             "{doctor}"
         );
     }

@@ -7,8 +7,9 @@ use crate::support;
 
 use std::time::Duration;
 
+use quorumlock::check::{Aspect, CheckOptions, Report, Severity};
 use quorumlock::testkit::{RedisCluster, RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{Aspect, CheckOptions, Redlock, Report, ScriptMode, Severity};
+use quorumlock::{Redlock, ScriptMode};
 use support::{conn, no_hang};
 
 /// Short clock interval and few pings: these tests are about what the
@@ -502,7 +503,7 @@ async fn the_startup_check_logs_unsafe_findings_as_warnings_once() {
     let quiet = Redlock::new([url(&evicting)]).expect("config");
     let checked = Redlock::builder()
         .node(url(&evicting))
-        .startup_check(quorumlock::StartupCheck::Log)
+        .startup_check(quorumlock::check::StartupCheck::Log)
         .build()
         .expect("config");
 

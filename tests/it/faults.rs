@@ -123,7 +123,8 @@ async fn a_paused_node_does_not_stall_the_decision() {
         .expect("2 of 3");
     // validity = ttl - elapsed - drift: had the decision waited for the paused
     // node, at least `node_timeout` would be gone.
-    let drift = ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2);
+    let drift =
+        ttl.mul_f64(quorumlock::RedlockBuilder::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2);
     assert!(
         guard.validity() > ttl - drift - node_timeout,
         "decision waited for the paused node: validity {:?}",

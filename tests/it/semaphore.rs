@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
-use quorumlock::{
-    ArgumentError, Error, FUNCTIONS_LIBRARY, MAX_PERMITS, Redlock, Retry, ScriptMode,
-};
+use quorumlock::{ArgumentError, Error, FUNCTIONS_LIBRARY, Redlock, Retry, ScriptMode, Semaphore};
 use support::{builder, conn, keys_left, no_hang, patient, until_no_keys_left};
 use tokio::time::Instant;
 
@@ -306,10 +304,15 @@ async fn bad_input_is_refused_before_any_io() {
         ArgumentError::NoPermits
     );
     assert_eq!(
-        refused(locks.semaphore("s", MAX_PERMITS + 1).acquire(ttl).await),
+        refused(
+            locks
+                .semaphore("s", Semaphore::MAX_PERMITS + 1)
+                .acquire(ttl)
+                .await
+        ),
         ArgumentError::TooManyPermits {
-            permits: MAX_PERMITS + 1,
-            max: MAX_PERMITS
+            permits: Semaphore::MAX_PERMITS + 1,
+            max: Semaphore::MAX_PERMITS
         }
     );
     assert_eq!(

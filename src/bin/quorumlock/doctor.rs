@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{CheckOptions, Retry, ScriptMode};
+use quorumlock::check::CheckOptions;
+use quorumlock::{Retry, ScriptMode};
 
 use crate::duration::parse_duration;
 use crate::exit;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Args;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use quorumlock::{DEFAULT_RETRY_ATTEMPTS, Error, LockGuard, LossReason, Redlock, Retry};
+use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use tokio::process::{Child, Command};
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
@@ -83,7 +83,7 @@ pub(crate) fn exec_retry(wait: Wait) -> Retry {
         Wait::For(wait) => Retry::default().unlimited_attempts().wait(wait),
         Wait::Forever => Retry::forever(),
     };
-    retry.unavailable_attempts(DEFAULT_RETRY_ATTEMPTS)
+    retry.unavailable_attempts(Retry::DEFAULT_ATTEMPTS)
 }
 
 pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {

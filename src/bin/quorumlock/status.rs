@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{Claimed, Inspection, MAX_PERMITS, ResourceKind, Retry, Stored, Verdict};
+use quorumlock::{Claimed, Inspection, ResourceKind, Retry, Semaphore, Stored, Verdict};
 
 use crate::duration::show;
 use crate::nodes::{NodeArgs, READ_NODE_TIMEOUT, usage_error};
@@ -47,11 +47,14 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
         ));
     }
     if let Some(permits) = args.semaphore
-        && (permits == 0 || permits > MAX_PERMITS)
+        && (permits == 0 || permits > Semaphore::MAX_PERMITS)
     {
         return Err(usage_error(
             "status",
-            format!("--semaphore: between 1 and {MAX_PERMITS} permits"),
+            format!(
+                "--semaphore: between 1 and {} permits",
+                Semaphore::MAX_PERMITS
+            ),
         ));
     }
     let mut nodes = args.nodes.clone();

@@ -10,7 +10,7 @@ use quorumlock::{LockGuard, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
 /// The commands a lock user needs in the default `ScriptMode::Eval` (the
-/// README's ACL line): SET for acquire; EVALSHA, with SCRIPT LOAD (on a
+/// ACL line of docs/security.md): SET for acquire; EVALSHA, with SCRIPT LOAD (on a
 /// standalone node) or EVAL (on a cluster) for the NOSCRIPT fallback, for
 /// the scripts, which run GET, DEL and PEXPIRE, plus INCR for fencing and
 /// EXISTS for multi-resource locks.
@@ -25,6 +25,24 @@ pub const LOCK_COMMANDS: [&str; 9] = [
     "+eval",
     "+script|load",
 ];
+
+/// What the other primitives' scripts run beyond [`LOCK_COMMANDS`]
+/// (docs/security.md): semaphores read a slot's ttl; reader-writer locks
+/// keep their readers in a sorted set scored by the server's clock;
+/// elections keep the leader's value in a hash.
+pub const SEMAPHORE_COMMANDS: [&str; 1] = ["+pttl"];
+/// See [`SEMAPHORE_COMMANDS`].
+pub const RWLOCK_COMMANDS: [&str; 7] = [
+    "+pttl",
+    "+time",
+    "+zadd",
+    "+zcard",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
+];
+/// See [`SEMAPHORE_COMMANDS`].
+pub const ELECTION_COMMANDS: [&str; 2] = ["+hset", "+hmget"];
 
 /// A bound that turns a hang into a test failure; not a timing assertion.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);

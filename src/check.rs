@@ -1,7 +1,27 @@
-//! The node check's report — per node, findings with a severity, what was
-//! seen and what to do — and the judgement that turns what each server
-//! showed into findings. No I/O: the probing is in `probe`, the entry point
-//! ([`Redlock::check`](crate::Redlock::check)) in `doctor`.
+//! The node check: what [`Redlock::check`](crate::Redlock::check) reports
+//! about the nodes — per node, findings with a [`Severity`], what was seen
+//! and what to do — its [`CheckOptions`], and the [`StartupCheck`] a
+//! manager can run on first use.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorumlock::Redlock;
+//! use quorumlock::check::{CheckOptions, Severity};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), quorumlock::Error> {
+//! let locks = Redlock::new(["redis://127.0.0.1:7001"])?;
+//! let options = CheckOptions::new().longest_ttl(Duration::from_secs(30));
+//! let report = locks.check_with(&options).await;
+//! if report.worst() == Some(Severity::Unsafe) {
+//!     eprintln!("{report}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//
+// Inside the crate: the judgement that turns what each server showed into
+// findings. No I/O: the probing is in `probe`, the entry point in `doctor`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -33,8 +53,8 @@ impl fmt::Display for Severity {
 }
 
 /// Which assumption of Redlock (or which practical need) a [`Finding`] is
-/// about. See the README's "The assumptions, and the checks that cover
-/// them".
+/// about. See *The assumptions, and the checks that cover them* in
+/// `docs/safety.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Aspect {
@@ -246,7 +266,7 @@ impl fmt::Display for Report {
 ///
 /// ```
 /// use std::time::Duration;
-/// use quorumlock::CheckOptions;
+/// use quorumlock::check::CheckOptions;
 ///
 /// let options = CheckOptions::new()
 ///     .longest_ttl(Duration::from_secs(60))
@@ -264,31 +284,31 @@ pub struct CheckOptions {
     pub(crate) probe_access: bool,
 }
 
-/// Default interval between the two readings of a node's clock: long
-/// enough that a round trip of a few milliseconds still resolves a rate
-/// difference well below the default 1 % drift allowance.
-pub const DEFAULT_CLOCK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Default number of `PING`s timed per server.
-pub const DEFAULT_LATENCY_SAMPLES: usize = 50;
-
-/// Default bound on each probe request (a fresh connection included).
-pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
 impl Default for CheckOptions {
     fn default() -> Self {
         Self {
             longest_ttl: None,
             fenced: false,
-            clock_interval: DEFAULT_CLOCK_INTERVAL,
-            latency_samples: DEFAULT_LATENCY_SAMPLES,
-            probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            clock_interval: Self::DEFAULT_CLOCK_INTERVAL,
+            latency_samples: Self::DEFAULT_LATENCY_SAMPLES,
+            probe_timeout: Self::DEFAULT_PROBE_TIMEOUT,
             probe_access: true,
         }
     }
 }
 
 impl CheckOptions {
+    /// Default interval between the two readings of a node's clock: long
+    /// enough that a round trip of a few milliseconds still resolves a rate
+    /// difference well below the default 1 % drift allowance.
+    pub const DEFAULT_CLOCK_INTERVAL: Duration = Duration::from_secs(1);
+
+    /// Default number of `PING`s timed per server.
+    pub const DEFAULT_LATENCY_SAMPLES: usize = 50;
+
+    /// Default bound on each probe request (a fresh connection included).
+    pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
     /// Every option at its default.
     pub fn new() -> Self {
         Self::default()
@@ -314,21 +334,21 @@ impl CheckOptions {
 
     /// How long to wait between the two readings of each node's clock
     /// (`TIME`). Longer resolves smaller rate differences. Defaults to
-    /// [`DEFAULT_CLOCK_INTERVAL`].
+    /// [`Self::DEFAULT_CLOCK_INTERVAL`].
     pub fn clock_interval(mut self, interval: Duration) -> Self {
         self.clock_interval = interval;
         self
     }
 
     /// How many `PING`s to time per server (at least 1). Defaults to
-    /// [`DEFAULT_LATENCY_SAMPLES`].
+    /// [`Self::DEFAULT_LATENCY_SAMPLES`].
     pub fn latency_samples(mut self, samples: usize) -> Self {
         self.latency_samples = samples.max(1);
         self
     }
 
     /// The bound on each probe request, a fresh connection included.
-    /// Defaults to [`DEFAULT_PROBE_TIMEOUT`].
+    /// Defaults to [`Self::DEFAULT_PROBE_TIMEOUT`].
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = timeout;
         self
@@ -608,7 +628,7 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
                     || lower.contains("no permissions")
                     || lower.contains("can't run this command")
                 {
-                    "grant the lock user these commands on the key prefix (README, Security), or use ScriptMode::Functions with +fcall"
+                    "grant the lock user these commands on the key prefix (docs/security.md), or use ScriptMode::Functions with +fcall"
                 } else {
                     "the node fails this operation: see its error"
                 };

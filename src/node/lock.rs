@@ -1,0 +1,352 @@
+//! A lock's commands on one node: plain (`SET NX PX`), fenced, several
+//! keys at once, and the group-commit batch (`batch.lua`) that carries
+//! many plain locks' requests in one script call.
+
+use std::sync::Arc;
+
+use redis::cluster_routing::Slot;
+use redis::{Cmd, Value};
+
+use super::*;
+use crate::error::NodeError;
+use crate::request::channel;
+use crate::scripts::{self, Lua};
+
+/// One plain (one-key, unfenced) lock's request to a node, alone or in a
+/// batch with others (see `batch.lua` and `coalesce.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Single<'a> {
+    pub(crate) op: SingleOp<'a>,
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a str,
+}
+
+/// What a [`Single`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SingleOp<'a> {
+    /// `SET key token NX PX ttl`: 1 granted, 0 refused.
+    Acquire { ttl_ms: u64 },
+    /// Token-checked delete, announced with this release id on the key's
+    /// channel when given: 1 deleted, 0 not ours.
+    Release { announce: Option<&'a str> },
+    /// Token-checked extension (or restore): 1 extended, 2 restored, 0
+    /// refused.
+    Extend { ttl_ms: u64 },
+}
+
+impl SingleOp<'_> {
+    /// Its op in `batch.lua`.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Acquire { .. } => "a",
+            Self::Release { .. } => "r",
+            Self::Extend { .. } => "e",
+        }
+    }
+}
+
+impl Node {
+    /// `SET key token NX PX ttl`: true if granted, false if the key exists
+    /// (whatever its type: NX never touches an existing key).
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        deadline: impl Into<Deadline>,
+    ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
+        cmd.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms);
+        // Never sent twice: a SET that landed before the connection dropped
+        // would answer "no" the second time, and a node that said "no" is
+        // skipped by the cleanup of a failed attempt.
+        match self.write(&cmd, &[token], Resend::Never, deadline).await? {
+            Value::Okay => Ok(true),
+            Value::SimpleString(s) if s == "OK" => Ok(true),
+            Value::Nil => Ok(false),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Fenced acquire, phase 1: the node's new fence counter value if it
+    /// granted the lock, `None` if the key exists.
+    pub(crate) async fn acquire_fenced(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl_ms: u64,
+        deadline: impl Into<Deadline>,
+    ) -> Result<Option<u64>, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let ttl_ms = ttl_ms.to_string();
+        let keys = [key, fence_key];
+        match self
+            .script(
+                &scripts::ACQUIRE_FENCED,
+                &keys,
+                &[token, &ttl_ms],
+                &[token],
+                deadline,
+            )
+            .await?
+        {
+            Value::Int(0) => Ok(None),
+            Value::Int(fence) => u64::try_from(fence)
+                .map(Some)
+                .map_err(|_| unexpected(&Value::Int(fence))),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Fenced acquire, phase 2: `counter = max(counter, fence)`.
+    pub(crate) async fn fence_writeback(
+        &self,
+        fence_key: &str,
+        fence: u64,
+        deadline: impl Into<Deadline>,
+    ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let fence = fence.to_string();
+        self.flag_script(
+            &scripts::FENCE_WRITEBACK,
+            &[fence_key],
+            &[&fence],
+            &[],
+            deadline,
+        )
+        .await
+    }
+
+    /// All of `keys` or none, atomically: true if every key was set.
+    pub(crate) async fn acquire_many(
+        &self,
+        keys: &[Arc<str>],
+        token: &str,
+        ttl_ms: u64,
+        deadline: impl Into<Deadline>,
+    ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let ttl_ms = ttl_ms.to_string();
+        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        self.flag_script(
+            &scripts::ACQUIRE_MANY,
+            &keys,
+            &[token, &ttl_ms],
+            &[token],
+            deadline,
+        )
+        .await
+    }
+
+    /// Token-checked delete of a lock's keys (`release.lua`).
+    pub(super) async fn release_lock(
+        &self,
+        keys: &[&str],
+        token: &str,
+        announce: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
+        let reply = match announce {
+            Some(release) => {
+                let channels: Vec<String> = keys.iter().map(|k| channel(k)).collect();
+                let mut args = Vec::with_capacity(2 + channels.len());
+                args.extend([token, release]);
+                args.extend(channels.iter().map(String::as_str));
+                self.script(&scripts::RELEASE, keys, &args, &[token], deadline)
+                    .await?
+            }
+            None => {
+                self.script(&scripts::RELEASE, keys, &[token], &[token], deadline)
+                    .await?
+            }
+        };
+        match reply {
+            Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Extends one lock on this node (see [`extend_many`](Self::extend_many)).
+    pub(crate) async fn extend(
+        &self,
+        lock: Extension<'_>,
+        deadline: impl Into<Deadline>,
+    ) -> Result<ExtendReply, NodeError> {
+        let answers = self
+            .extend_many(std::slice::from_ref(&lock), deadline)
+            .await?;
+        answers
+            .first()
+            .copied()
+            .ok_or_else(|| unexpected(&Value::Array(Vec::new())))
+    }
+
+    /// One plain lock's request on its own, as it was sent before batching
+    /// (so that a deployment with only those scripts loaded keeps working
+    /// while nothing is concurrent): `SET NX PX` for an acquire (never sent
+    /// twice: a SET that landed before the connection dropped would answer
+    /// "no" the second time, and a node that said "no" is skipped by the
+    /// cleanup of a failed attempt), `release.lua` and `extend.lua` for the
+    /// others. Its status as `batch.lua` answers it.
+    pub(crate) async fn single(
+        &self,
+        request: Single<'_>,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let Single { key, token, .. } = request;
+        match request.op {
+            SingleOp::Acquire { ttl_ms } => {
+                let granted = self.acquire(key, token, ttl_ms, deadline).await?;
+                Ok(u8::from(granted))
+            }
+            SingleOp::Release { announce } => {
+                let released = self.release_lock(&[key], token, announce, deadline).await?;
+                Ok(u8::from(released))
+            }
+            SingleOp::Extend { ttl_ms } => {
+                let ttl = ttl_ms.to_string();
+                let args = [token, ttl.as_str(), "1", "0"];
+                match self
+                    .script(&scripts::EXTEND, &[key], &args, &[token], deadline)
+                    .await?
+                {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Int(status @ 0..=2)] => Ok(*status as u8),
+                        _ => Err(unexpected(&Value::Array(items))),
+                    },
+                    other => Err(unexpected(&other)),
+                }
+            }
+        }
+    }
+
+    /// Many plain locks' requests in one script call (`batch.lua`), one
+    /// answer per request, in order; on a cluster one call per hash slot
+    /// among them, all in parallel. An error of the whole call is the
+    /// `Err`; a request whose own command failed gets its error in its
+    /// place. Every request of a batch is idempotent for its own token, so
+    /// a call whose connection dropped goes out once more.
+    pub(crate) async fn batch(
+        &self,
+        requests: &[Single<'_>],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let groups: Vec<Vec<usize>> = if self.is_cluster() {
+            let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
+            for (i, request) in requests.iter().enumerate() {
+                let slot = Slot::for_key(request.key);
+                match slots.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(i),
+                    None => slots.push((slot, vec![i])),
+                }
+            }
+            slots.into_iter().map(|(_, group)| group).collect()
+        } else {
+            vec![(0..requests.len()).collect()]
+        };
+        let calls = groups
+            .iter()
+            .map(|group| self.batch_call(requests, group, deadline));
+        let mut answers: Vec<Option<Result<u8, NodeError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+            for (&i, status) in group.iter().zip(answer?) {
+                answers[i] = Some(status);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(unexpected(&Value::Nil))))
+            .collect())
+    }
+
+    /// One `batch.lua` call for `group` of `requests` (on a cluster, all
+    /// in one hash slot).
+    pub(super) async fn batch_call(
+        &self,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        // Written straight into the command: keys, then four args each.
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(group.len());
+            for &i in group {
+                cmd.arg(requests[i].key);
+            }
+            for &i in group {
+                let request = &requests[i];
+                cmd.arg(request.op.code()).arg(request.token);
+                match request.op {
+                    SingleOp::Acquire { ttl_ms } | SingleOp::Extend { ttl_ms } => {
+                        cmd.arg(ttl_ms).arg("");
+                    }
+                    SingleOp::Release { announce: None } => {
+                        cmd.arg("").arg("");
+                    }
+                    SingleOp::Release { announce: Some(id) } => {
+                        cmd.arg(id).arg(channel(request.key));
+                    }
+                }
+            }
+        };
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        // A key, a token, a ttl or release id, and a channel per entry.
+        let bytes: usize = group
+            .iter()
+            .map(|&i| 2 * requests[i].key.len() + requests[i].token.len() + 32)
+            .sum();
+        let size = (1 + 5 * group.len(), bytes + 4);
+        match self
+            .run_script(&scripts::BATCH, fill, size, &tokens, deadline)
+            .await?
+        {
+            Value::Array(items) if items.len() == group.len() => Ok(items
+                .into_iter()
+                .zip(group)
+                .map(|(item, &i)| match item {
+                    Value::Int(status @ 0..=2) => Ok(status as u8),
+                    Value::ServerError(error) => {
+                        Err(self.redact(NodeError::Redis(error.into()), &[requests[i].token]))
+                    }
+                    other => Err(unexpected(&other)),
+                })
+                .collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Runs the extension script `lua` for `group` of `locks` (its `keys`
+    /// and `args` already laid out): one status per entry, in `group`'s
+    /// order (0 refused, 1 extended, 2 restored).
+    pub(super) async fn extend_script(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
+        match self.script(lua, keys, args, &tokens, deadline).await? {
+            Value::Array(items) if items.len() == group.len() => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(0) => Ok(ExtendReply::Refused),
+                    Value::Int(1) => Ok(ExtendReply::Extended),
+                    Value::Int(2) => Ok(ExtendReply::Restored),
+                    other => Err(unexpected(other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+}

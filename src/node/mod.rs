@@ -1,0 +1,479 @@
+//! One voting node — a standalone Redis master or a whole Redis Cluster —
+//! and what it takes to talk to it, split by job:
+//!
+//! - here: the node itself, its shared multiplexed connection (lazy,
+//!   reconnecting) and its health (`note`, `unresponsive`);
+//! - `url`: node URLs, TLS, and labels without credentials;
+//! - `redact`: keeping passwords and tokens out of errors;
+//! - `deadline`: the per-call deadline;
+//! - `run`: sending one request — commands and scripts (EVAL/EVALSHA/FCALL,
+//!   with the NOSCRIPT and missing-library fallbacks), `WAIT` for replicas,
+//!   resends after a dropped connection;
+//! - one file per primitive's commands and reply decoding: `lock` (plain,
+//!   fenced, multi-resource, and the group-commit batch), `semaphore`,
+//!   `rwlock`, `election`; `holding` serves every primitive's release and
+//!   extension by what the holding is.
+
+mod deadline;
+mod election;
+mod holding;
+mod lock;
+mod redact;
+mod run;
+mod rwlock;
+mod semaphore;
+mod url;
+
+pub(crate) use deadline::{Deadline, within};
+pub(crate) use election::Seen;
+pub(crate) use holding::{ExtendReply, Extension};
+pub(crate) use lock::{Single, SingleOp};
+pub(crate) use redact::redact;
+pub(crate) use semaphore::PermitReply;
+#[cfg(feature = "tls")]
+pub(crate) use url::install_crypto_provider;
+pub(crate) use url::redact_url;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Value};
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::error::{ConfigError, NodeError};
+use crate::scripts::ScriptMode;
+
+use self::redact::passwords;
+use self::run::Resend;
+#[cfg(feature = "tls")]
+use self::url::tls_certificates;
+use self::url::{is_tls, label, open};
+
+/// How long one connection attempt may take before it is abandoned (and
+/// retried on the next request).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many requests in a row must time out, with no answer between them,
+/// before a node counts as unresponsive (see [`Node::unresponsive`]).
+const UNRESPONSIVE: u32 = 2;
+
+/// What every node of a manager shares: how scripts run, and whom to trust
+/// over TLS.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeOptions {
+    pub(crate) script_mode: ScriptMode,
+    /// `WAIT` for replicas after each lock write.
+    pub(crate) replica_sync: Option<ReplicaSync>,
+    /// PEM CA certificates that `rediss://` nodes must chain to, instead of
+    /// Mozilla's root CAs.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_roots: Option<Vec<u8>>,
+}
+
+/// Replica sync: `WAIT replicas timeout` sent right behind each lock write
+/// (acquire, extend, fenced acquire and write-back, multi-resource acquire;
+/// not release) on the same connection, in one pipeline; the node's answer
+/// counts only when at least `replicas` replicas acknowledged the write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+}
+
+impl ReplicaSync {
+    fn wait(&self) -> Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas)
+            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
+        cmd
+    }
+
+    /// The reply to a write, if `acknowledged` replicas are enough.
+    fn check(&self, reply: Value, acknowledged: i64) -> Result<Value, NodeError> {
+        if acknowledged >= i64::from(self.replicas) {
+            Ok(reply)
+        } else {
+            Err(NodeError::ReplicasBehind {
+                acknowledged: u32::try_from(acknowledged).unwrap_or(0),
+                wanted: self.replicas,
+            })
+        }
+    }
+}
+
+/// One Redis deployment that votes as one member of the quorum.
+pub(crate) struct Node {
+    /// `host:port[/db]`, or `cluster(host:port,…)`: safe to log, never holds
+    /// credentials.
+    label: Arc<str>,
+    /// `host:port` of every server the configuration names for this node
+    /// (the seeds, for a cluster), to catch one server voting twice.
+    addresses: Vec<String>,
+    script_mode: ScriptMode,
+    replica_sync: Option<ReplicaSync>,
+    /// Whether it is reached over TLS (`rediss://`).
+    tls: bool,
+    /// The passwords of its URLs, scrubbed from every error it reports
+    /// (with the tokens of the call): a server may echo anything.
+    passwords: Vec<String>,
+    /// What the server says it is (`redis 6.2.16`), asked on the first
+    /// error that names it.
+    server: OnceCell<Arc<str>>,
+    /// Requests in a row that timed out, with no answer since (see
+    /// [`unresponsive`](Node::unresponsive)).
+    timeouts: AtomicU32,
+    /// Per script (bit [`Lua::index`]): known to be in the node's script
+    /// cache, so that EVALSHA finds it.
+    cached: AtomicU32,
+    backend: Backend,
+}
+
+// A manager holds a handful of nodes: their size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Standalone {
+        client: redis::Client,
+        /// Created on first use, inside the caller's runtime, so that
+        /// building a manager needs neither I/O nor a runtime.
+        conn: OnceCell<ConnectionManager>,
+    },
+    Cluster(ClusterBackend),
+}
+
+struct ClusterBackend {
+    client: ClusterClient,
+    config: ClusterConfig,
+    /// Created on first use, as above. The cluster connection connects in
+    /// the background, follows MOVED / ASK, refreshes its slot map after a
+    /// failover, and reconnects to members that come back.
+    conn: OnceLock<ClusterConnection>,
+    /// Set once a member confirmed it runs in cluster mode. Until then no
+    /// vote counts: standalone servers given as "seeds" would each get a
+    /// random share of the requests, and two of them would both grant the
+    /// same lock.
+    verified: OnceCell<()>,
+    /// A standalone client per seed, for pub/sub (see [`Node::pubsub`]).
+    seeds: Vec<redis::Client>,
+}
+
+/// A handle on a node's shared connection.
+enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+/// Node `i` of `nodes`: every per-node request looks its node up this way.
+pub(crate) fn nth(nodes: &[Node], i: usize) -> Result<&Node, NodeError> {
+    nodes
+        .get(i)
+        .ok_or_else(|| NodeError::UnexpectedReply("no such node".to_owned()))
+}
+
+impl Node {
+    /// Parses a standalone node URL (`redis[s]://[user:password@]host:port[/db]`).
+    /// No I/O.
+    pub(crate) fn parse(url: &str, options: &NodeOptions) -> Result<Self, ConfigError> {
+        let client = open(url, options)?;
+        let info = client.get_connection_info();
+        Ok(Self {
+            label: label(info).into(),
+            addresses: vec![info.addr().to_string()],
+            script_mode: options.script_mode,
+            replica_sync: options.replica_sync,
+            tls: is_tls(info),
+            passwords: passwords([info]),
+            server: OnceCell::new(),
+            timeouts: AtomicU32::new(0),
+            cached: AtomicU32::new(0),
+            backend: Backend::Standalone {
+                client,
+                conn: OnceCell::new(),
+            },
+        })
+    }
+
+    /// A node that is one Redis Cluster, found through `seeds` (URLs of some
+    /// of its members; a seed listed twice counts once). Requests route to
+    /// the master owning the key's slot. No I/O.
+    ///
+    /// `node_timeout` (at least [`CONNECT_TIMEOUT`]) bounds each request the
+    /// cluster client sends on its own, such as slot map refreshes, so that
+    /// a paused member cannot stall it; it never cuts a call shorter than
+    /// the call's own deadline.
+    pub(crate) fn cluster<S: AsRef<str>>(
+        seeds: &[S],
+        node_timeout: Duration,
+        options: &NodeOptions,
+    ) -> Result<Self, ConfigError> {
+        let mut infos: Vec<ConnectionInfo> = Vec::with_capacity(seeds.len());
+        let mut clients = Vec::with_capacity(seeds.len());
+        for seed in seeds {
+            let client = open(seed.as_ref(), options)?;
+            let info = client.get_connection_info().clone();
+            if !infos.iter().any(|seen| label(seen) == label(&info)) {
+                infos.push(info);
+                clients.push(client);
+            }
+        }
+        if infos.is_empty() {
+            return Err(ConfigError::EmptyCluster);
+        }
+        let node_label = format!(
+            "cluster({})",
+            infos.iter().map(label).collect::<Vec<_>>().join(",")
+        );
+        let addresses = infos.iter().map(|i| i.addr().to_string()).collect();
+        let tls = infos.first().is_some_and(is_tls);
+        let passwords = passwords(&infos);
+        let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
+        let builder = ClusterClient::builder(infos)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(response_timeout)
+            // Every call is bounded by its own deadline instead.
+            .overall_response_timeout(None);
+        // The cluster client connects to members it learns of from the
+        // seeds: they must chain to the same CA. (Only for TLS seeds:
+        // certificates would turn TLS on for plain ones.)
+        #[cfg(feature = "tls")]
+        let builder = match &options.tls_roots {
+            Some(roots) if tls => builder.certs(tls_certificates(roots)),
+            _ => builder,
+        };
+        let client = builder.build().map_err(|e| ConfigError::InvalidCluster {
+            node: node_label.clone(),
+            // Says which setting the seeds disagree on, never its value.
+            reason: e.to_string(),
+        })?;
+        let config = ClusterConfig::new()
+            .set_connection_timeout(CONNECT_TIMEOUT)
+            .set_response_timeout(response_timeout);
+        Ok(Self {
+            label: node_label.into(),
+            addresses,
+            script_mode: options.script_mode,
+            replica_sync: options.replica_sync,
+            tls,
+            passwords,
+            server: OnceCell::new(),
+            timeouts: AtomicU32::new(0),
+            cached: AtomicU32::new(0),
+            backend: Backend::Cluster(ClusterBackend {
+                client,
+                config,
+                conn: OnceLock::new(),
+                verified: OnceCell::new(),
+                seeds: clients,
+            }),
+        })
+    }
+
+    pub(crate) fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
+    /// `host:port` of every server named for this node: its own address, or
+    /// a cluster's seeds.
+    pub(crate) fn addresses(&self) -> &[String] {
+        &self.addresses
+    }
+
+    /// Standalone clients of the servers this node names: its own, or a
+    /// cluster's seeds (for the node check, which probes servers one by one).
+    pub(crate) fn servers(&self) -> &[redis::Client] {
+        match &self.backend {
+            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Cluster(cluster) => &cluster.seeds,
+        }
+    }
+
+    /// A standalone client for `host:port`, a member of this cluster node
+    /// that the seeds led to, with the seeds' credentials and TLS settings
+    /// (its CA included). `None` for a standalone node.
+    pub(crate) fn member(&self, host: &str, port: u16) -> Option<redis::Client> {
+        let Backend::Cluster(cluster) = &self.backend else {
+            return None;
+        };
+        let info = cluster.seeds.first()?.get_connection_info().clone();
+        let addr = match info.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        redis::Client::open(info.set_addr(addr)).ok()
+    }
+
+    /// Whether it is reached over TLS (`rediss://`).
+    #[cfg(feature = "tls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Records how a request to this node ended: timed out, or answered
+    /// (an error the node sent back is an answer too).
+    pub(crate) fn note(&self, timed_out: bool) {
+        if timed_out {
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+        } else if self.timeouts.load(Ordering::Relaxed) != 0 {
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the node's last requests all timed out ([`UNRESPONSIVE`] in
+    /// a row, none answered since): a frozen node, or one far behind. A
+    /// fan-out does not wait for it once the other nodes have answered
+    /// (see [`Tally::waits_only_on`](crate::quorum::Tally::waits_only_on));
+    /// its requests still go out and are followed, and its first answer
+    /// makes it responsive again. A loaded but healthy node answers between
+    /// its timeouts, and keeps its place.
+    pub(crate) fn unresponsive(&self) -> bool {
+        self.timeouts.load(Ordering::Relaxed) >= UNRESPONSIVE
+    }
+
+    /// Whether this node is a Redis Cluster, where every key of one script
+    /// call must hash to the same slot (see
+    /// [`same_slot`](crate::request::same_slot)).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.backend, Backend::Cluster(_))
+    }
+
+    /// The shared connection. Reconnection is the connection's job: a
+    /// dropped connection is re-established on a later request, so a node
+    /// that comes back (or comes up late) is used again.
+    async fn connection(&self) -> Result<Connection, NodeError> {
+        let ready = match &self.backend {
+            Backend::Standalone { conn, .. } => conn.get().cloned().map(Connection::Standalone),
+            Backend::Cluster(cluster) => match (cluster.conn.get(), cluster.verified.get()) {
+                (Some(conn), Some(_)) => Some(Connection::Cluster(conn.clone())),
+                _ => None,
+            },
+        };
+        match ready {
+            Some(conn) => Ok(conn),
+            // Boxed: every request's future would otherwise have room for
+            // setting the connection up, which happens once.
+            None => Box::pin(self.connect()).await,
+        }
+    }
+
+    /// Sets the shared connection up, or waits for whoever is doing so.
+    async fn connect(&self) -> Result<Connection, NodeError> {
+        if self.tls {
+            install_crypto_provider();
+        }
+        match &self.backend {
+            Backend::Standalone { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        let config = ConnectionManagerConfig::new()
+                            // Fail a dead node fast and try again on the next
+                            // request instead of parking requests behind a long
+                            // backoff: the per-call deadline bounds waiting anyway.
+                            .set_number_of_retries(0)
+                            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                            .set_response_timeout(None);
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    })
+                    .await?;
+                Ok(Connection::Standalone(conn.clone()))
+            }
+            Backend::Cluster(cluster) => {
+                // Returns at once: it connects in a background task, and
+                // requests wait for it (bounded by their deadline). Nothing
+                // here awaits, so a cancelled call cannot leave it half made.
+                let conn = cluster.conn.get_or_init(|| {
+                    cluster
+                        .client
+                        .get_pending_async_connection_with_config(cluster.config.clone())
+                });
+                cluster
+                    .verified
+                    .get_or_try_init(|| verify_cluster(conn.clone()))
+                    .await?;
+                Ok(Connection::Cluster(conn.clone()))
+            }
+        }
+    }
+
+    /// A pub/sub connection of its own (not the shared one), made within
+    /// `timeout`.
+    ///
+    /// For a cluster, a connection to the first seed that answers: Redis
+    /// Cluster forwards every `PUBLISH` to all of its members, so any one
+    /// of them hears every release.
+    pub(crate) async fn pubsub(&self, timeout: Duration) -> Result<PubSub, NodeError> {
+        if self.tls {
+            install_crypto_provider();
+        }
+        let servers = match &self.backend {
+            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Cluster(cluster) => &cluster.seeds[..],
+        };
+        let deadline = Instant::now() + timeout;
+        let mut last = NodeError::Timeout(timeout);
+        for server in servers {
+            match tokio::time::timeout_at(deadline, server.get_async_pubsub()).await {
+                Ok(Ok(connection)) => return Ok(connection),
+                Ok(Err(e)) => last = self.redact(e.into(), &[]),
+                Err(_) => return Err(NodeError::Timeout(timeout)),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Asks a member for `CLUSTER INFO`: a standalone server refuses it. (A
+/// cluster client over standalone servers knows no slot map and sends each
+/// request to any of them.)
+async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
+    match redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async::<Value>(&mut conn)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("cluster support disabled") => Err(NodeError::NotACluster),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn unexpected(value: &Value) -> NodeError {
+    let mut text = format!("{value:?}");
+    if text.len() > 80 {
+        let cut = (0..=80)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    NodeError::UnexpectedReply(text)
+}
+
+/// A server's error reply, as the redis crate parses it.
+#[cfg(test)]
+fn server_error(line: &str) -> redis::RedisError {
+    match redis::parse_redis_value(line.as_bytes()).map(Value::extract_error) {
+        Ok(Err(e)) => e,
+        other => panic!("not an error reply: {other:?}"),
+    }
+}

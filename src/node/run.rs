@@ -1,0 +1,404 @@
+//! Sending one request to a node: a command, or a script as EVAL until
+//! the node is known to cache it, then EVALSHA (NOSCRIPT resets it), or as
+//! FCALL of the Functions library; `WAIT` for replicas behind writes;
+//! resending after a dropped connection where that is safe; and errors
+//! with secrets redacted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+
+use super::*;
+use crate::error::NodeError;
+use crate::scripts::{self, Lua, ScriptMode};
+
+/// Whether a call may go out again when its connection dropped before the
+/// answer came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resend {
+    Never,
+    /// The call is idempotent: sending it twice does what sending it once
+    /// does.
+    IfDropped,
+}
+
+impl Node {
+    /// Sends `cmd` within `deadline`. Whatever the server says, its error
+    /// reaches the caller with `secrets` (the call's tokens) and the node's
+    /// passwords scrubbed out (see [`redact`]).
+    pub(super) async fn command(
+        &self,
+        cmd: &Cmd,
+        secrets: &[&str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let reply = within(deadline, async {
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await,
+                    Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+                };
+                match reply {
+                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                    reply => return Ok(reply?),
+                }
+            }
+        })
+        .await;
+        reply.map_err(|error| self.redact(error, secrets))
+    }
+
+    /// Sends the read-only command `cmd` within `deadline` (sent once more
+    /// if the connection dropped: a read can be), for looking at what the
+    /// node keeps ([`Redlock::inspect`](crate::Redlock::inspect)). On a
+    /// cluster it goes to the master of its key.
+    pub(crate) async fn read(&self, cmd: &Cmd, deadline: Deadline) -> Result<Value, NodeError> {
+        self.command(cmd, &[], Resend::IfDropped, deadline).await
+    }
+
+    /// `error` with every secret of a call scrubbed out of its text: the
+    /// call's `tokens` and the node's passwords.
+    pub(super) fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {
+        let secrets: Vec<&str> = tokens
+            .iter()
+            .copied()
+            .chain(self.passwords.iter().map(String::as_str))
+            .collect();
+        redact(error, &secrets)
+    }
+
+    /// Sends a lock write: as [`command`](Self::command), and with replica
+    /// sync, `WAIT` right behind it in one pipeline (so it waits for this
+    /// write, even if the connection is new).
+    pub(super) async fn write(
+        &self,
+        cmd: &Cmd,
+        secrets: &[&str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let Some(sync) = self.replica_sync else {
+            return self.command(cmd, secrets, resend, deadline).await;
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone()).add_command(sync.wait());
+        within(deadline, async {
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => {
+                        pipe.query_async::<(Value, i64)>(&mut conn).await
+                    }
+                    // Refused by the builder: WAIT would go to any member.
+                    Connection::Cluster(_) => {
+                        return Err(NodeError::UnexpectedReply(
+                            "replica sync on a cluster node".to_owned(),
+                        ));
+                    }
+                };
+                match reply {
+                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                    reply => {
+                        let (value, acknowledged) = reply?;
+                        return sync.check(value, acknowledged);
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|error| self.redact(error, secrets))
+    }
+
+    /// Whether a call that failed with `error` goes out once more: an
+    /// idempotent call whose standalone connection dropped (the node
+    /// restarted, or a proxy cut it). The connection is being made anew
+    /// (redis-rs reconnects on the error), so a node that came back keeps
+    /// its vote instead of losing it to a stale connection — which, after a
+    /// rolling restart, could cost a renewal two nodes at once. A cluster
+    /// client retries by itself.
+    pub(super) fn resends(&self, resend: Resend, error: &redis::RedisError) -> bool {
+        let resends = resend == Resend::IfDropped
+            && error.is_connection_dropped()
+            && matches!(self.backend, Backend::Standalone { .. });
+        if resends {
+            tracing::debug!(node = %self.label, error = %error, "connection dropped, sending again");
+        }
+        resends
+    }
+
+    /// Runs `lua` on `keys` with `args` within `deadline`. This is the one
+    /// path every script takes. In [`ScriptMode::Eval`]: EVALSHA, and the
+    /// script's text on NOSCRIPT (a restarted node has an empty cache). In
+    /// [`ScriptMode::Functions`]: FCALL of the script's function, which a
+    /// cluster routes by its first key like EVALSHA. On a cluster every key
+    /// must share a hash slot; requests are checked for that before any I/O.
+    ///
+    /// `secrets` (the tokens among `args`) never appear in its errors.
+    pub(super) async fn script(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
+        secrets: &[&str],
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+        };
+        let bytes = keys.iter().chain(args).map(|a| a.len()).sum::<usize>() + 4;
+        self.run_script(
+            lua,
+            fill,
+            (1 + keys.len() + args.len(), bytes),
+            secrets,
+            deadline,
+        )
+        .await
+    }
+
+    /// [`script`](Self::script) with the call's arguments (`numkeys`, the
+    /// keys, the args) written by `fill` straight into the command, with no
+    /// list of them in between: a batch has hundreds.
+    /// `size` is how many arguments `fill` writes and about how many bytes,
+    /// so that the command is allocated once rather than grown.
+    pub(super) async fn run_script(
+        &self,
+        lua: &Lua,
+        fill: impl Fn(&mut Cmd),
+        size: (usize, usize),
+        secrets: &[&str],
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let call = |verb: &str, body: &str| {
+            let mut cmd = Cmd::with_capacity(2 + size.0, verb.len() + body.len() + size.1);
+            cmd.arg(verb).arg(body);
+            fill(&mut cmd);
+            cmd
+        };
+        // Every script but the releases writes a lock (or its counter):
+        // with replica sync, `WAIT` goes right behind it.
+        let writes = self.replica_sync.is_some()
+            && ![
+                scripts::RELEASE.function,
+                scripts::SEMAPHORE_RELEASE.function,
+                scripts::RW_RELEASE.function,
+            ]
+            .contains(&lua.function);
+        // Every script is idempotent for its own token.
+        let send = |cmd: Cmd| async move {
+            if writes {
+                self.write(&cmd, secrets, Resend::IfDropped, deadline).await
+            } else {
+                self.command(&cmd, secrets, Resend::IfDropped, deadline)
+                    .await
+            }
+        };
+        if self.script_mode == ScriptMode::Functions {
+            return match send(call("FCALL", lua.function)).await {
+                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
+                    Err(NodeError::FunctionsNotLoaded {
+                        function: lua.function.to_owned(),
+                        server: self.server(deadline).await.to_string(),
+                    })
+                }
+                Err(NodeError::Redis(e)) if is_unknown_command(&e, "FCALL") => {
+                    Err(NodeError::FunctionsUnsupported {
+                        server: self.server(deadline).await.to_string(),
+                    })
+                }
+                reply => reply,
+            };
+        }
+        let cached = 1u32 << lua.index;
+        let standalone = !self.is_cluster();
+        if standalone && self.cached.load(Ordering::Relaxed) & cached == 0 {
+            // Not known to be cached (first use, or a NOSCRIPT since): EVAL
+            // carries the text and caches it in one request. EVALSHA would
+            // answer NOSCRIPT and the text would follow a round trip later,
+            // behind whatever the caller sent meanwhile — a release overtaken
+            // by the next grant's request, which that node would refuse.
+            match send(call("EVAL", lua.source)).await {
+                // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
+                // server with EVAL renamed away): by hash, as below.
+                Err(NodeError::Redis(e))
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+                        || is_unknown_command(&e, "EVAL") => {}
+                reply => {
+                    if reply.is_ok() {
+                        self.cached.fetch_or(cached, Ordering::Relaxed);
+                    }
+                    return reply;
+                }
+            }
+        }
+        let reply = match send(call("EVALSHA", lua.script.get_hash())).await {
+            Err(NodeError::Redis(e))
+                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                self.cached.fetch_and(!cached, Ordering::Relaxed);
+                // A restarted (or newly promoted) node has an empty script
+                // cache. A cluster sends the text to the member that owns
+                // the keys (EVAL, which also caches it): `SCRIPT LOAD` would
+                // go to any member, and one paused or dead master must not
+                // fail calls on keys owned by healthy ones. A standalone
+                // node loads it, then runs it by hash.
+                if !standalone {
+                    return send(call("EVAL", lua.source)).await;
+                }
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(lua.source);
+                self.command(&load, secrets, Resend::IfDropped, deadline)
+                    .await?;
+                send(call("EVALSHA", lua.script.get_hash())).await
+            }
+            reply => reply,
+        };
+        if standalone && reply.is_ok() && self.cached.load(Ordering::Relaxed) & cached == 0 {
+            self.cached.fetch_or(cached, Ordering::Relaxed);
+        }
+        reply
+    }
+
+    /// What the server says it is and its version (`redis 6.2.16`,
+    /// `valkey 8.0.1`), from `INFO server`: asked once, within `deadline`,
+    /// for an error that names it. A server that does not say (the user
+    /// may not run INFO) is described as such, and asked again next time.
+    pub(super) async fn server(&self, deadline: Deadline) -> Arc<str> {
+        if let Some(server) = self.server.get() {
+            return server.clone();
+        }
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let info = match self.command(&cmd, &[], Resend::IfDropped, deadline).await {
+            Ok(reply) => describe_server(&reply),
+            Err(e) => {
+                tracing::debug!(node = %self.label, error = %e, "INFO server failed");
+                None
+            }
+        };
+        match info {
+            Some(server) => self
+                .server
+                .get_or_init(|| async { server.into() })
+                .await
+                .clone(),
+            None => "server version unknown".into(),
+        }
+    }
+
+    /// Runs a script that answers 1 (done) or 0 (not ours).
+    pub(super) async fn flag_script(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&str],
+        secrets: &[&str],
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
+        match self.script(lua, keys, args, secrets, deadline).await? {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// Whether FCALL failed because the function does not exist on the node.
+pub(super) fn is_function_not_found(e: &redis::RedisError) -> bool {
+    e.detail()
+        .is_some_and(|detail| detail.starts_with("Function not found"))
+}
+
+/// Whether `e` says that `command` is unknown to the server (never
+/// existed, or renamed away). Servers word it differently (`unknown
+/// command 'FCALL'`, `` unknown command `FCALL` ``); all say which.
+pub(super) fn is_unknown_command(e: &redis::RedisError, command: &str) -> bool {
+    let Some(detail) = e.detail() else {
+        return false;
+    };
+    let detail = detail.to_ascii_lowercase();
+    let command = command.to_ascii_lowercase();
+    detail.starts_with("unknown command")
+        && detail
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .filter(|word| !word.is_empty())
+            .nth(2)
+            .is_some_and(|named| named == command)
+}
+
+/// `product major.minor.patch` from an `INFO server` reply: Valkey names
+/// itself (`server_name:valkey`, `valkey_version:8.0.1`, next to a
+/// `redis_version` it is compatible with); Redis gives `redis_version`.
+/// A cluster answers per member: the first one's is taken.
+pub(super) fn describe_server(reply: &Value) -> Option<String> {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => text.clone(),
+        Value::Map(members) => return members.iter().find_map(|(_, v)| describe_server(v)),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let product = field("server_name").unwrap_or("redis");
+    let version = field(&format!("{product}_version")).or_else(|| field("redis_version"))?;
+    Some(format!("{product} {version}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::server_error;
+
+    #[test]
+    fn unknown_fcall_is_told_apart_whatever_the_wording() {
+        for line in [
+            "-ERR unknown command `FCALL`, with args beginning with: `f`, `1`, \r\n",
+            "-ERR unknown command 'FCALL', with args beginning with: 'f' '1' \r\n",
+            "-ERR unknown command 'fcall', with args beginning with: \r\n",
+        ] {
+            assert!(is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+        for line in [
+            "-ERR unknown command 'FCALL_RO', with args beginning with: \r\n",
+            "-ERR unknown command 'SET', with args beginning with: 'FCALL' \r\n",
+            "-ERR Function not found\r\n",
+            "-NOPERM this user has no permissions to run the 'fcall' command\r\n",
+        ] {
+            assert!(!is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+    }
+
+    #[test]
+    fn servers_are_described_by_product_and_version() {
+        let info = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:6.2.16\r\nredis_mode:standalone\r\n"
+            )),
+            Some("redis 6.2.16".to_owned())
+        );
+        assert_eq!(
+            describe_server(&info(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n"
+            )),
+            Some("valkey 8.0.1".to_owned())
+        );
+        assert_eq!(
+            describe_server(&Value::Map(vec![(
+                Value::SimpleString("127.0.0.1:7000".into()),
+                info("redis_version:7.0.15\r\n"),
+            )])),
+            Some("redis 7.0.15".to_owned())
+        );
+        assert_eq!(describe_server(&info("nothing")), None);
+    }
+}
