@@ -372,7 +372,8 @@ pub enum StartupCheck {
     /// No check.
     #[default]
     Skip,
-    /// On the first lock call, [`Redlock::check`](crate::Redlock::check)
+    /// On the first acquire of any kind (a lock, a permit, a read or write
+    /// hold, a campaign), [`Redlock::check`](crate::Redlock::check)
     /// runs once in the background, and its findings are logged through
     /// `tracing`: unsafe ones as warnings, degraded ones at info level,
     /// notes at debug level.

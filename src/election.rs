@@ -1,9 +1,10 @@
 //! Leader election over the quorum: [`Election`] (campaign, leader,
 //! observe, the scoped `with_leadership`) and [`Leadership`], the handle of
-//! the one candidate that leads. A thin entry point: a campaign is an
-//! attempt of a fenced lock on the round engine, leadership is that lock
-//! held and auto-extended by a [`LockGuard`], and the value beside it is
-//! the election primitive's (`elect`).
+//! the one candidate that leads. A thin entry point: a campaign is a fenced
+//! lock acquired on the manager's one acquire path (as `lock`'s, retried
+//! without limit), leadership is that lock held and auto-extended by a
+//! [`LockGuard`], and the value beside it is the election primitive's
+//! (`elect`).
 
 use std::fmt;
 use std::future::Future;
@@ -13,19 +14,13 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use crate::error::{ArgumentError, Error, LossReason};
 use crate::guard::{LockGuard, ReleaseSummary};
 use crate::lease::Lease;
-use crate::redlock::{Redlock, pause};
-use crate::request::{Fencing, Limits, Request, channel, same_slot};
-use crate::retry::{Next, jitter_unit};
-use crate::round::{Core, attempt};
-
-/// How often [`Election::observe`] reads the election when nothing wakes
-/// it earlier.
-pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+use crate::redlock::{Acquisition, Attempts, Redlock};
+use crate::request::{Fencing, Keys, Request, channel, same_slot};
+use crate::round::Core;
 
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see
@@ -53,7 +48,7 @@ impl Redlock {
         Election {
             locks: self.clone(),
             name: name.into(),
-            poll: DEFAULT_OBSERVE_INTERVAL,
+            poll: Election::DEFAULT_OBSERVE_INTERVAL,
         }
     }
 }
@@ -146,8 +141,15 @@ impl Leader {
     }
 
     /// The value the leader proclaimed last.
-    pub fn value(&self) -> &str {
-        &self.value
+    ///
+    /// A copy, as [`Leadership::value`] returns. The leader's own handle
+    /// cannot lend out a `&str`: its value changes under `&self`
+    /// ([`proclaim`](Leadership::proclaim)), so a borrow would have to hold
+    /// a lock for as long as the caller kept it. Both return an owned
+    /// `String`, so that code reading either reads alike; the copy is small
+    /// next to the read of every node that produced this `Leader`.
+    pub fn value(&self) -> String {
+        self.value.clone()
     }
 }
 
@@ -158,13 +160,19 @@ impl fmt::Display for Leader {
 }
 
 impl Election {
+    /// How often [`observe`](Self::observe) reads the election when nothing
+    /// wakes it earlier, unless [`poll_interval`](Self::poll_interval) says
+    /// otherwise.
+    pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+
     /// The election's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// How often [`observe`](Self::observe) reads the election when nothing
-    /// wakes it earlier. Defaults to [`DEFAULT_OBSERVE_INTERVAL`]; a zero
+    /// wakes it earlier. Defaults to
+    /// [`DEFAULT_OBSERVE_INTERVAL`](Self::DEFAULT_OBSERVE_INTERVAL); a zero
     /// interval is taken as 1 ms.
     #[must_use]
     pub fn poll_interval(mut self, every: Duration) -> Self {
@@ -172,21 +180,12 @@ impl Election {
         self
     }
 
-    fn limits(&self) -> Limits<'_> {
-        let manager = self.locks.manager();
-        Limits {
-            prefix: &manager.key_prefix,
-            drift_factor: manager.core.drift_factor,
-            cluster: manager.core.nodes.iter().any(|node| node.is_cluster()),
-        }
-    }
-
     /// The election's lock key and leader key, checked.
     fn keys(&self) -> Result<(Arc<str>, Arc<str>), Error> {
         if self.name.is_empty() {
             return Err(ArgumentError::EmptyResource.into());
         }
-        let limits = self.limits();
+        let limits = self.locks.limits();
         let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
         let leader_key = crate::elect::leader_key(&key);
         let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
@@ -211,6 +210,13 @@ impl Election {
     /// when a release is announced, with
     /// [`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)),
     /// without limit: bound the wait with `tokio::time::timeout` if needed.
+    ///
+    /// A campaign is acquired as [`lock`](Redlock::lock) acquires, but for
+    /// the attempt limit and the wait deadline: it runs the manager's
+    /// [startup check](crate::StartupCheck) on first use, and counts in the
+    /// acquisition metrics (`quorumlock_acquisitions_total` and the
+    /// `quorumlock_acquire_*` histograms) once it is won (or fails with an
+    /// error that is not retried).
     ///
     /// # Errors
     ///
@@ -244,72 +250,24 @@ impl Election {
         value: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<Leadership, Error>> + Send + use<> {
-        let this = self.clone();
-        let value: Arc<str> = value.into();
-        async move {
-            let span = tracing::debug_span!("quorumlock", op = "campaign", election = %this.name);
-            tracing::Instrument::instrument(this.run_campaign(value, ttl), span).await
-        }
+        self.locks.acquire(
+            self.campaign_request(value, ttl),
+            Attempts::Unlimited,
+            "campaign",
+        )
     }
 
-    async fn run_campaign(self, value: Arc<str>, ttl: Duration) -> Result<Leadership, Error> {
+    /// Validates a campaign's arguments into its request. No I/O.
+    fn campaign_request(&self, value: &str, ttl: Duration) -> Result<Campaign, Error> {
         let (key, leader_key) = self.keys()?;
-        let request = Request::new(&[&*self.name], ttl, Fencing::On, self.limits())?;
-        let manager = self.locks.manager().clone();
-        let core = &manager.core;
-        let mut schedule = manager.retry.endless().schedule(Instant::now());
-        let mut waiter = None;
-        // Whether the last attempt was made on a wake-up.
-        let mut woken = false;
-        loop {
-            let error = match attempt(core, &request).await {
-                Ok(grant) => {
-                    let guard = LockGuard::new(
-                        core.clone(),
-                        manager.renewer.clone(),
-                        request.resource.clone(),
-                        (request.ttl, request.ttl_ms),
-                        grant,
-                    );
-                    let state = State {
-                        key: key.clone(),
-                        leader_key: leader_key.clone(),
-                        current: Mutex::new((0, value.clone())),
-                        value_ttl_ms: crate::elect::value_ttl_ms(request.ttl_ms, core.node_timeout),
-                    };
-                    match inaugurate(core, guard, state, ttl).await {
-                        Ok(leadership) => return Ok(leadership),
-                        Err(e) if e.is_retryable() => e,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(e) if e.is_retryable() => e,
-                Err(e) => return Err(e),
-            };
-            let Next::RetryAfter(delay) =
-                schedule.after_failure(Instant::now(), jitter_unit(), false)
-            else {
-                // Unlimited attempts and no deadline: never.
-                return Err(error);
-            };
-            tracing::debug!(error = %error, ?delay, "not leading, campaigning again");
-            // Someone else got the release this candidate was woken for:
-            // as `lock` does, a jitter then keeps the next wake-up from
-            // colliding again.
-            let collided = woken && matches!(error, Error::Contended { .. });
-            if let (None, Some(wakeups), Error::Contended { .. }) =
-                (&waiter, &manager.wakeups, &error)
-            {
-                waiter = Some(wakeups.waiter(core, &request.keys));
-            }
-            woken = match &waiter {
-                Some(waiter) => pause(waiter, delay, collided).await,
-                None => {
-                    tokio::time::sleep(delay).await;
-                    false
-                }
-            };
-        }
+        let lock = self.locks.request(&[&self.name], ttl, Fencing::On)?;
+        Ok(Campaign {
+            lock,
+            key,
+            leader_key,
+            value: value.into(),
+            ttl,
+        })
     }
 
     /// Who leads now, read from every node: the leader's term and value
@@ -451,19 +409,25 @@ impl Election {
 
     /// Runs `work` only while leading: campaigns with `value` (see
     /// [`campaign`](Self::campaign)), runs the future `work` builds, and
-    /// resigns when it completes.
+    /// resigns when it completes — [`with_lock`](Redlock::with_lock) for
+    /// leadership, with the same arguments (the election's `value` where
+    /// `with_lock` takes the resource, then the ttl and `work`) and the
+    /// same holding: one helper runs both.
     ///
     /// `work` receives the leadership's [`Lease`], whose
     /// [`fence`](Lease::fence) is the term. If leadership is lost while
     /// `work` runs, the future of `work` is dropped at once and the call
-    /// returns [`Error::Lost`], as [`with_lock`](Redlock::with_lock) does.
+    /// returns [`Error::Lost`]. Resigning returns as soon as a quorum of
+    /// nodes decided it, as [`Leadership::resign`] does.
     ///
     /// # Errors
     ///
     /// Those of [`campaign`](Self::campaign), and [`Error::Lost`] when
     /// leadership was lost before `work` completed. A failed resignation
-    /// after `work` completed is logged, not returned (the keys expire by
-    /// ttl).
+    /// after `work` completed is not an error (the keys expire by ttl); it
+    /// is logged — except [`Error::Incompatible`] (nodes that cannot run
+    /// the release at all), which is returned instead of `work`'s output,
+    /// as `with_lock` does.
     ///
     /// # Cancel safety
     ///
@@ -497,24 +461,50 @@ impl Election {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let leadership = self.campaign(value, ttl).await?;
-        let lost = leadership.lost();
-        let work = work(leadership.lease());
-        tokio::select! {
-            biased;
-            reason = lost => {
-                let held = leadership.guard.held();
-                let error = held.lost_error(reason, 0, self.locks.quorum(), Vec::new());
-                drop(leadership);
-                Err(error)
-            }
-            output = work => {
-                if let Err(error) = leadership.resign().await {
-                    tracing::debug!(error = %error, "resigning after with_leadership failed");
-                }
-                Ok(output)
-            }
-        }
+        // Resigning is releasing the leadership's lock: held and given up
+        // exactly as `with_lock` holds and releases its guard.
+        let Leadership { guard, .. } = self.campaign(value, ttl).await?;
+        self.locks.hold_while(guard, work).await
+    }
+}
+
+/// A call of [`Election::campaign`]: the fenced lock on the election's
+/// name, and what the winner writes beside it.
+struct Campaign {
+    lock: Request,
+    key: Arc<str>,
+    leader_key: Arc<str>,
+    value: Arc<str>,
+    ttl: Duration,
+}
+
+impl Acquisition for Campaign {
+    type Held = Leadership;
+
+    fn resource(&self) -> &str {
+        &self.lock.resource
+    }
+
+    fn wake_keys(&self) -> Keys {
+        self.lock.keys.clone()
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        tracing::debug_span!("quorumlock", op, election = %self.lock.resource)
+    }
+
+    /// The lock, then the value beside it on a quorum; a failure of either
+    /// is the attempt's (a half-won campaign gives the lock up).
+    async fn attempt(&self, locks: &Redlock) -> Result<Leadership, Error> {
+        let guard = locks.attempt(&self.lock).await?;
+        let core = &locks.manager().core;
+        let state = State {
+            key: self.key.clone(),
+            leader_key: self.leader_key.clone(),
+            current: Mutex::new((0, self.value.clone())),
+            value_ttl_ms: crate::elect::value_ttl_ms(self.lock.ttl_ms, core.node_timeout),
+        };
+        inaugurate(core, guard, state, self.ttl).await
     }
 }
 
@@ -730,6 +720,11 @@ impl Leadership {
 
     /// The value proclaimed last (by the campaign or by
     /// [`proclaim`](Self::proclaim), whether or not it reached a quorum).
+    ///
+    /// A copy: `proclaim` takes `&self` and may change the value while
+    /// this handle is shared, so a borrowed `&str` would have to keep a
+    /// lock held for as long as the caller kept it. [`Leader::value`]
+    /// returns a `String` too, so that both read alike.
     pub fn value(&self) -> String {
         self.state.current().1.to_string()
     }

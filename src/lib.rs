@@ -103,7 +103,8 @@
 //! counting semaphore would admit more than `L`; see [`Semaphore`] for why
 //! this one does not). [`Redlock::rwlock`] gives an [`RwLock`]: readers
 //! share, a writer is alone, and a waiting writer holds new readers back.
-//! Both hand out [`LockGuard`]s, held, extended and released like a lock's.
+//! They hand out a [`Permit`], a [`ReadGuard`] or a [`WriteGuard`], held,
+//! extended and released like a lock's [`LockGuard`].
 //!
 //! # Keys
 //!
@@ -148,8 +149,8 @@
 //!
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
-//! | `quorumlock_acquisitions_total` | counter | `outcome` | a `lock`/`try_lock` call (any form) ended: `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
-//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input) |
+//! | `quorumlock_acquisitions_total` | counter | `outcome` | an acquiring call ended — `lock`/`try_lock` (any form), a semaphore's `acquire`/`try_acquire`, a reader-writer lock's `read`/`write` (and `try_` forms), an election's `campaign` (`with_…` included; a call dropped before it ended is not counted): `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
+//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input; a campaign's attempts until it won) |
 //! | `quorumlock_acquire_seconds` | histogram | `outcome` | how long the call took, waiting included |
 //! | `quorumlock_extensions_total` | counter | `outcome` | an explicit `extend`: `extended`, `lost`, `failed` (too few nodes answered; still held) |
 //! | `quorumlock_renewals_total` | counter | `outcome` | one auto-extended lock's renewal: `renewed`, `failed` (retried), `lost` |
@@ -204,7 +205,8 @@
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
 //!    - `wakeup` — waiting for a release by pub/sub instead of polling.
-//!    - `guard` — [`LockGuard`]: extend, release, drop.
+//!    - `guard` — [`LockGuard`] (and the typed [`Permit`], [`ReadGuard`],
+//!      [`WriteGuard`]): extend, release, drop.
 //! 5. **Entry points**
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
@@ -275,9 +277,9 @@ mod layers;
 pub mod testkit;
 
 pub use builder::RedlockBuilder;
-pub use election::{DEFAULT_OBSERVE_INTERVAL, Election, Leader, Leadership};
+pub use election::{Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
-pub use guard::{LockGuard, ReleaseSummary};
+pub use guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
 pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,

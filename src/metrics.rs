@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::error::{Error, LossReason};
 
-/// An acquisition (a `lock`/`try_lock` call and their forms) ended.
+/// An acquisition ended: a `lock`/`try_lock` call (any form), a permit, a
+/// read or write hold, or a campaign.
 pub(crate) fn acquisition(result: Result<(), &Error>, attempts: u32, elapsed: Duration) {
     let outcome = match result {
         Ok(()) => "granted",

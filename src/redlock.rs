@@ -17,7 +17,7 @@ use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::metrics;
 use crate::renew::Renewer;
-use crate::request::{Fencing, Limits, Request};
+use crate::request::{Fencing, Keys, Limits, Request};
 use crate::retry::{Next, Retry, jitter_unit};
 use crate::round::{Acquire, Core, attempt};
 use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
@@ -203,7 +203,11 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.retrying(self.request(&[resource], ttl, Fencing::Off))
+        self.acquire(
+            self.request(&[resource], ttl, Fencing::Off),
+            Attempts::PerPolicy,
+            "lock",
+        )
     }
 
     /// Like [`lock`](Self::lock), but the guard also carries a **fencing
@@ -275,7 +279,11 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.retrying(self.request(&[resource], ttl, Fencing::On))
+        self.acquire(
+            self.request(&[resource], ttl, Fencing::On),
+            Attempts::PerPolicy,
+            "lock",
+        )
     }
 
     /// Like [`try_lock`](Self::try_lock) (exactly one attempt), with a
@@ -311,8 +319,9 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.once(
+        self.acquire(
             self.request(&[resource], ttl, Fencing::On),
+            Attempts::Once,
             "try_lock_fenced",
         )
     }
@@ -352,7 +361,11 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.once(self.request(&[resource], ttl, Fencing::Off), "try_lock")
+        self.acquire(
+            self.request(&[resource], ttl, Fencing::Off),
+            Attempts::Once,
+            "try_lock",
+        )
     }
 
     /// Acquires several resources as one lock: all of them or none, with
@@ -401,7 +414,11 @@ impl Redlock {
         resources: &[&str],
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.retrying(self.request(resources, ttl, Fencing::Off))
+        self.acquire(
+            self.request(resources, ttl, Fencing::Off),
+            Attempts::PerPolicy,
+            "lock",
+        )
     }
 
     /// Like [`lock_many`](Self::lock_many), with exactly one attempt.
@@ -439,7 +456,11 @@ impl Redlock {
         resources: &[&str],
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.once(self.request(resources, ttl, Fencing::Off), "try_lock_many")
+        self.acquire(
+            self.request(resources, ttl, Fencing::Off),
+            Attempts::Once,
+            "try_lock_many",
+        )
     }
 
     /// Runs `work` while holding `resource`: acquires (with the retry
@@ -504,9 +525,11 @@ impl Redlock {
         self.hold_while(guard, work).await
     }
 
-    /// The holding half of `with_lock` and its kin: keeps `guard`
+    /// The holding half of `with_lock` and its kin (`with_permit`,
+    /// `with_read`, `with_write`, `with_leadership`): keeps `guard`
     /// auto-extended while the future `work` builds runs, and releases it
-    /// when that completes; [`Error::Lost`] instead if it is lost first.
+    /// when that completes, returning at the release's decision;
+    /// [`Error::Lost`] instead if it is lost first (`work` races the loss).
     pub(crate) async fn hold_while<F, Fut, T>(&self, guard: LockGuard, work: F) -> Result<T, Error>
     where
         F: FnOnce(Lease) -> Fut,
@@ -536,37 +559,20 @@ impl Redlock {
         }
     }
 
-    /// The future of a retrying entry point, for a request validated up
-    /// front (so it borrows nothing and is `'static`).
-    fn retrying(
-        &self,
-        request: Result<Request, Error>,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        measured(request, async move |request| {
-            let mut attempts = 0;
-            let result = this.lock_with_retry(request, &mut attempts).await;
-            (result, attempts)
-        })
-    }
-
-    /// The future of a single-attempt entry point.
-    fn once(
-        &self,
-        request: Result<Request, Error>,
-        op: &'static str,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let this = self.clone();
-        measured(request, async move |request| {
-            let span = lock_span(&request, op);
-            (this.attempt(&request).instrument(span).await, 1)
-        })
-    }
-
     /// Whether some node is a Redis Cluster, where one script's keys must
     /// share a hash slot.
     pub(crate) fn has_cluster_node(&self) -> bool {
         self.inner.core.nodes.iter().any(|node| node.is_cluster())
+    }
+
+    /// What the manager's configuration says about requests: the one place
+    /// every entry point (elections too) takes them from.
+    pub(crate) fn limits(&self) -> Limits<'_> {
+        Limits {
+            prefix: &self.inner.key_prefix,
+            drift_factor: self.inner.core.drift_factor,
+            cluster: self.has_cluster_node(),
+        }
     }
 
     /// Validates a call's arguments into a request. No I/O.
@@ -576,18 +582,14 @@ impl Redlock {
         ttl: Duration,
         fencing: Fencing,
     ) -> Result<Request, Error> {
-        let core = &self.inner.core;
-        let limits = Limits {
-            prefix: &self.inner.key_prefix,
-            drift_factor: core.drift_factor,
-            cluster: self.has_cluster_node(),
-        };
-        Request::new(resources, ttl, fencing, limits)
+        Request::new(resources, ttl, fencing, self.limits())
     }
 
-    /// One attempt on the round engine; a grant becomes a guard.
+    /// One attempt of a lock-like request on the round engine; a grant
+    /// becomes a guard. Entry points call it from
+    /// [`Acquisition::attempt`], never on their own: [`acquire`](Self::acquire)
+    /// is the path every call takes.
     pub(crate) async fn attempt<A: Acquire>(&self, acquire: &A) -> Result<LockGuard, Error> {
-        self.startup_check();
         let core = &self.inner.core;
         let grant = attempt(core, acquire).await?;
         Ok(LockGuard::new(
@@ -599,100 +601,153 @@ impl Redlock {
         ))
     }
 
-    /// Attempts until granted or the retry policy gives up, counting the
-    /// attempts in `attempts`.
-    async fn lock_with_retry(
+    /// The one acquire path of every entry point — `lock` and `try_lock`
+    /// in all their forms, semaphore permits, reader-writer holds and
+    /// election campaigns: for a request validated up front (so the future
+    /// borrows nothing and is `'static`), runs the [startup
+    /// check](crate::StartupCheck) on first use, makes the attempts
+    /// `attempts` allows with the retry policy's delays and the wake-ups on
+    /// release between them, and reports the call to metrics (a request
+    /// refused before any I/O as one of no attempts). Named `op` in its
+    /// tracing span.
+    pub(crate) fn acquire<A: Acquisition>(
         &self,
-        request: Request,
-        attempts: &mut u32,
-    ) -> Result<LockGuard, Error> {
-        let span = lock_span(&request, "lock");
-        let request = &request;
-        self.retry(&request.resource, &request.keys, attempts, || {
-            self.attempt(request)
-        })
-        .instrument(span)
-        .await
+        request: Result<A, Error>,
+        attempts: Attempts,
+        op: &'static str,
+    ) -> impl Future<Output = Result<A::Held, Error>> + Send + use<A> {
+        let this = self.clone();
+        async move {
+            let started = Instant::now();
+            let mut made = 0;
+            let result = match request {
+                Ok(request) => {
+                    this.startup_check();
+                    let span = request.span(op);
+                    this.retry(&request, attempts, &mut made)
+                        .instrument(span)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
+            result
+        }
     }
 
-    /// Runs `attempt` until it grants or the retry policy gives up,
-    /// counting the attempts in `attempts`. Between attempts it waits out
-    /// the policy's delay, or less when a release of `keys` is announced
-    /// (with [`WakeOnRelease`](crate::WakeOnRelease) on). Errors name
-    /// `resource`.
-    pub(crate) async fn retry<F, Fut>(
+    /// Runs `request`'s attempts until one grants or `attempts` gives up,
+    /// counting them in `made`. Between attempts it waits out the policy's
+    /// delay, or less when a release of the request's
+    /// [`wake_keys`](Acquisition::wake_keys) is announced (with
+    /// [`WakeOnRelease`](crate::WakeOnRelease) on).
+    async fn retry<A: Acquisition>(
         &self,
-        resource: &str,
-        keys: &[Arc<str>],
-        attempts: &mut u32,
-        mut attempt: F,
-    ) -> Result<LockGuard, Error>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<LockGuard, Error>>,
-    {
-        {
-            let started = Instant::now();
-            let mut schedule = self.inner.retry.schedule(started);
-            let wakeups = self.inner.wakeups.as_ref();
-            let mut waiter: Option<Waiter> = None;
-            // Whether the last attempt was made on a wake-up.
-            let mut woken = false;
-            loop {
-                *attempts += 1;
-                let error = match attempt().await {
-                    Ok(guard) => return Ok(guard),
-                    Err(e) if e.is_retryable() => e,
-                    Err(e) => return Err(e),
-                };
-                // Someone else got the release this waiter was woken for.
-                let collided = woken && matches!(error, Error::Contended { .. });
-                let unavailable = matches!(error, Error::Unavailable { .. });
-                match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
-                    Next::RetryAfter(delay) => {
-                        tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
-                        if let (None, Some(wakeups), Error::Contended { .. }) =
-                            (&waiter, wakeups, &error)
-                        {
-                            waiter = Some(wakeups.waiter(&self.inner.core, keys));
+        request: &A,
+        attempts: Attempts,
+        made: &mut u32,
+    ) -> Result<A::Held, Error> {
+        let started = Instant::now();
+        let policy = match attempts {
+            Attempts::Once => Retry::none(),
+            Attempts::PerPolicy => self.inner.retry,
+            Attempts::Unlimited => self.inner.retry.endless(),
+        };
+        let mut schedule = policy.schedule(started);
+        let wakeups = self.inner.wakeups.as_ref();
+        let mut waiter: Option<Waiter> = None;
+        // Whether the last attempt was made on a wake-up.
+        let mut woken = false;
+        loop {
+            *made += 1;
+            let error = match request.attempt(self).await {
+                Ok(held) => return Ok(held),
+                Err(e) if e.is_retryable() => e,
+                Err(e) => return Err(e),
+            };
+            // Someone else got the release this waiter was woken for.
+            let collided = woken && matches!(error, Error::Contended { .. });
+            let unavailable = matches!(error, Error::Unavailable { .. });
+            match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
+                Next::RetryAfter(delay) => {
+                    tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
+                    if let (None, Some(wakeups), Error::Contended { .. }) =
+                        (&waiter, wakeups, &error)
+                    {
+                        waiter = Some(wakeups.waiter(&self.inner.core, &request.wake_keys()));
+                    }
+                    woken = match &waiter {
+                        Some(waiter) => pause(waiter, delay, collided).await,
+                        None => {
+                            tokio::time::sleep(delay).await;
+                            false
                         }
-                        woken = match &waiter {
-                            Some(waiter) => pause(waiter, delay, collided).await,
-                            None => {
-                                tokio::time::sleep(delay).await;
-                                false
-                            }
-                        };
-                    }
-                    Next::AttemptsExhausted => return Err(error),
-                    Next::DeadlinePassed => {
-                        return Err(Error::WaitTimeout {
-                            resource: resource.to_owned(),
-                            waited: started.elapsed(),
-                            attempts: schedule.attempts_made(),
-                            last: Box::new(error),
-                        });
-                    }
+                    };
+                }
+                Next::AttemptsExhausted => return Err(error),
+                Next::DeadlinePassed => {
+                    return Err(Error::WaitTimeout {
+                        resource: request.resource().to_owned(),
+                        waited: started.elapsed(),
+                        attempts: schedule.attempts_made(),
+                        last: Box::new(error),
+                    });
                 }
             }
         }
     }
 }
 
-/// An acquisition, reported to metrics: `body` runs a validated request and
-/// says how many attempts it made; a request refused before any I/O made
-/// none.
-pub(crate) async fn measured<R>(
-    request: Result<R, Error>,
-    body: impl AsyncFnOnce(R) -> (Result<LockGuard, Error>, u32),
-) -> Result<LockGuard, Error> {
-    let started = Instant::now();
-    let (result, attempts) = match request {
-        Ok(request) => body(request).await,
-        Err(error) => (Err(error), 0),
-    };
-    metrics::acquisition(result.as_ref().map(drop), attempts, started.elapsed());
-    result
+/// How many attempts a call of [`Redlock::acquire`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempts {
+    /// Exactly one: the `try_` forms.
+    Once,
+    /// As the manager's [`Retry`] policy allows: `lock` and its kin.
+    PerPolicy,
+    /// Without limit or deadline, with the policy's delays: a campaign,
+    /// which ends only by winning, a non-retryable error, or being dropped.
+    Unlimited,
+}
+
+/// What a call of [`Redlock::acquire`] acquires: a validated request of
+/// one entry point, and how one attempt at it goes.
+pub(crate) trait Acquisition: Send + Sync + 'static {
+    /// What a granted attempt gives the caller.
+    type Held: Send + 'static;
+
+    /// The name errors give the acquisition (a resource, a semaphore's, a
+    /// reader-writer lock's or an election's name).
+    fn resource(&self) -> &str;
+
+    /// The keys whose announced release wakes a caller waiting to retry.
+    fn wake_keys(&self) -> Keys;
+
+    /// The call's tracing span, for operation `op`.
+    fn span(&self, op: &'static str) -> tracing::Span;
+
+    /// One attempt, on `locks`' nodes.
+    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<Self::Held, Error>> + Send;
+}
+
+/// A lock: plain, fenced or of several resources.
+impl Acquisition for Request {
+    type Held = LockGuard;
+
+    fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    fn wake_keys(&self) -> Keys {
+        self.keys.clone()
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl_ms)
+    }
+
+    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        locks.attempt(self)
+    }
 }
 
 /// Sleeps `delay`, or less when the waiter's turn comes with a release;
@@ -714,8 +769,4 @@ pub(crate) async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> 
         tokio::time::sleep_until(until.min(Instant::now() + jitter)).await;
     }
     true
-}
-
-fn lock_span(request: &Request, op: &'static str) -> tracing::Span {
-    tracing::debug_span!("quorumlock", op, resource = %request.resource, ttl_ms = request.ttl_ms)
 }

@@ -7,15 +7,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::error::{ArgumentError, Error, NodeError};
-use crate::guard::LockGuard;
+use futures::FutureExt;
+
+use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
 use crate::node::{Deadline, nth};
 use crate::quorum::Window;
-use crate::redlock::{Redlock, measured};
+use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -47,7 +47,8 @@ impl Redlock {
 }
 
 /// A reader-writer lock among the clients of the same nodes: any number of
-/// readers at once, or one writer alone. Each hold is a [`LockGuard`] (ttl,
+/// readers at once, or one writer alone. Each hold is a [`ReadGuard`] or a
+/// [`WriteGuard`], held as a [`LockGuard`] is (ttl,
 /// `extend`, `auto_extend`, `lost()`, `release` with per-node outcome,
 /// released in the background when dropped).
 ///
@@ -119,8 +120,9 @@ impl RwLock {
     pub fn read(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
         self.retrying(Mode::Read, ttl)
+            .map(|held| held.map(ReadGuard::new))
     }
 
     /// Takes the lock for writing, retrying with the manager's retry policy
@@ -152,8 +154,9 @@ impl RwLock {
     pub fn write(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
         self.retrying(Mode::Write, ttl)
+            .map(|held| held.map(WriteGuard::new))
     }
 
     /// One attempt to read: [`Error::Contended`] at once while a writer
@@ -165,8 +168,9 @@ impl RwLock {
     pub fn try_read(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
         self.once(Mode::Read, ttl)
+            .map(|held| held.map(ReadGuard::new))
     }
 
     /// One attempt to write: [`Error::Contended`] at once while readers or
@@ -179,8 +183,9 @@ impl RwLock {
     pub fn try_write(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
+    ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
         self.once(Mode::Write, ttl)
+            .map(|held| held.map(WriteGuard::new))
     }
 
     /// Runs `work` while reading: acquires, auto-extends, releases when it
@@ -212,7 +217,7 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let guard = self.read(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        self.locks.hold_while(guard.into(), work).await
     }
 
     /// Runs `work` while writing: acquires, auto-extends, releases when it
@@ -227,7 +232,7 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let guard = self.write(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        self.locks.hold_while(guard.into(), work).await
     }
 
     fn retrying(
@@ -235,22 +240,8 @@ impl RwLock {
         mode: Mode,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "wait");
-            // Woken by a writer's release (a reader or writer may then get
-            // in) and by a reader's (a writer may).
-            let keys: Keys = Arc::from([request.rw.writer.clone(), request.rw.readers.clone()]);
-            let request = &request;
-            let mut attempts = 0;
-            let result = locks
-                .retry(&request.name, &keys, &mut attempts, || {
-                    locks.attempt(request)
-                })
-                .instrument(span)
-                .await;
-            (result, attempts)
-        })
+        self.locks
+            .acquire(self.request(mode, ttl), Attempts::PerPolicy, "wait")
     }
 
     fn once(
@@ -258,11 +249,8 @@ impl RwLock {
         mode: Mode,
         ttl: Duration,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (locks, request) = (self.locks.clone(), self.request(mode, ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "try");
-            (locks.attempt(&request).instrument(span).await, 1)
-        })
+        self.locks
+            .acquire(self.request(mode, ttl), Attempts::Once, "try")
     }
 
     /// Validates the name and `ttl` into a request. No I/O.
@@ -312,6 +300,28 @@ fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
         mode = ?request.mode,
         ttl_ms = request.ttl_ms
     )
+}
+
+impl Acquisition for RwAttempt {
+    type Held = LockGuard;
+
+    fn resource(&self) -> &str {
+        &self.name
+    }
+
+    /// Woken by a writer's release (a reader or writer may then get in)
+    /// and by a reader's (a writer may).
+    fn wake_keys(&self) -> Keys {
+        Arc::from([self.rw.writer.clone(), self.rw.readers.clone()])
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        span(self, op)
+    }
+
+    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        locks.attempt(self)
+    }
 }
 
 /// A validated read or write request: one attempt at a time on the round

@@ -10,15 +10,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::RngExt;
-use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError};
-use crate::guard::LockGuard;
+use futures::FutureExt;
+
+use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
 use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
-use crate::redlock::{Redlock, measured};
+use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
@@ -65,7 +66,7 @@ impl Redlock {
 
 /// A counting semaphore among the clients of the same nodes: at most
 /// `permits` holders at once, each holding a **permit** as long as it holds
-/// a lock (with a ttl, extended, auto-extended, released; a [`LockGuard`]).
+/// a lock (with a ttl, extended, auto-extended, released; a [`Permit`]).
 ///
 /// # How it works, and why at most `permits` hold one
 ///
@@ -174,20 +175,14 @@ impl Semaphore {
     pub fn acquire(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (this, request) = (self.clone(), self.request(ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "acquire");
-            let (locks, slots) = (this.locks.clone(), request.permits.slots.clone());
-            let mut attempts = 0;
-            let result = locks
-                .retry(&request.name, &slots, &mut attempts, || {
-                    this.attempt(&request)
-                })
-                .instrument(span)
-                .await;
-            (result, attempts)
-        })
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks
+            .acquire(request, Attempts::PerPolicy, "acquire")
+            .map(|held| held.map(Permit::new))
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -219,16 +214,18 @@ impl Semaphore {
     pub fn try_acquire(
         &self,
         ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        let (this, request) = (self.clone(), self.request(ttl));
-        measured(request, async move |request| {
-            let span = span(&request, "try_acquire");
-            (this.attempt(&request).instrument(span).await, 1)
-        })
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks
+            .acquire(request, Attempts::Once, "try_acquire")
+            .map(|held| held.map(Permit::new))
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry
-    /// policy), keeps the permit alive with [`LockGuard::auto_extend`],
+    /// policy), keeps the permit alive with [`Permit::auto_extend`],
     /// runs the future `work` builds, and releases when it completes — as
     /// [`Redlock::with_lock`] does for a lock.
     ///
@@ -262,8 +259,8 @@ impl Semaphore {
         F: FnOnce(Lease) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire(ttl).await?;
-        self.locks.hold_while(guard, work).await
+        let permit = self.acquire(ttl).await?;
+        self.locks.hold_while(permit.into(), work).await
     }
 
     /// Validates the semaphore and `ttl` into a request. No I/O.
@@ -350,6 +347,33 @@ impl Semaphore {
             tracing::debug!(slot, next = free, "permit taken, trying one reported free");
             slot = free;
         }
+    }
+}
+
+/// A call of [`Semaphore::acquire`] or [`Semaphore::try_acquire`]: the
+/// validated request, and the handle whose next slot the attempts try.
+struct Acquiring {
+    semaphore: Semaphore,
+    request: Arc<PermitRequest>,
+}
+
+impl Acquisition for Acquiring {
+    type Held = LockGuard;
+
+    fn resource(&self) -> &str {
+        &self.request.name
+    }
+
+    fn wake_keys(&self) -> Keys {
+        self.request.permits.slots.clone()
+    }
+
+    fn span(&self, op: &'static str) -> tracing::Span {
+        span(&self.request, op)
+    }
+
+    fn attempt(&self, _locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        self.semaphore.attempt(&self.request)
     }
 }
 

@@ -105,7 +105,7 @@ impl Grant {
     /// or until `release_called`.
     fn of(
         client: usize,
-        guard: &LockGuard,
+        guard: &quorumlock::Lease,
         (t_inv, t_ok): (Instant, Instant),
         release_called: Instant,
         ttl: Duration,
@@ -1219,8 +1219,8 @@ async fn restart_scenario(mode: Restart) -> Report {
     let a_release = Instant::now();
     let history = History {
         grants: vec![
-            Grant::of(0, &a, (t_inv, a_ok), a_release, ttl),
-            Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl),
+            Grant::of(0, &a.lease(), (t_inv, a_ok), a_release, ttl),
+            Grant::of(1, &b.lease(), (b_inv, b_ok), Instant::now(), ttl),
         ],
         ..History::default()
     };
@@ -1349,10 +1349,10 @@ async fn eviction_scenario(policy: &str) -> (quorumlock::check::Report, Report, 
     let b = b_locks.try_lock("control", ttl).await;
     let b_ok = Instant::now();
     let a_release = Instant::now();
-    let mut grants = vec![Grant::of(0, &a, (t_inv, a_ok), a_release, ttl)];
+    let mut grants = vec![Grant::of(0, &a.lease(), (t_inv, a_ok), a_release, ttl)];
     let error = match b {
         Ok(b) => {
-            grants.push(Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl));
+            grants.push(Grant::of(1, &b.lease(), (b_inv, b_ok), Instant::now(), ttl));
             let _ = b.release().await;
             None
         }
@@ -1452,8 +1452,8 @@ async fn clock_scenario(rate: f64) -> (quorumlock::check::Report, Report) {
     let a_release = Instant::now();
     let history = History {
         grants: vec![
-            Grant::of(0, &a, (t_inv, a_ok), a_release, ttl),
-            Grant::of(1, &b, (b_inv, b_ok), Instant::now(), ttl),
+            Grant::of(0, &a.lease(), (t_inv, a_ok), a_release, ttl),
+            Grant::of(1, &b.lease(), (b_inv, b_ok), Instant::now(), ttl),
         ],
         ..History::default()
     };
@@ -1684,7 +1684,7 @@ async fn the_checker_sees_each_kind_of_violation() {
 /// release was called.
 fn shared_grant(
     client: usize,
-    guard: &LockGuard,
+    guard: &quorumlock::Lease,
     t_inv: Instant,
     t_ok: Instant,
     ttl: Duration,
@@ -1743,7 +1743,7 @@ async fn semaphore_and_rwlock_windows_hold_their_rules_while_nodes_restart() {
                     .expect("a permit, sooner or later");
                 let t_ok = Instant::now();
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                let grant = shared_grant(client, &guard, t_inv, t_ok, ttl);
+                let grant = shared_grant(client, &guard.lease(), t_inv, t_ok, ttl);
                 permits
                     .lock()
                     .expect("grants")
@@ -1762,14 +1762,14 @@ async fn semaphore_and_rwlock_windows_hold_their_rules_while_nodes_restart() {
                 rounds += 1;
                 let t_inv = Instant::now();
                 let guard = if writer {
-                    lock.write(ttl).await
+                    lock.write(ttl).await.map(LockGuard::from)
                 } else {
-                    lock.read(ttl).await
+                    lock.read(ttl).await.map(LockGuard::from)
                 }
                 .expect("a hold, sooner or later");
                 let t_ok = Instant::now();
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                let grant = shared_grant(client, &guard, t_inv, t_ok, ttl);
+                let grant = shared_grant(client, &guard.lease(), t_inv, t_ok, ttl);
                 let share = if writer { Share::Alone } else { Share::Reader };
                 rw.lock().expect("grants").push((grant, share));
                 guard.release().await.expect("release with a majority up");

@@ -584,7 +584,9 @@ fn status_shows_a_semaphores_permits_and_a_rwlocks_readers() {
     assert!(text.matches("readers 2").count() >= 2, "{text}");
 
     runtime.block_on(async {
-        for guard in permits.into_iter().chain(readers) {
+        for guard in (permits.into_iter().map(quorumlock::LockGuard::from))
+            .chain(readers.into_iter().map(quorumlock::LockGuard::from))
+        {
             guard.release().await.expect("release");
         }
     });

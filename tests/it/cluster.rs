@@ -499,7 +499,7 @@ async fn semaphores_and_rwlocks_need_hash_tags_on_a_cluster_and_work_with_them()
         Err(Error::Contended { .. })
     ));
     r.extend(TTL).await.expect("extend");
-    for guard in [a, b, r] {
+    for guard in [quorumlock::LockGuard::from(a), b.into(), r.into()] {
         guard.release().await.expect("release");
     }
     let w = rw

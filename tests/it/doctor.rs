@@ -538,3 +538,47 @@ async fn the_startup_check_logs_unsafe_findings_as_warnings_once() {
     // asked for it.
     assert_eq!(text.matches("unsafe for Redlock").count(), 1, "{text}");
 }
+
+// Current-thread runtime, as above. A user of elections alone never calls
+// `lock`: the campaign is that user's first use, and must run the check.
+#[tokio::test]
+async fn the_startup_check_runs_for_a_user_of_elections_only() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let evicting = RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--maxmemory")
+            .arg("64mb")
+            .arg("--maxmemory-policy")
+            .arg("allkeys-lru"),
+    )
+    .expect("server");
+    let checked = Redlock::builder()
+        .node(url(&evicting))
+        .startup_check(quorumlock::check::StartupCheck::Log)
+        .build()
+        .expect("config");
+
+    let election = checked.election("scheduler");
+    for value in ["first", "second"] {
+        let leadership = no_hang(
+            "campaign",
+            election.campaign(value, Duration::from_secs(10)),
+        )
+        .await
+        .expect("campaign");
+        leadership.resign().await.expect("resign");
+    }
+    no_hang("settle", checked.settle()).await;
+    let text = logs.text();
+    assert!(text.contains("allkeys-lru"), "{text}");
+    // Once per manager, however many campaigns.
+    assert_eq!(text.matches("unsafe for Redlock").count(), 1, "{text}");
+}

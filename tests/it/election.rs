@@ -111,24 +111,6 @@ async fn five_candidates_lead_one_at_a_time_with_increasing_terms() {
     assert_eq!(after, None, "every leader resigned");
 }
 
-/// Waits until two renewals of `leadership` have moved its deadline — the
-/// second one began after this call — and its lock is on `n` nodes.
-async fn until_renewed_on(leadership: &Leadership, n: usize) {
-    let lease = leadership.lease();
-    no_hang("renewals", async {
-        for _ in 0..2 {
-            let before = lease.deadline();
-            while lease.deadline() == before {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        while lease.confirmed() < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart() {
     let nodes = Arc::new(RedisNodes::start(5).expect("nodes"));
@@ -158,7 +140,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         // A minority dies, stays down for a while, and comes back.
         nodes[0].kill();
         nodes[1].kill();
-        until_renewed_on(&leadership, 3).await;
+        support::until_renewed_on(&leadership.lease(), 3).await;
         for i in [0, 1] {
             let restarted = nodes.clone();
             tokio::task::spawn_blocking(move || restarted[i].restart())
@@ -166,7 +148,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
                 .expect("restart task")
                 .expect("restart");
         }
-        until_renewed_on(&leadership, 5).await;
+        support::until_renewed_on(&leadership.lease(), 5).await;
         // Then every node, one at a time, down for longer than the ttl and
         // back empty: renewals put the lock back, the leader its value.
         for i in 0..5 {
@@ -177,7 +159,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
                 .await
                 .expect("restart task")
                 .expect("restart");
-            until_renewed_on(&leadership, 5).await;
+            support::until_renewed_on(&leadership.lease(), 5).await;
         }
     };
     tokio::select! {
@@ -197,7 +179,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         }
     })
     .await;
-    assert_eq!((leader.term(), leader.value()), (term, "first"));
+    assert_eq!((leader.term(), &*leader.value()), (term, "first"));
     // The observer saw one leader, throughout.
     let expected = Some(leader.clone());
     assert_eq!(watching.recv().await, Some(expected));
@@ -213,7 +195,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         .await
         .expect("leader")
         .expect("a new leader");
-    assert_eq!((next.term(), next.value()), (won.term(), &*won.value()));
+    assert_eq!((next.term(), next.value()), (won.term(), won.value()));
     for other in others {
         other.abort();
     }
@@ -392,7 +374,7 @@ async fn observers_report_only_leaders_that_led_in_term_order() {
         let leaders: Vec<&Leader> = seen.iter().flatten().collect();
         for leader in &leaders {
             assert_eq!(
-                proclaimed.get(leader.value()),
+                proclaimed.get(&leader.value()),
                 Some(&leader.term()),
                 "{leader} never led"
             );
@@ -448,7 +430,7 @@ async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
         .expect("campaign");
     let store = FencedStore::default();
     store.write(old.term()).expect("the leader writes");
-    until_renewed_on(&old, 3).await;
+    support::until_renewed_on(&old.lease(), 3).await;
 
     let challenger = tokio::spawn(manager(&nodes).election("cron").campaign("new", ttl));
     for proxy in &proxies {
@@ -485,7 +467,7 @@ async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
         .await
         .expect("leader");
     assert_eq!(
-        leader.map(|l| (l.term(), l.value().to_owned())),
+        leader.map(|l| (l.term(), l.value())),
         Some((new.term(), "new".to_owned()))
     );
     drop(old);
@@ -669,7 +651,7 @@ async fn a_whole_term(locks: &Redlock, name: &str) {
     leadership.proclaim("second").await.expect("proclaim");
     let leader = election.leader().await.expect("leader").expect("a leader");
     assert_eq!(
-        (leader.term(), leader.value()),
+        (leader.term(), &*leader.value()),
         (leadership.term(), "second")
     );
     leadership.resign().await.expect("resign");
@@ -780,7 +762,7 @@ fn a_read_that_stopped_nodes_could_decide_is_unavailable() {
         })
         .await;
         assert_eq!(
-            (leader.term(), leader.value()),
+            (leader.term(), &*leader.value()),
             (leadership.term(), "web-7")
         );
 

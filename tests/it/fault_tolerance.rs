@@ -38,24 +38,6 @@ async fn settled_confirmations(locks: &Redlock, guard: &LockGuard) -> usize {
     guard.confirmed()
 }
 
-/// Waits until two renewals of an auto-extended `guard` have moved its
-/// deadline — the second one began after this call — and its token is
-/// confirmed on `n` nodes.
-async fn until_renewed_on(guard: &LockGuard, n: usize) {
-    no_hang("renewals", async {
-        for _ in 0..2 {
-            let before = guard.deadline();
-            while guard.deadline() == before {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        while guard.confirmed() != n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Plain,
@@ -464,7 +446,7 @@ async fn rolling_restart(style: Rolling) {
                 .expect("restart");
             // A renewal period before the next node goes down: renewals
             // after the restart put the lock back on the restarted node.
-            until_renewed_on(&guard, 5).await;
+            support::until_renewed_on(&guard.lease(), 5).await;
         };
         tokio::select! {
             () = step => {}

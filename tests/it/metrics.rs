@@ -1,6 +1,7 @@
 //! Metrics (feature `metrics`): a lock, an extension, a release, a
 //! contended attempt and a lost lock record what the crate docs' table
-//! says, and no label carries a token or a resource name.
+//! says, and no label carries a token or a resource name; an election's
+//! campaign counts as an acquisition, as a lock does.
 
 use crate::support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{LossReason, Retry};
+use quorumlock::{ArgumentError, Error, LossReason, Retry};
 use support::{builder, no_hang};
 
 /// Every metric as `name{label=value,…}` (labels sorted) with its value.
@@ -125,5 +126,81 @@ async fn a_lock_extend_release_and_loss_record_what_the_table_says() {
     for key in metrics.keys() {
         assert!(!key.contains(&token), "a token in {key}");
         assert!(!key.contains("metered"), "a resource name in {key}");
+    }
+}
+
+/// The samples of histogram `key`.
+fn samples(metrics: &HashMap<String, DebugValue>, key: &str) -> Vec<f64> {
+    match metrics.get(key) {
+        Some(DebugValue::Histogram(samples)) => samples.iter().map(|s| s.into_inner()).collect(),
+        other => panic!("{key}: {other:?} in {:#?}", metrics.keys()),
+    }
+}
+
+// Current-thread runtime, as above.
+#[tokio::test]
+async fn a_campaign_is_counted_as_an_acquisition() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recording = ::metrics::set_default_local_recorder(&recorder);
+
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    let ttl = Duration::from_secs(5);
+
+    let election = locks.election("metered-election");
+    let leadership = no_hang("campaign", election.campaign("me", ttl))
+        .await
+        .expect("campaign");
+    leadership.resign().await.expect("resign");
+    let term = no_hang(
+        "with_leadership",
+        election.with_leadership("me", ttl, |lease| async move { lease.fence() }),
+    )
+    .await
+    .expect("with_leadership");
+    assert!(term.is_some());
+    // Refused before any I/O: an acquisition of no attempts.
+    let refused = locks.election("").campaign("me", ttl).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::InvalidArgument(ArgumentError::EmptyResource))
+        ),
+        "{refused:?}"
+    );
+
+    let metrics = snapshot(&snapshotter);
+    assert_eq!(
+        counter(&metrics, "quorumlock_acquisitions_total{outcome=granted}"),
+        2
+    );
+    // At least one attempt each (more if a loaded node was slow).
+    let attempts = samples(&metrics, "quorumlock_acquire_attempts{outcome=granted}");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert!(attempts.iter().all(|&a| a >= 1.0), "{attempts:?}");
+    assert_eq!(
+        samples(&metrics, "quorumlock_acquire_seconds{outcome=granted}").len(),
+        2
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "quorumlock_acquisitions_total{outcome=invalid_argument}"
+        ),
+        1
+    );
+    assert_eq!(
+        samples(
+            &metrics,
+            "quorumlock_acquire_attempts{outcome=invalid_argument}"
+        ),
+        [0.0]
+    );
+    for key in metrics.keys() {
+        assert!(
+            !key.contains("metered-election"),
+            "an election's name in {key}"
+        );
     }
 }

@@ -174,9 +174,9 @@ async fn mixed_run(n: usize, restart: bool) {
             tokio::spawn(async move {
                 for _ in 0..5 {
                     let hold = if writer {
-                        rw.write(ttl).await
+                        rw.write(ttl).await.map(quorumlock::LockGuard::from)
                     } else {
-                        rw.read(ttl).await
+                        rw.read(ttl).await.map(quorumlock::LockGuard::from)
                     }
                     .expect("a hold, sooner or later");
                     let from = Instant::now();
@@ -288,10 +288,12 @@ async fn bad_input_is_refused_before_any_io() {
     // Nothing listens here: any I/O would fail as unreachable instead.
     let locks = Redlock::new(["redis://127.0.0.1:1"]).expect("config");
     let ttl = Duration::from_secs(1);
-    let refused = |result: Result<_, Error>| match result {
-        Err(Error::InvalidArgument(e)) => e,
-        other => panic!("not refused: {other:?}"),
-    };
+    fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> ArgumentError {
+        match result {
+            Err(Error::InvalidArgument(e)) => e,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
     assert_eq!(
         refused(locks.rwlock("").read(ttl).await),
         ArgumentError::EmptyResource

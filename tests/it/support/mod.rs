@@ -82,9 +82,28 @@ pub async fn warm(locks: &Redlock, ttl: Duration) {
     no_hang("warm", locks.settle()).await;
 }
 
+/// Waits until two renewals of an auto-extended lock have moved its
+/// deadline — the second one began after this call — and its token is
+/// confirmed on at least `n` nodes. Polls: renewals announce nothing.
+pub async fn until_renewed_on(lease: &quorumlock::Lease, n: usize) {
+    no_hang("renewals", async {
+        for _ in 0..2 {
+            let before = lease.deadline();
+            while lease.deadline() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        while lease.confirmed() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 /// Releases `guard` and waits for every node's answer (a release returns
 /// at its quorum's decision): on how many nodes it deleted the token.
-pub async fn release_settled(guard: LockGuard) -> usize {
+pub async fn release_settled(guard: impl Into<LockGuard>) -> usize {
+    let guard: LockGuard = guard.into();
     let summary = guard.release().await.expect("release");
     summary.settled().await.released()
 }
