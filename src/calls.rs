@@ -1,5 +1,5 @@
 //! The round engine's poller, for every fan-out (acquire, extend, release,
-//! renewal): the requests to the nodes polled together, each only when its
+//! renewal, leader read): the requests to the nodes polled together, each only when its
 //! own waker fired, under one timer for their common deadline.
 //! (`FuturesUnordered` also polls only woken futures, but it reschedules
 //! its task each time it has polled all of them once — on every fan-out's
@@ -76,6 +76,11 @@ impl<Fut> Stragglers<Fut> {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.calls.is_empty()
+    }
+
+    /// How many requests are in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.calls.len()
     }
 
     /// The indices of the nodes whose requests are in flight.

@@ -6,17 +6,18 @@
 //! (`elect_leader.lua`): a leader is confirmed only when a quorum of nodes
 //! hold the same token.
 
+use std::fmt;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::calls::Stragglers;
+use crate::decide::Decide;
 use crate::error::{Error, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
-use crate::node::{Deadline, Seen};
+use crate::node::{Seen, nth};
 use crate::quorum::Rule;
 use crate::quorum::quorum;
-use crate::round::{Core, Round, fan_out, follow};
+use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
 use crate::token::Token;
 
 /// The key of the leader's value beside lock key `key`.
@@ -207,63 +208,98 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
     Verdict::Pending
 }
 
+/// A leader read's answers so far, decided by [`decide`].
+#[derive(Debug)]
+struct Reading {
+    answers: Vec<Option<Seen>>,
+    pending: usize,
+    failures: Vec<NodeFailure>,
+    verdict: Verdict,
+}
+
+impl Decide for Reading {
+    type Answer = Seen;
+
+    fn record(&mut self, node: usize, answer: Result<Seen, NodeFailure>) {
+        self.pending = self.pending.saturating_sub(1);
+        match answer {
+            Ok(seen) => {
+                if let Some(slot) = self.answers.get_mut(node) {
+                    *slot = Some(seen);
+                }
+            }
+            Err(failure) => self.failures.push(failure),
+        }
+        self.verdict = decide(&self.answers, self.pending);
+    }
+
+    fn decided(&self) -> bool {
+        self.verdict != Verdict::Pending
+    }
+}
+
+/// A node's answer to a leader read in the logs: what it holds, without
+/// the token or the value.
+impl Traced for Seen {
+    fn traced(&self) -> impl fmt::Debug {
+        match self {
+            Seen::Nobody => "nobody",
+            Seen::Holder { .. } => "holder without a value",
+            Seen::Proclaimed { .. } => "holder with a value",
+        }
+    }
+}
+
 /// Reads the election at `key` from every node and decides who leads, as
-/// soon as the answers allow. `Ok(None)`: no leader is confirmed.
+/// soon as the answers allow; the nodes still answering then are followed
+/// in the background. `Ok(None)`: no leader is confirmed.
 ///
 /// # Errors
 ///
 /// [`Error::Unavailable`] when the nodes that failed could tell (see
 /// [`decide`]).
 pub(crate) async fn read_leader(
-    core: &Core,
+    core: &Arc<Core>,
     resource: &str,
     key: &str,
     leader_key: &str,
 ) -> Result<Option<Confirmed>, Error> {
+    let nodes = core.nodes.len();
+    let reading = Reading {
+        answers: vec![None; nodes],
+        pending: nodes,
+        failures: Vec::new(),
+        verdict: Verdict::Pending,
+    };
     let deadline = Instant::now() + core.node_timeout;
-    let shared = Deadline::timed_by_caller(deadline);
-    let mut calls = Stragglers::new(
-        core.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| (i, node.read_leader(key, leader_key, shared))),
-        Some(deadline),
-    );
-    let mut answers: Vec<Option<Seen>> = vec![None; core.nodes.len()];
-    let mut pending = core.nodes.len();
-    let mut failures = Vec::new();
-    while let Some((i, answer)) = calls.next().await {
-        pending -= 1;
-        match answer {
-            Ok(seen) => {
-                if let Some(slot) = answers.get_mut(i) {
-                    *slot = Some(seen);
-                }
+    let (key, leader_key): (Arc<str>, Arc<str>) = (key.into(), leader_key.into());
+    let (reading, stragglers) = fan_out_with(
+        &core.nodes,
+        "leader",
+        deadline,
+        reading,
+        |i, _, deadline| {
+            let (core, key, leader_key) = (core.clone(), key.clone(), leader_key.clone());
+            // Owned, so that it can be followed after the decision.
+            async move {
+                nth(&core.nodes, i)?
+                    .read_leader(&key, &leader_key, deadline)
+                    .await
             }
-            Err(error) => {
-                tracing::debug!(op = "leader", node = %core.label(i), error = %error, "node failed");
-                failures.push(NodeFailure {
-                    node: core
-                        .nodes
-                        .get(i)
-                        .map_or_else(|| Arc::from("?"), |n| n.label().clone()),
-                    error,
-                });
-            }
-        }
-        match decide(&answers, pending) {
-            Verdict::Pending => continue,
-            Verdict::Leader(confirmed) => return Ok(Some(confirmed)),
-            Verdict::NoLeader => return Ok(None),
-            Verdict::Unavailable => break,
-        }
+        },
+    )
+    .await;
+    follow(core, "leader", stragglers, |_, _| {});
+    match reading.verdict {
+        Verdict::Leader(confirmed) => Ok(Some(confirmed)),
+        Verdict::NoLeader => Ok(None),
+        Verdict::Pending | Verdict::Unavailable => Err(Error::Unavailable {
+            resource: resource.to_owned(),
+            nodes,
+            quorum: core.quorum(),
+            failures: reading.failures,
+        }),
     }
-    Err(Error::Unavailable {
-        resource: resource.to_owned(),
-        nodes: core.nodes.len(),
-        quorum: core.quorum(),
-        failures,
-    })
 }
 
 #[cfg(test)]
@@ -292,6 +328,59 @@ mod tests {
             rev,
             value: value.to_owned(),
         })
+    }
+
+    fn reading(nodes: usize) -> Reading {
+        Reading {
+            answers: vec![None; nodes],
+            pending: nodes,
+            failures: Vec::new(),
+            verdict: Verdict::Pending,
+        }
+    }
+
+    /// Reads three nodes on the round engine: nodes 0 and 1 answer `said`
+    /// within 20 ms, node 2 (frozen here) after a minute.
+    async fn read_with_node_2_frozen(said: [Option<Seen>; 2]) -> (Reading, Vec<usize>) {
+        use crate::round::tests::{freeze, nodes};
+        let nodes = nodes(3);
+        freeze(&nodes[2]);
+        let start = Instant::now();
+        let far = start + std::time::Duration::from_secs(600);
+        let (reading, stragglers) = fan_out_with(&nodes, "leader", far, reading(3), |i, _, _| {
+            let seen = said.get(i).cloned().flatten().unwrap_or(Seen::Nobody);
+            let ms = if i == 2 { 60_000 } else { 10 * (i as u64 + 1) };
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                Ok(seen)
+            }
+        })
+        .await;
+        assert_eq!(
+            Instant::now(),
+            start + std::time::Duration::from_millis(20),
+            "decided without the frozen node"
+        );
+        (reading, stragglers.nodes().collect())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_does_not_wait_for_an_unresponsive_node() {
+        // It could hold the token and make a quorum, or not: unknown.
+        let (read, left) =
+            read_with_node_2_frozen([proclaimed("a", 1, 0, "v"), Some(Seen::Nobody)]).await;
+        assert_eq!(read.verdict, Verdict::Unavailable);
+        assert!(matches!(
+            &read.failures[..],
+            [f] if matches!(f.error, crate::error::NodeError::Unresponsive)
+        ));
+        assert_eq!(left, [2], "still in flight, for the engine to follow");
+        // Two nodes agree: decided by them, nothing failed.
+        let (read, _) = read_with_node_2_frozen([proclaimed("a", 1, 0, "v"), holder("a")]).await;
+        assert_eq!(read.verdict, leader("a", 1, 0, "v"));
+        assert!(read.failures.is_empty());
+        let (read, _) = read_with_node_2_frozen([Some(Seen::Nobody), Some(Seen::Nobody)]).await;
+        assert_eq!(read.verdict, Verdict::NoLeader);
     }
 
     #[test]

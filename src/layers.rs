@@ -31,8 +31,9 @@ const LAYERS: [Layer; 5] = [
         "pure",
         &[
             &["check", "error", "keys", "quorum", "scripts"],
-            // metrics, retry, token: error; request: error, keys, quorum.
-            &["metrics", "request", "retry", "token"],
+            // metrics, retry, token: error; decide: error, quorum; request:
+            // error, keys, quorum.
+            &["decide", "metrics", "request", "retry", "token"],
         ],
     ),
     (

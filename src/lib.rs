@@ -158,9 +158,9 @@
 //! | `quorumlock_releases_total` | counter | `outcome` | `release()`: `released` (decided with no node failed so far; the rest are followed), `partial` (some nodes failed; their keys expire), `lost` (the token was gone), `incompatible` (the nodes cannot run the release: see `Error::Incompatible`); `dropped`: a guard dropped unreleased (released in the background) |
 //! | `quorumlock_locks_held` | gauge | — | guards granted and not yet released or lost |
 //! | `quorumlock_locks_lost_total` | counter | `reason` | held locks lost: `expired`, `token_gone`, `unreachable`, `incompatible` |
-//! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release` or `renew`; `kind` is `timeout` or `error` |
+//! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release`, `renew`, `proclaim` or `leader` (a leader read); `kind` is `timeout` or `error` |
 //! | `quorumlock_wakeups_total` | counter | — | waiters woken by an announced release (with `WakeOnRelease::Subscribe`) |
-//! | `quorumlock_followed_total` | counter | `op`, `outcome` | a request answered (`answered`) or failed (`failed`) after its call had returned: followed in the background |
+//! | `quorumlock_followed_total` | counter | `op`, `outcome` | a request answered (`answered`) or failed (`failed`) after its call had returned: followed in the background; `op` as for node errors |
 //! | `quorumlock_releases_resent_total` | counter | — | a release sent once more to a node where a late grant may have overtaken it |
 //! | `quorumlock_shed_total` | counter | `node`, `op` | background work dropped unsent behind a node far behind: a release queued past its node timeout (its key expires by ttl) |
 //!
@@ -175,6 +175,9 @@
 //!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
 //!    - `token` — [`Token`]: 128 random bits, hex.
 //!    - `quorum` — votes in, decision out; validity and drift math.
+//!    - `decide` — the decision rules a fan-out runs: one lock's tally, a
+//!      renewal round's batch of them, when an unresponsive node is not
+//!      waited for.
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
 //!    - `keys` — the key layout: every key and channel named after a
 //!      resource's key, in one place.
@@ -195,8 +198,10 @@
 //!      acquires, releases and extensions that meet a call in flight go out
 //!      together as one script call once it answers; under light load, and
 //!      always for a lone request, at once.
-//!    - `round` — the engine: one request to every node, votes, decision, the
-//!      requests still in flight, releases, cleanup; the `Core` that holders share.
+//!    - `round` — the engine: the one fan-out (one request to every node,
+//!      decided by a rule from `decide`: a lock's votes, a renewal's batch, a
+//!      leader read), the requests still in flight, releases, cleanup; the
+//!      `Core` that holders share.
 //!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //!    - `elect` — the election on the engine: the leader's value beside a
@@ -238,6 +243,7 @@
 //
 // 1. pure: no I/O
 pub mod check;
+mod decide;
 mod error;
 mod keys;
 mod metrics;

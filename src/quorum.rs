@@ -124,17 +124,6 @@ impl Tally {
         }
     }
 
-    /// Whether every node still to answer is one of `unresponsive` nodes
-    /// (see [`Node::unresponsive`](crate::node::Node::unresponsive)), and
-    /// they are a minority that a quorum can do without: then waiting for
-    /// them would only wait out their timeout, and the caller decides as if
-    /// they had failed. (More of them than `N - Q` may be a loaded machine
-    /// rather than frozen nodes: those are waited for.)
-    pub(crate) fn waits_only_on(&self, unresponsive: usize) -> bool {
-        let pending = self.pending();
-        pending > 0 && unresponsive == pending && unresponsive <= self.nodes - self.quorum
-    }
-
     /// Classifies a failed tally. Failures beyond `N - Q` alone make a
     /// quorum impossible, whatever the answering nodes said.
     pub(crate) fn shortfall(&self) -> Shortfall {
@@ -328,34 +317,6 @@ mod tests {
         assert!(tally(&[No, Failed, Yes]).decides(Rule::Release));
         assert!(tally(&[Failed, Failed, Failed]).decides(Rule::Release));
         assert!(!tally(&[Yes, No]).decides(Rule::Release));
-    }
-
-    #[test]
-    fn only_a_minority_of_unresponsive_nodes_is_not_waited_for() {
-        let mut t = Tally::new(5);
-        for vote in [Vote::Yes, Vote::Yes, Vote::No, Vote::No] {
-            t.record(vote);
-        }
-        // A split among four: only the fifth could decide it.
-        assert_eq!(t.decision(), Decision::Pending);
-        assert!(t.waits_only_on(1));
-        assert!(!t.waits_only_on(0), "a responsive node is waited for");
-        let mut t = Tally::new(5);
-        for vote in [Vote::Yes, Vote::No, Vote::No] {
-            t.record(vote);
-        }
-        assert!(t.waits_only_on(2));
-        assert!(!t.waits_only_on(1));
-        let mut t = Tally::new(5);
-        for vote in [Vote::Yes, Vote::No] {
-            t.record(vote);
-        }
-        assert!(!t.waits_only_on(3), "more than N - Q: a loaded machine?");
-        let mut t = Tally::new(3);
-        for vote in [Vote::Yes, Vote::Yes] {
-            t.record(vote);
-        }
-        assert!(!t.waits_only_on(0), "nothing pending");
     }
 
     #[test]

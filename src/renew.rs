@@ -5,6 +5,7 @@
 //! It holds the [`Core`] weakly, and knows locks only as [`Held`] state.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -12,14 +13,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::calls::Stragglers;
-use crate::error::LossReason;
-use crate::error::NodeError;
+use crate::decide::{Batch, Decide};
+use crate::error::{LossReason, NodeFailure};
 use crate::lease::{Extended, Held, RoundId};
 use crate::metrics;
-use crate::node::{Deadline, ExtendReply, Extension};
-use crate::quorum::{Answer, Decision, Tally, Vote, Window, drift};
-use crate::round::{Core, release_again};
+use crate::node::{ExtendReply, Extension, nth};
+use crate::quorum::{Answer, Vote, Window, drift};
+use crate::round::{Core, Traced, fan_out_with, follow, release_again};
 
 /// The most locks renewed by one script call.
 const MAX_BATCH: usize = 1000;
@@ -252,147 +252,191 @@ async fn run(core: Weak<Core>, renewer: Arc<Renewer>) {
 /// Not all at once: concurrent chunks hold every chunk's request and answer
 /// buffers at the same time (a resident-memory peak that the allocator
 /// keeps), and on a busy machine could all miss their deadline together.
-/// Nodes still answering a decided chunk are waited for in its own task, so
+/// Nodes still answering a decided chunk are followed in the background, so
 /// a slow minority does not hold up the next chunk. When fewer than a
 /// quorum of nodes answered a chunk, the rest of the round fails at once
 /// (waiting a node timeout per chunk would only delay the retry).
 async fn renew_chunks(core: Arc<Core>, renewer: Arc<Renewer>, mut batch: Vec<Due>) {
     batch.sort_by_cached_key(|due| due.held.status().deadline);
-    let mut unreachable = false;
+    let mut reachable = true;
     for chunk in batch.chunks(MAX_BATCH) {
-        if unreachable {
-            let failed = chunk.iter().map(|due| (due.id, Outcome::Failed)).collect();
-            renewer.finish(failed);
-            continue;
-        }
-        let (decided, on_decided) = tokio::sync::oneshot::channel();
-        let (core, renewer, chunk) = (core.clone(), renewer.clone(), chunk.to_vec());
-        tokio::spawn(async move {
-            renew_round(&core, &chunk, |outcomes, reachable| {
-                renewer.finish(outcomes);
-                let _ = decided.send(reachable);
-            })
-            .await;
-        });
-        // A task that ends without deciding has failed too.
-        unreachable = !on_decided.await.unwrap_or(false);
+        let outcomes = if reachable {
+            let renewal = renew_round(&core, chunk.to_vec()).await;
+            reachable = renewal.batch.reachable();
+            renewal.outcomes()
+        } else {
+            chunk.iter().map(|due| (due.id, Outcome::Failed)).collect()
+        };
+        renewer.finish(outcomes);
     }
 }
 
-/// Renews a batch: one script call per node, each lock decided as soon as
-/// its quorum is known. Reports the outcomes, and whether a quorum of nodes
-/// answered, once every lock is decided; then waits for the remaining nodes
-/// (dropping their requests could keep them from being sent, and the lock
-/// should stay on every node it can).
-async fn renew_round(
-    core: &Arc<Core>,
-    batch: &[Due],
-    report: impl FnOnce(Vec<(u64, Outcome)>, bool),
-) {
+/// Renews a batch: one script call per node carrying every lock, on the
+/// round engine, each lock settled as soon as its quorum is known. Returns
+/// once every lock is decided; the nodes still answering then are followed
+/// in the background (dropping their requests could keep them from being
+/// sent, and the lock should stay on every node it can).
+async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
     let start = Instant::now();
-    let deadline = start + core.node_timeout;
-    // Every lock, in batch order: the same list for each node.
-    let locks: Vec<Extension<'_>> = batch
-        .iter()
-        .map(|due| due.held.holding.extension(due.ttl_ms))
-        .collect();
-    let rounds: Vec<RoundId> = batch
+    let rounds = due
         .iter()
         .map(|due| due.held.confirmations.next_round())
         .collect();
-    let locks = &locks;
-    // The requests of one fan-out, under its one timer.
-    let shared = Deadline::timed_by_caller(deadline);
-    let mut calls = Stragglers::new(
-        core.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| (i, node.extend_many(locks, shared))),
-        Some(deadline),
-    );
-    let mut tallies = vec![Tally::new(core.nodes.len()); batch.len()];
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-    let (mut undecided, mut report) = (batch.len(), Some(report));
-    let (mut answered, mut incompatible) = (0, 0);
-    let reachable = |answered| answered >= core.quorum();
-    // More nodes than a quorum tolerates cannot run the renewal at all.
-    let hopeless = |incompatible| incompatible > core.nodes.len() - core.quorum();
-    while let Some((i, answer)) = calls.next().await {
-        answered += usize::from(answer.is_ok());
-        incompatible += usize::from(answer.as_ref().is_err_and(|e| e.is_incompatible()));
-        let node = core.label(i);
-        metrics::renewal_call(node);
-        match &answer {
-            Ok(answers) => {
-                let restored = answers
+    let locks = Arc::new(Locks { due, rounds });
+    let renewal = Renewal {
+        core,
+        locks: locks.clone(),
+        start,
+        batch: Batch::new(core.nodes.len(), locks.due.len()),
+        outcomes: vec![None; locks.due.len()],
+    };
+    let deadline = start + core.node_timeout;
+    let (renewal, stragglers) = fan_out_with(
+        &core.nodes,
+        "renew",
+        deadline,
+        renewal,
+        |i, node, deadline| {
+            metrics::renewal_call(node.label());
+            let (core, locks) = (core.clone(), locks.clone());
+            // Owned, so that it can be followed after the decision.
+            async move {
+                let extensions: Vec<Extension<'_>> = locks
+                    .due
                     .iter()
-                    .filter(|&&a| a == ExtendReply::Restored)
-                    .count();
-                tracing::debug!(op = "renew", node, locks = batch.len(), restored);
+                    .map(|due| due.held.holding.extension(due.ttl_ms))
+                    .collect();
+                nth(&core.nodes, i)?
+                    .extend_many(&extensions, deadline)
+                    .await
             }
-            Err(error) => {
-                metrics::node_error(node, "renew", matches!(error, NodeError::Timeout(_)));
-                tracing::debug!(op = "renew", node, error = %error, "node failed");
-            }
-        }
-        for (j, (Due { held, ttl, .. }, &round)) in batch.iter().zip(&rounds).enumerate() {
-            let vote = match &answer {
-                Ok(answers) => answers.get(j).map_or(Vote::Failed, Answer::vote),
-                Err(_) => Vote::Failed,
-            };
-            // Every node's answer, also after the lock's decision.
-            held.confirmations.record(round, i, vote == Vote::Yes);
-            if vote == Vote::Yes && held.status().lost == Some(LossReason::Released) {
-                // Released while this renewal was in flight: it may have
-                // restored the key after the release deleted it.
-                release_again(core, held, i);
-            }
-            if outcomes[j].is_some() {
-                continue;
-            }
-            let decision = tallies[j].record(vote);
-            if decision == Decision::Pending {
-                continue;
-            }
-            let window = Window::new(start, *ttl, core.drift_factor);
-            let outcome = match held.settle_extension(decision, &tallies[j], &window) {
-                Extended::Yes => Outcome::Renewed,
-                Extended::Lost(_) => Outcome::Finished,
-                Extended::Failed if hopeless(incompatible) => Outcome::Incompatible,
-                Extended::Failed => Outcome::Failed,
-            };
-            metrics::renewal(match outcome {
-                Outcome::Renewed => "renewed",
-                Outcome::Failed => "failed",
-                Outcome::Finished | Outcome::Incompatible => "lost",
-            });
-            tracing::debug!(
-                op = "renew",
-                resource = %held.resource,
-                ?outcome,
-                confirmed = held.confirmations.count(),
-            );
-            outcomes[j] = Some(outcome);
-            undecided -= 1;
-        }
-        if undecided == 0
-            && let Some(report) = report.take()
-        {
-            report(collect(batch, &outcomes), reachable(answered));
-        }
-    }
-    if let Some(report) = report {
-        report(collect(batch, &outcomes), reachable(answered));
+        },
+    )
+    .await;
+    let task_core = core.clone();
+    follow(core, "renew", stragglers, move |node, answer| {
+        locks.heard(&task_core, node, answer.as_deref().ok());
+    });
+    renewal
+}
+
+/// A renewal round's locks, each with its round of requests (see
+/// [`Confirmations`](crate::lease::Confirmations)): shared by the requests
+/// and by whoever follows their late answers.
+struct Locks {
+    due: Vec<Due>,
+    rounds: Vec<RoundId>,
+}
+
+impl Locks {
+    /// Node `node`'s votes, lock by lock, from its `replies` (none: it
+    /// failed). Each is recorded in its lock's confirmations, also after
+    /// the lock's decision; a "yes" that came after its lock's release may
+    /// have restored the key after the release deleted it: the release
+    /// goes out there again.
+    fn heard(&self, core: &Arc<Core>, node: usize, replies: Option<&[ExtendReply]>) -> Vec<Vote> {
+        let locks = self.due.iter().zip(&self.rounds).enumerate();
+        locks
+            .map(|(j, (Due { held, .. }, &round))| {
+                let vote = replies
+                    .and_then(|replies| replies.get(j))
+                    .map_or(Vote::Failed, Answer::vote);
+                held.confirmations.record(round, node, vote == Vote::Yes);
+                if vote == Vote::Yes && held.status().lost == Some(LossReason::Released) {
+                    release_again(core, held, node);
+                }
+                vote
+            })
+            .collect()
     }
 }
 
-/// Each lock's outcome; undecided ones failed.
-fn collect(batch: &[Due], outcomes: &[Option<Outcome>]) -> Vec<(u64, Outcome)> {
-    batch
-        .iter()
-        .zip(outcomes)
-        .map(|(due, outcome)| (due.id, outcome.unwrap_or(Outcome::Failed)))
-        .collect()
+/// A renewal round as the engine decides it: a [`Batch`] of the locks'
+/// tallies, each lock settled as soon as its own is decided.
+struct Renewal<'a> {
+    core: &'a Arc<Core>,
+    locks: Arc<Locks>,
+    start: Instant,
+    batch: Batch,
+    outcomes: Vec<Option<Outcome>>,
+}
+
+impl Decide for Renewal<'_> {
+    type Answer = Vec<ExtendReply>;
+
+    fn record(&mut self, node: usize, answer: Result<Vec<ExtendReply>, NodeFailure>) {
+        let votes = self.locks.heard(self.core, node, answer.as_deref().ok());
+        let answer = answer.as_ref().map(|_| &votes[..]).map_err(|f| &f.error);
+        for lock in self.batch.record(answer) {
+            self.settle(lock);
+        }
+    }
+
+    fn decided(&self) -> bool {
+        self.batch.decided()
+    }
+}
+
+impl Renewal<'_> {
+    /// Applies lock `lock`'s decided tally to it.
+    fn settle(&mut self, lock: usize) {
+        let (Some(due), Some(tally)) = (self.locks.due.get(lock), self.batch.tally(lock)) else {
+            return;
+        };
+        let held = &due.held;
+        let window = Window::new(self.start, due.ttl, self.core.drift_factor);
+        let outcome = match held.settle_extension(tally.decision(), tally, &window) {
+            Extended::Yes => Outcome::Renewed,
+            Extended::Lost(_) => Outcome::Finished,
+            Extended::Failed if self.batch.hopeless() => Outcome::Incompatible,
+            Extended::Failed => Outcome::Failed,
+        };
+        metrics::renewal(match outcome {
+            Outcome::Renewed => "renewed",
+            Outcome::Failed => "failed",
+            Outcome::Finished | Outcome::Incompatible => "lost",
+        });
+        tracing::debug!(
+            op = "renew",
+            resource = %held.resource,
+            ?outcome,
+            confirmed = held.confirmations.count(),
+        );
+        if let Some(slot) = self.outcomes.get_mut(lock) {
+            *slot = Some(outcome);
+        }
+    }
+
+    /// Each lock's outcome; undecided ones failed.
+    fn outcomes(&self) -> Vec<(u64, Outcome)> {
+        let locks = self.locks.due.iter().zip(&self.outcomes);
+        locks
+            .map(|(due, outcome)| (due.id, outcome.unwrap_or(Outcome::Failed)))
+            .collect()
+    }
+}
+
+/// A renewal call's answer in the logs: how many locks it carried, and on
+/// how many the node had lost the key and set it again.
+impl Traced for Vec<ExtendReply> {
+    fn traced(&self) -> impl fmt::Debug {
+        Renewed {
+            locks: self.len(),
+            restored: self.iter().filter(|&&r| r == ExtendReply::Restored).count(),
+        }
+    }
+}
+
+/// How many locks a renewal call carried, and how many it restored.
+struct Renewed {
+    locks: usize,
+    restored: usize,
+}
+
+impl fmt::Debug for Renewed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} locks, {} restored", self.locks, self.restored)
+    }
 }
 
 #[cfg(test)]

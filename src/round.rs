@@ -1,10 +1,14 @@
-//! The round layer: one request fanned out to every node, its votes and
-//! decision, the requests still in flight after it, and the release of every
-//! node that may hold a token — with the [`Core`] that guards, renewals and
-//! wake-ups hold instead of the manager. A primitive plugs its acquisition
-//! into [`attempt`] by describing it ([`Acquire`]); nothing here knows
-//! guards, renewals or the manager.
+//! The round layer: the one fan-out ([`fan_out_with`]) that every call to
+//! every node runs on — one request per node, decided by a rule
+//! ([`Decide`]: one lock's votes, a [`Round`]; a renewal's batch; a leader
+//! read), with the nodes' health, failure metrics and logs, and the
+//! requests still in flight after it [followed](follow) — and the release
+//! of every node that may hold a token, with the [`Core`] that guards,
+//! renewals and wake-ups hold instead of the manager. A primitive plugs its
+//! acquisition into [`attempt`] by describing it ([`Acquire`]); nothing
+//! here knows guards, renewals or the manager.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -15,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::calls::Stragglers;
 use crate::coalesce::{Lanes, Op};
+use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node, nth};
@@ -100,7 +105,8 @@ impl Holding {
     }
 }
 
-/// What one request to every node produced.
+/// What one request to every node produced: one lock's votes, decided by
+/// its [`Rule`].
 #[derive(Debug)]
 pub(crate) struct Round<T = bool> {
     pub(crate) tally: Tally,
@@ -109,9 +115,46 @@ pub(crate) struct Round<T = bool> {
     /// Per node: its answer, if it answered (without error) before the
     /// decision.
     pub(crate) answers: Vec<Option<T>>,
+    rule: Rule,
+}
+
+/// A node's answer is its vote: the round is decided once `rule` says so.
+impl<T: Answer> Decide for Round<T> {
+    type Answer = T;
+
+    fn record(&mut self, node: usize, answer: Result<T, NodeFailure>) {
+        let vote = match answer {
+            Ok(answer) => {
+                if let Some(slot) = self.answers.get_mut(node) {
+                    *slot = Some(answer);
+                }
+                answer.vote()
+            }
+            Err(failure) => {
+                self.failures.push(failure);
+                Vote::Failed
+            }
+        };
+        self.decision = self.tally.record(vote);
+    }
+
+    fn decided(&self) -> bool {
+        self.tally.decides(self.rule)
+    }
 }
 
 impl<T: Answer> Round<T> {
+    /// A round of `nodes` nodes, none heard yet.
+    pub(crate) fn new(nodes: usize, rule: Rule) -> Self {
+        Self {
+            tally: Tally::new(nodes),
+            decision: Decision::Pending,
+            failures: Vec::new(),
+            answers: vec![None; nodes],
+            rule,
+        }
+    }
+
     /// Per node: whether it answered "no".
     pub(crate) fn refused(&self) -> Vec<bool> {
         self.answers
@@ -184,43 +227,23 @@ impl<T: Answer> Round<T> {
         }
         votes
     }
+}
 
-    /// Counts node `i`'s answer.
-    fn record(&mut self, op: &'static str, i: usize, node: &Node, answer: Result<T, NodeError>) {
-        // Only an answer or a timeout says how the node is doing.
-        if !matches!(answer, Err(NodeError::Unresponsive)) {
-            node.note(matches!(answer, Err(NodeError::Timeout(_))));
-        }
-        let node = node.label();
-        let vote = match answer {
-            Ok(answer) => {
-                if let Some(slot) = self.answers.get_mut(i) {
-                    *slot = Some(answer);
-                }
-                answer.vote()
-            }
-            Err(error) => {
-                metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
-                tracing::debug!(op, node = %node, error = %error, "node failed");
-                self.failures.push(NodeFailure {
-                    node: node.clone(),
-                    error,
-                });
-                Vote::Failed
-            }
-        };
-        tracing::debug!(op, node = %node, ?vote);
-        self.decision = self.tally.record(vote);
+/// What the logs show of a node's answer: a lock's vote, or a summary
+/// (never a token or a value).
+pub(crate) trait Traced {
+    /// What the logs show of this answer.
+    fn traced(&self) -> impl fmt::Debug;
+}
+
+impl<T: Answer> Traced for T {
+    fn traced(&self) -> impl fmt::Debug {
+        self.vote()
     }
 }
 
-/// Sends one request to every node in parallel and tallies the answers
-/// until `rule` says they decide. Returns the requests still in flight then,
-/// for the caller to follow (see [`follow`]) or drop.
-///
-/// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
-/// given: one timer at `deadline` bounds them all, in this fan-out and in
-/// whoever follows its stragglers, rather than a timer per request.
+/// Sends one request to every node in parallel and tallies one lock's
+/// answers until `rule` says they decide: [`fan_out_with`] a [`Round`].
 pub(crate) async fn fan_out<'a, T, F, Fut>(
     nodes: &'a [Node],
     rule: Rule,
@@ -233,18 +256,54 @@ where
     F: Fn(usize, &'a Node, Deadline) -> Fut,
     Fut: Future<Output = Result<T, NodeError>>,
 {
-    let mut round = Round {
-        tally: Tally::new(nodes.len()),
-        decision: Decision::Pending,
-        failures: Vec::new(),
-        answers: vec![None; nodes.len()],
+    fan_out_with(nodes, op, deadline, Round::new(nodes.len(), rule), call).await
+}
+
+/// The fan-out, for every request sent to every node: sends node `i`'s
+/// request, made by `call`, to each node in parallel, and hands each
+/// answer (or failure) to `decide` until it is decided. Returns it, with
+/// the requests still in flight then, for the caller to [`follow`] (or
+/// drop).
+///
+/// Every answer is noted on its node (see [`Node::note`]), and a failure
+/// counted (`quorumlock_node_errors_total`, by `op`) and logged. A node
+/// that is [unresponsive](Node::unresponsive) is not waited for once every
+/// other node has answered, as long as a quorum can do without it (see
+/// [`waits_only_on`]): it counts as failed
+/// ([`NodeError::Unresponsive`]), and its request is still followed.
+///
+/// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
+/// given: one timer at `deadline` bounds them all, in this fan-out and in
+/// whoever follows its stragglers, rather than a timer per request.
+pub(crate) async fn fan_out_with<'a, D, F, Fut>(
+    nodes: &'a [Node],
+    op: &'static str,
+    deadline: Instant,
+    mut decide: D,
+    call: F,
+) -> (D, Stragglers<Fut>)
+where
+    D: Decide<Answer: Traced>,
+    F: Fn(usize, &'a Node, Deadline) -> Fut,
+    Fut: Future<Output = Result<D::Answer, NodeError>>,
+{
+    let record = |decide: &mut D, i: usize, answer| {
+        let Some(node) = nodes.get(i) else {
+            return;
+        };
+        heard(node, op, &answer, false);
+        let answer = answer.map_err(|error| NodeFailure {
+            node: node.label().clone(),
+            error,
+        });
+        decide.record(i, answer);
     };
     // One node (single-node mode): nothing to run side by side or to leave
     // behind, so nothing to allocate.
     if let [only] = nodes {
         // Awaited alone, it keeps its own time.
-        round.record(op, 0, only, call(0, only, deadline.into()).await);
-        return (round, Stragglers::none());
+        record(&mut decide, 0, call(0, only, deadline.into()).await);
+        return (decide, Stragglers::none());
     }
     let shared = Deadline::timed_by_caller(deadline);
     let mut calls = Stragglers::new(
@@ -255,23 +314,39 @@ where
         Some(deadline),
     );
     while let Some((i, answer)) = calls.next().await {
-        round.record(op, i, &nodes[i], answer);
-        if round.tally.decides(rule) {
+        record(&mut decide, i, answer);
+        if decide.decided() {
             break;
         }
         // A frozen node does not hold up a decision the others leave open
-        // (a split vote, say): it would only time out. It counts as failed
-        // here; its request is still followed.
+        // (a split vote, say): it would only time out.
         let unresponsive = calls.nodes().filter(|&n| nodes[n].unresponsive());
-        if round.tally.waits_only_on(unresponsive.count()) {
+        if waits_only_on(nodes.len(), calls.len(), unresponsive.count()) {
             let pending: Vec<usize> = calls.nodes().collect();
             for n in pending {
-                round.record(op, n, &nodes[n], Err(NodeError::Unresponsive));
+                record(&mut decide, n, Err(NodeError::Unresponsive));
             }
             break;
         }
     }
-    (round, calls)
+    (decide, calls)
+}
+
+/// What every answer of a fan-out, or of its stragglers (`late`), tells
+/// beyond its rule: how the node is doing, the failure metric, the logs.
+fn heard<T: Traced>(node: &Node, op: &'static str, answer: &Result<T, NodeError>, late: bool) {
+    // Only an answer or a timeout says how the node is doing.
+    if !matches!(answer, Err(NodeError::Unresponsive)) {
+        node.note(matches!(answer, Err(NodeError::Timeout(_))));
+    }
+    let node = &**node.label();
+    match answer {
+        Ok(answer) => tracing::debug!(op, node, late, answer = ?answer.traced()),
+        Err(error) => {
+            metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
+            tracing::debug!(op, node, late, error = %error, "node failed");
+        }
+    }
 }
 
 /// Follows requests still in flight after their call returned (a round's
@@ -290,7 +365,7 @@ pub(crate) fn follow<T, F>(
     mut stragglers: Stragglers<F>,
     on_answer: impl Fn(usize, Result<T, NodeError>) + Send + 'static,
 ) where
-    T: Answer + Send + 'static,
+    T: Traced + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
 {
     if stragglers.is_empty() || tokio::runtime::Handle::try_current().is_err() {
@@ -298,15 +373,7 @@ pub(crate) fn follow<T, F>(
     }
     let record = move |core: &Core, node: usize, answer: Result<T, NodeError>| {
         if let Some(target) = core.nodes.get(node) {
-            target.note(matches!(answer, Err(NodeError::Timeout(_))));
-        }
-        let label = core.label(node);
-        match &answer {
-            Ok(answer) => tracing::debug!(op, node = %label, late = true, vote = ?answer.vote()),
-            Err(error) => {
-                metrics::node_error(label, op, matches!(error, NodeError::Timeout(_)));
-                tracing::debug!(op, node = %label, late = true, error = %error, "node failed");
-            }
+            heard(target, op, &answer, true);
         }
         metrics::followed(op, answer.is_ok());
         on_answer(node, answer);
@@ -734,8 +801,217 @@ impl Drop for Cleanup {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::decide::Batch;
+    use crate::node::NodeOptions;
+    use crate::quorum::Vote;
+
+    /// `n` nodes that are never connected to: the fan-outs below run fake
+    /// requests.
+    pub(crate) fn nodes(n: usize) -> Vec<Node> {
+        (0..n)
+            .map(|i| {
+                Node::parse(
+                    &format!("redis://127.0.0.1:{}", 1000 + i),
+                    &NodeOptions::default(),
+                )
+                .expect("a node URL")
+            })
+            .collect()
+    }
+
+    /// Makes `node` unresponsive: its last requests timed out.
+    pub(crate) fn freeze(node: &Node) {
+        while !node.unresponsive() {
+            node.note(true);
+        }
+    }
+
+    /// A fake request: `answer` after `ms` milliseconds.
+    async fn after<T>(ms: u64, answer: T) -> Result<T, NodeError> {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(answer)
+    }
+
+    const FAR: Duration = Duration::from_secs(600);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fan_out_decides_at_a_quorum_and_leaves_the_rest_in_flight() {
+        let nodes = nodes(3);
+        let start = Instant::now();
+        let delays = [10, 20, 1_000];
+        let (round, stragglers) = fan_out(&nodes, Rule::Quorum, "test", start + FAR, |i, _, _| {
+            after(delays[i], true)
+        })
+        .await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(round.tally.yes(), 2);
+        assert_eq!(stragglers.nodes().collect::<Vec<_>>(), [2]);
+        assert_eq!(round.votes(&stragglers), [Some(true), Some(true), None]);
+        assert_eq!(Instant::now(), start + Duration::from_millis(20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_split_vote_is_not_left_to_an_unresponsive_node() {
+        // Two yes, two no: only the fifth node could decide.
+        let split = |i: usize| after(if i == 4 { 1_000 } else { 10 }, i < 2);
+        let nodes = nodes(5);
+        let start = Instant::now();
+        // A responsive fifth node is waited for.
+        let (round, _) = fan_out(&nodes, Rule::Quorum, "test", start + FAR, |i, _, _| {
+            split(i)
+        })
+        .await;
+        assert_eq!(round.decision, Decision::Impossible);
+        assert!(round.failures.is_empty());
+        assert_eq!(Instant::now(), start + Duration::from_millis(1_000));
+        // An unresponsive one is not, once the others have answered: it
+        // counts as failed, and its request is left in flight.
+        freeze(&nodes[4]);
+        let start = Instant::now();
+        let (round, stragglers) = fan_out(&nodes, Rule::Quorum, "test", start + FAR, |i, _, _| {
+            split(i)
+        })
+        .await;
+        assert_eq!(Instant::now(), start + Duration::from_millis(10));
+        assert_eq!(round.decision, Decision::Impossible);
+        assert!(matches!(
+            &round.failures[..],
+            [failure] if *failure.node == *"127.0.0.1:1004"
+                && matches!(failure.error, NodeError::Unresponsive)
+        ));
+        assert_eq!(stragglers.nodes().collect::<Vec<_>>(), [4]);
+        assert!(
+            nodes[4].unresponsive(),
+            "not waiting for it says nothing of it"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_unresponsive_nodes_of_three_are_waited_for() {
+        // More than N - Q: perhaps a loaded machine rather than frozen nodes.
+        let nodes = nodes(3);
+        freeze(&nodes[1]);
+        freeze(&nodes[2]);
+        let start = Instant::now();
+        let delays = [10, 50, 60];
+        let (round, _) = fan_out(&nodes, Rule::Quorum, "test", start + FAR, |i, _, _| {
+            after(delays[i], true)
+        })
+        .await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(Instant::now(), start + Duration::from_millis(50));
+        assert!(
+            !nodes[1].unresponsive(),
+            "its answer makes it responsive again"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_node_times_out_at_the_deadline_and_is_noted() {
+        let nodes = nodes(3);
+        let start = Instant::now();
+        let delays = [10, 1_000, 1_000];
+        let (round, stragglers) = fan_out(
+            &nodes,
+            Rule::Quorum,
+            "test",
+            start + Duration::from_millis(100),
+            |i, _, _| after(delays[i], true),
+        )
+        .await;
+        assert!(stragglers.is_empty());
+        assert_eq!(round.decision, Decision::Impossible);
+        assert_eq!(round.failures.len(), 2);
+        assert!(
+            round
+                .failures
+                .iter()
+                .all(|f| matches!(f.error, NodeError::Timeout(_)))
+        );
+        assert_eq!(Instant::now(), start + Duration::from_millis(100));
+        // One timeout each: not yet unresponsive, but on the way.
+        assert!(!nodes[1].unresponsive());
+        nodes[1].note(true);
+        assert!(nodes[1].unresponsive());
+    }
+
+    /// A batch of locks, each node's answer a vote per lock.
+    struct Locks(Batch);
+
+    impl Decide for Locks {
+        type Answer = Vec<Vote>;
+
+        fn record(&mut self, _: usize, answer: Result<Vec<Vote>, NodeFailure>) {
+            self.0.record(answer.as_deref().map_err(|f| &f.error));
+        }
+
+        fn decided(&self) -> bool {
+            self.0.decided()
+        }
+    }
+
+    impl Traced for Vec<Vote> {
+        fn traced(&self) -> impl fmt::Debug {
+            self.clone()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_is_decided_once_every_lock_is_and_not_by_a_frozen_node() {
+        use Vote::{No, Yes};
+        let nodes = nodes(5);
+        let answers = [
+            vec![Yes, Yes],
+            vec![Yes, Yes],
+            vec![Yes, No],
+            vec![No, No],
+            vec![Yes, Yes],
+        ];
+        let delays = [10, 20, 30, 40, 1_000];
+        let start = Instant::now();
+        let call = |i: usize, _: &Node, _| after(delays[i], answers[i].clone());
+        // Lock 0 is decided at the third answer; lock 1, two against two,
+        // only by the fifth node.
+        let (locks, _) =
+            fan_out_with(&nodes, "test", start + FAR, Locks(Batch::new(5, 2)), call).await;
+        assert!(locks.decided());
+        assert_eq!(Instant::now(), start + Duration::from_millis(1_000));
+        assert_eq!(
+            locks.0.tally(1).map(Tally::decision),
+            Some(Decision::Reached)
+        );
+        // Frozen, the fifth node is not waited for: lock 1 fails.
+        freeze(&nodes[4]);
+        let start = Instant::now();
+        let (locks, stragglers) =
+            fan_out_with(&nodes, "test", start + FAR, Locks(Batch::new(5, 2)), call).await;
+        assert_eq!(Instant::now(), start + Duration::from_millis(40));
+        assert_eq!(
+            locks.0.tally(0).map(Tally::decision),
+            Some(Decision::Reached)
+        );
+        assert_eq!(
+            locks.0.tally(1).map(Tally::decision),
+            Some(Decision::Impossible)
+        );
+        assert_eq!(stragglers.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_node_is_awaited_alone() {
+        let nodes = nodes(1);
+        freeze(&nodes[0]);
+        let start = Instant::now();
+        let (round, stragglers) = fan_out(&nodes, Rule::Quorum, "test", start + FAR, |_, _, _| {
+            after(30, true)
+        })
+        .await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert!(stragglers.is_empty());
+        assert_eq!(Instant::now(), start + Duration::from_millis(30));
+    }
 
     /// Node 1's request is in flight (of three nodes); `restores` for an
     /// extension's.

@@ -823,3 +823,77 @@ fn the_window_check_sees_two_leaders_at_once() {
         },
     ]);
 }
+
+/// A leader read does not wait for an unresponsive node, once the others
+/// have answered: nodes 1 and 2 of three disagree (a leader's keys gone
+/// from node 2, as after an empty restart), node 3 is stopped. Its first
+/// reads time out; once it has timed out twice in a row, a read counts it
+/// as failed without waiting (unavailable all the same: node 3 may hold
+/// the leader's token).
+#[test]
+fn a_read_is_not_left_to_an_unresponsive_node() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    // The leader stands still once its campaign returned (see
+    // `a_read_that_stopped_nodes_could_decide_is_unavailable`).
+    let frozen = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let leadership = frozen
+        .block_on(async {
+            let campaign = manager(&nodes)
+                .election("sched4")
+                .campaign("web-8", Duration::from_secs(30));
+            no_hang("campaign", campaign).await
+        })
+        .expect("campaign");
+    let reading = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    reading.block_on(async {
+        let locks = manager(&nodes);
+        let election = locks.election("sched4");
+        let leader = no_hang("leader", election.leader())
+            .await
+            .expect("leader")
+            .expect("a leader");
+        assert_eq!(leader.value(), "web-8");
+        let keys = [
+            "sched4".to_owned(),
+            format!("sched4{LEADER_SUFFIX}"),
+            format!("sched4{FENCE_SUFFIX}"),
+        ];
+        let _: i64 = support::conn(&nodes[1].url())
+            .await
+            .del(&keys)
+            .await
+            .expect("DEL");
+        let stopped = Paused::new(&nodes[2]);
+        let stopped_node = format!("127.0.0.1:{}", nodes[2].port());
+        // How the stopped node failed each read.
+        let mut failed = Vec::new();
+        for _ in 0..3 {
+            match no_hang("leader", election.leader()).await {
+                Err(error @ Error::Unavailable { .. }) => {
+                    let failures = error.node_failures();
+                    assert!(
+                        matches!(failures, [f] if *f.node == *stopped_node),
+                        "only the stopped node failed: {error}"
+                    );
+                    failed.push(match failures[0].error {
+                        quorumlock::NodeError::Timeout(_) => "timeout",
+                        quorumlock::NodeError::Unresponsive => "not waited for",
+                        _ => "other",
+                    });
+                }
+                other => panic!("expected the read to be unavailable, got {other:?}"),
+            }
+        }
+        assert_eq!(failed, ["timeout", "timeout", "not waited for"]);
+        drop(stopped);
+        no_hang("settle", locks.settle()).await;
+    });
+    let _ = frozen.block_on(no_hang("resign", leadership.resign()));
+}

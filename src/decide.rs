@@ -1,0 +1,200 @@
+//! A fan-out's decision rules, as the round engine runs them: each node's
+//! answer (or failure) in, "decided" out. One lock's votes are a
+//! [`Round`](crate::round::Round) over a [`Tally`]; a renewal round's,
+//! where one call per node carries every lock due, a [`Batch`] of tallies;
+//! a leader read's, the verdict of `elect`. No I/O.
+
+use crate::error::{NodeError, NodeFailure};
+use crate::quorum::{Decision, Tally, Vote, quorum};
+
+/// What a fan-out decides by: how each node's answer, or failure, counts,
+/// and when the answers heard so far settle what the caller learns. The
+/// engine hands every node's outcome to [`record`](Self::record) once, until
+/// [`decided`](Self::decided) says so; the nodes still answering then are
+/// followed in the background, outside the rule.
+pub(crate) trait Decide {
+    /// A node's answer.
+    type Answer;
+
+    /// Counts node `node`'s answer, or its failure.
+    fn record(&mut self, node: usize, answer: Result<Self::Answer, NodeFailure>);
+
+    /// Whether the nodes still answering can no longer change what the
+    /// caller learns.
+    fn decided(&self) -> bool;
+}
+
+/// Whether a fan-out to `nodes` nodes, `pending` of them still to answer,
+/// waits only on `unresponsive` nodes (see
+/// [`Node::unresponsive`](crate::node::Node::unresponsive)) that a quorum
+/// can do without: every node still to answer is one, and they are at most
+/// `N - Q`. Waiting for them would only wait out their timeout, so the
+/// fan-out decides as if they had failed. (More of them than `N - Q` may be
+/// a loaded machine rather than frozen nodes: those are waited for.)
+pub(crate) fn waits_only_on(nodes: usize, pending: usize, unresponsive: usize) -> bool {
+    pending > 0 && unresponsive == pending && unresponsive <= nodes - quorum(nodes)
+}
+
+/// The tallies of a batch of locks asked of every node in one call each (a
+/// renewal round): a node's answer carries one vote per lock, and each lock
+/// is decided by its own tally as soon as that is known. The batch is
+/// decided once every lock is.
+#[derive(Debug, Clone)]
+pub(crate) struct Batch {
+    tallies: Vec<Tally>,
+    undecided: usize,
+    /// Nodes that answered (each a vote per lock).
+    answered: usize,
+    /// Nodes that failed as unable to run the call at all (see
+    /// [`NodeError::is_incompatible`]).
+    incompatible: usize,
+}
+
+impl Batch {
+    /// `locks` locks, asked of `nodes` nodes.
+    pub(crate) fn new(nodes: usize, locks: usize) -> Self {
+        Self {
+            tallies: vec![Tally::new(nodes); locks],
+            undecided: locks,
+            answered: 0,
+            incompatible: 0,
+        }
+    }
+
+    /// Counts one node's answer: each lock's vote (a lock missing from
+    /// `votes` failed), or for a node that failed, a failure for every
+    /// lock. A lock already decided counts no more votes. Returns the locks
+    /// this answer decided.
+    pub(crate) fn record(&mut self, answer: Result<&[Vote], &NodeError>) -> Vec<usize> {
+        match answer {
+            Ok(_) => self.answered += 1,
+            Err(error) => self.incompatible += usize::from(error.is_incompatible()),
+        }
+        let mut decided = Vec::new();
+        for (lock, tally) in self.tallies.iter_mut().enumerate() {
+            if tally.decision() != Decision::Pending {
+                continue;
+            }
+            let vote = match answer {
+                Ok(votes) => votes.get(lock).copied().unwrap_or(Vote::Failed),
+                Err(_) => Vote::Failed,
+            };
+            if tally.record(vote) != Decision::Pending {
+                decided.push(lock);
+            }
+        }
+        self.undecided -= decided.len();
+        decided
+    }
+
+    /// Lock `lock`'s tally.
+    pub(crate) fn tally(&self, lock: usize) -> Option<&Tally> {
+        self.tallies.get(lock)
+    }
+
+    /// Whether every lock is decided.
+    pub(crate) fn decided(&self) -> bool {
+        self.undecided == 0
+    }
+
+    /// Whether a quorum of nodes answered (whatever their votes).
+    pub(crate) fn reachable(&self) -> bool {
+        self.tallies
+            .first()
+            .is_none_or(|tally| self.answered >= tally.quorum())
+    }
+
+    /// Whether more nodes than a quorum tolerates cannot run the call at
+    /// all: no quorum ever will.
+    pub(crate) fn hopeless(&self) -> bool {
+        self.tallies
+            .first()
+            .is_some_and(|tally| self.incompatible > tally.nodes() - tally.quorum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::Shortfall;
+    use Vote::{No, Yes};
+
+    #[test]
+    fn only_a_minority_of_unresponsive_nodes_is_not_waited_for() {
+        // Five nodes, one still to answer, and it is unresponsive.
+        assert!(waits_only_on(5, 1, 1));
+        assert!(!waits_only_on(5, 1, 0), "a responsive node is waited for");
+        assert!(waits_only_on(5, 2, 2));
+        assert!(!waits_only_on(5, 2, 1), "one of the two is responsive");
+        assert!(
+            !waits_only_on(5, 3, 3),
+            "more than N - Q: a loaded machine?"
+        );
+        assert!(!waits_only_on(3, 0, 0), "nothing pending");
+        assert!(
+            !waits_only_on(1, 1, 1),
+            "a single node is never done without"
+        );
+    }
+
+    #[test]
+    fn each_lock_of_a_batch_is_decided_by_its_own_tally() {
+        let mut batch = Batch::new(3, 3);
+        assert!(batch.record(Ok(&[Yes, No, Yes])).is_empty());
+        assert!(!batch.reachable());
+        // Lock 0 reached, lock 1 can no longer; lock 2 still open.
+        assert_eq!(batch.record(Ok(&[Yes, No, No])), [0, 1]);
+        assert!(batch.reachable());
+        assert!(!batch.decided());
+        assert_eq!(batch.tally(0).map(Tally::decision), Some(Decision::Reached));
+        assert!(
+            batch
+                .tally(1)
+                .is_some_and(Tally::refused_by_quorum_complement)
+        );
+        // A lock missing from an answer failed there.
+        assert_eq!(batch.record(Ok(&[Yes])), [2]);
+        assert!(batch.decided());
+        assert_eq!(
+            batch.tally(2).map(Tally::decision),
+            Some(Decision::Impossible)
+        );
+        assert!(batch.tally(2).is_some_and(|t| t.yes() == 1));
+    }
+
+    #[test]
+    fn a_decided_lock_counts_no_more_votes() {
+        let mut batch = Batch::new(3, 1);
+        batch.record(Ok(&[Yes]));
+        assert_eq!(batch.record(Ok(&[Yes])), [0]);
+        assert!(batch.record(Ok(&[No])).is_empty());
+        assert!(
+            batch
+                .tally(0)
+                .is_some_and(|t| t.yes() == 2 && t.pending() == 1)
+        );
+    }
+
+    #[test]
+    fn a_failed_node_fails_every_lock_and_incompatible_ones_make_it_hopeless() {
+        let mut batch = Batch::new(3, 2);
+        let error = NodeError::Timeout(std::time::Duration::from_millis(1));
+        assert!(batch.record(Err(&error)).is_empty());
+        assert!(!batch.hopeless());
+        assert_eq!(batch.record(Err(&error)), [0, 1]);
+        assert!(!batch.reachable(), "no node answered");
+        assert!(!batch.hopeless(), "timeouts are not incompatibility");
+        assert_eq!(
+            batch.tally(1).map(Tally::shortfall),
+            Some(Shortfall::Unreachable)
+        );
+        let mut batch = Batch::new(3, 1);
+        let unsupported = NodeError::FunctionsUnsupported {
+            server: "redis 6.2".to_owned(),
+        };
+        batch.record(Err(&unsupported));
+        assert!(!batch.hopeless(), "one of three: a quorum can still answer");
+        batch.record(Err(&unsupported));
+        assert!(batch.hopeless());
+    }
+}
