@@ -3,10 +3,10 @@
 //! every node with plain read commands through the round engine, and what
 //! a quorum of them confirms ([`Inspection`]).
 //!
-//! The reads are one fan-out: it returns once the answers decide the
-//! verdict (a quorum's answers at least), never waiting for a node whose
-//! answer cannot change it, and follows the other nodes in the background,
-//! for [`Inspection::settled`].
+//! The reads are one fan-out on the engine, decided by [`judge`]: it
+//! returns once no answer still to come can change the verdict, and the
+//! engine follows the other nodes in the background, for
+//! [`Inspection::settled`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,12 +18,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::decide::Decide;
 use crate::error::{ArgumentError, Error, NodeError, NodeFailure};
 use crate::keys::Layout;
 use crate::node::{Deadline, nth};
-use crate::quorum::{Answer, Rule, Vote};
 use crate::redlock::Redlock;
-use crate::round::{Core, fan_out, follow};
+use crate::round::{Core, Traced, fan_out_with, follow};
 use crate::semaphore::Semaphore;
 use crate::token::Token;
 
@@ -111,85 +111,91 @@ impl Redlock {
 
 /// Reads `layout`'s keys on every node of `core` and decides.
 async fn inspect(core: &Arc<Core>, resource: Arc<str>, layout: Arc<Layout>) -> Inspection {
-    let shared = Arc::new(Shared::new(core.nodes.len()));
     let deadline = Instant::now() + core.node_timeout;
-    // A fan-out at a quorum of answers: fewer can decide nothing. Whatever
-    // the verdict needs beyond them comes from the nodes it follows, until
-    // `judge` says it is decided. (`judge` is this fan-out's decision rule,
-    // for when the engine takes its caller's.)
-    let (round, stragglers) = fan_out(
+    let (looking, stragglers) = fan_out_with(
         &core.nodes,
-        Rule::Quorum,
         "inspect",
         deadline,
-        |i, _, deadline| request(core.clone(), layout.clone(), shared.clone(), i, deadline),
+        Looking::new(core.nodes.len(), core.quorum()),
+        |i, _, deadline| read(core.clone(), layout.clone(), i, deadline),
     )
     .await;
     let in_flight: Vec<usize> = stragglers.nodes().collect();
-    shared.after_round(core, &round.failures, &in_flight);
-    let (changed, mut changes) = watch::channel(());
+    let shared = Arc::new(Shared::new(looking.states, &in_flight));
+    let (changed, changes) = watch::channel(());
     let follower = shared.clone();
     follow(core, "inspect", stragglers, move |node, answer| {
-        follower.settle(node, answer.err());
+        follower.settle(node, answer);
         changed.send_replace(());
     });
-    let quorum = core.quorum();
-    loop {
-        let states = shared.states();
-        if judge(&states, quorum).decided {
-            break;
-        }
-        // Not decided, so some node is still to answer. Nodes that are
-        // frozen (or far behind) are not waited for, as in any fan-out.
-        let waiting: Vec<usize> = (0..states.len())
-            .filter(|&i| matches!(states[i], NodeState::Pending))
-            .collect();
-        let frozen = waiting
-            .iter()
-            .all(|&i| core.nodes.get(i).is_some_and(|n| n.unresponsive()));
-        if frozen && !waiting.is_empty() && waiting.len() <= states.len() - quorum {
-            for &i in &waiting {
-                tracing::debug!(op = "inspect", node = %core.label(i), "not waited for: unresponsive");
-            }
-            shared.not_waited_for(&waiting);
-            continue;
-        }
-        if changes.changed().await.is_err() {
-            // Nothing follows them any more (the runtime is shutting down).
-            shared.abandon();
-        }
-    }
     Inspection::new(resource, layout, core, Following { shared, changes })
 }
 
-/// Node `node`'s read: what it keeps goes to `shared`; its answer to the
-/// engine says only that it answered.
-async fn request(
-    core: Arc<Core>,
-    layout: Arc<Layout>,
-    shared: Arc<Shared>,
-    node: usize,
-    deadline: Deadline,
-) -> Result<Read, NodeError> {
-    let stored = read(&core, &layout, node, deadline).await?;
-    shared.answered(node, stored);
-    Ok(Read)
+/// An inspection's decision rule: the nodes' answers so far, decided once
+/// [`judge`] says no answer still to come can change the verdict.
+#[derive(Debug)]
+struct Looking {
+    states: Vec<NodeState>,
+    quorum: usize,
+    decided: bool,
 }
 
-/// A node's read answered. What it read is in [`Shared`] (an engine's
-/// answer is a vote, and `Copy`); it votes yes: one more of the quorum of
-/// answers an inspection needs at least.
-#[derive(Debug, Clone, Copy)]
-struct Read;
-
-impl Answer for Read {
-    fn vote(&self) -> Vote {
-        Vote::Yes
+impl Looking {
+    fn new(nodes: usize, quorum: usize) -> Self {
+        Self {
+            states: vec![NodeState::Pending; nodes],
+            quorum,
+            decided: false,
+        }
     }
 }
 
-/// What the nodes said, as they say it: shared by the reads, their
-/// follower and the [`Inspection`].
+impl Decide for Looking {
+    type Answer = Stored;
+
+    fn record(&mut self, node: usize, answer: Result<Stored, NodeFailure>) {
+        if let Some(state) = self.states.get_mut(node) {
+            *state = match answer {
+                Ok(stored) => NodeState::Answered(stored),
+                Err(failure) => NodeState::Failed(failure.error),
+            };
+        }
+        self.decided = judge(&self.states, self.quorum).decided;
+    }
+
+    fn decided(&self) -> bool {
+        self.decided
+    }
+}
+
+/// What the logs show of a node's answer: what it keeps, never a token or
+/// a value.
+impl Traced for Stored {
+    fn traced(&self) -> impl fmt::Debug {
+        #[derive(Debug)]
+        #[allow(dead_code)] // Read by `Debug` only.
+        struct Kept {
+            lock: bool,
+            fence: bool,
+            leader: bool,
+            permits: usize,
+            writer: bool,
+            readers: usize,
+        }
+        Kept {
+            lock: self.lock.is_some() || self.other_type.is_some(),
+            fence: self.fence.is_some(),
+            leader: self.leader.is_some(),
+            permits: self.permits.len(),
+            writer: self.writer.is_some(),
+            readers: self.readers.len(),
+        }
+    }
+}
+
+/// What the nodes said, as they say it: the decision's answers, then those
+/// of the nodes followed after it. Shared by their follower and the
+/// [`Inspection`].
 #[derive(Debug)]
 struct Shared {
     nodes: Mutex<Vec<Slot>>,
@@ -204,13 +210,18 @@ struct Slot {
 }
 
 impl Shared {
-    fn new(nodes: usize) -> Self {
-        let slot = Slot {
-            state: NodeState::Pending,
-            settled: false,
-        };
+    /// The answers at the decision; the reads to `in_flight` go on.
+    fn new(states: Vec<NodeState>, in_flight: &[usize]) -> Self {
+        let slots = states
+            .into_iter()
+            .enumerate()
+            .map(|(i, state)| Slot {
+                state,
+                settled: !in_flight.contains(&i),
+            })
+            .collect();
         Self {
-            nodes: Mutex::new(vec![slot; nodes]),
+            nodes: Mutex::new(slots),
         }
     }
 
@@ -218,60 +229,18 @@ impl Shared {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn states(&self) -> Vec<NodeState> {
-        self.slots().iter().map(|s| s.state.clone()).collect()
-    }
-
     fn all_settled(&self) -> bool {
         self.slots().iter().all(|s| s.settled)
     }
 
-    fn answered(&self, node: usize, stored: Stored) {
-        if let Some(slot) = self.slots().get_mut(node) {
-            slot.state = NodeState::Answered(stored);
-        }
-    }
-
-    /// After the fan-out: nodes it no longer follows have answered or
-    /// failed; of those it does, some may be not waited for.
-    fn after_round(&self, core: &Core, failures: &[NodeFailure], in_flight: &[usize]) {
-        let mut slots = self.slots();
-        for (i, slot) in slots.iter_mut().enumerate() {
-            let label = core.label(i);
-            let failure = failures.iter().find(|f| *f.node == *label);
-            if in_flight.contains(&i) {
-                if let Some(failure) = failure {
-                    slot.state = NodeState::Failed(failure.error.clone());
-                }
-                continue;
-            }
-            slot.settled = true;
-            if matches!(slot.state, NodeState::Pending) {
-                slot.state = NodeState::Failed(failure.map_or_else(
-                    || NodeError::UnexpectedReply("no answer".to_owned()),
-                    |f| f.error.clone(),
-                ));
-            }
-        }
-    }
-
-    /// A followed read ended: it answered (its state is in already), or
-    /// failed with `error`.
-    fn settle(&self, node: usize, error: Option<NodeError>) {
+    /// A followed read ended.
+    fn settle(&self, node: usize, answer: Result<Stored, NodeError>) {
         if let Some(slot) = self.slots().get_mut(node) {
             slot.settled = true;
-            if let Some(error) = error {
-                slot.state = NodeState::Failed(error);
-            }
-        }
-    }
-
-    fn not_waited_for(&self, nodes: &[usize]) {
-        let mut slots = self.slots();
-        for &i in nodes {
-            if let Some(slot) = slots.get_mut(i) {
-                slot.state = NodeState::Failed(NodeError::Unresponsive);
-            }
+            slot.state = match answer {
+                Ok(stored) => NodeState::Answered(stored),
+                Err(error) => NodeState::Failed(error),
+            };
         }
     }
 
@@ -1021,8 +990,8 @@ fn command(name: &str, args: &[&str]) -> Cmd {
 /// then a semaphore's permits (their count is in the limit key) and the
 /// type of a lock key that is not a string.
 async fn read(
-    core: &Core,
-    layout: &Layout,
+    core: Arc<Core>,
+    layout: Arc<Layout>,
     node: usize,
     deadline: Deadline,
 ) -> Result<Stored, NodeError> {
@@ -1097,7 +1066,7 @@ async fn read(
         .collect();
     if let Some(count) = permit_count {
         stored.permits =
-            read_permits(target, layout, count.min(Semaphore::MAX_PERMITS), deadline).await?;
+            read_permits(target, &layout, count.min(Semaphore::MAX_PERMITS), deadline).await?;
     }
     Ok(stored)
 }
