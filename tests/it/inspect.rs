@@ -57,6 +57,9 @@ async fn a_held_lock_is_confirmed_with_its_holder_and_a_released_one_is_free() {
     let nodes = RedisNodes::start(3).expect("nodes");
     let locks = manager(&nodes);
     let guard = locks.lock("inspect:held", TTL).await.expect("lock");
+    // The lock returned at its quorum's decision: wait for every node's
+    // grant before counting them.
+    no_hang("settle", locks.settle()).await;
 
     let inspection = inspect(&locks, "inspect:held").await;
     assert_eq!(inspection.verdict(), Verdict::Held);
@@ -76,6 +79,7 @@ async fn a_held_lock_is_confirmed_with_its_holder_and_a_released_one_is_free() {
     }
 
     guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
     let inspection = inspect(&locks, "inspect:held").await;
     assert_eq!(inspection.verdict(), Verdict::Free);
     assert!(inspection.holder().is_none());
@@ -335,6 +339,7 @@ async fn too_few_nodes_to_tell_is_unknown() {
     let nodes = RedisNodes::start(3).expect("nodes");
     let locks = manager(&nodes);
     let guard = locks.lock("inspect:unknown", TTL).await.expect("lock");
+    no_hang("settle", locks.settle()).await;
     nodes[1].kill();
     nodes[2].kill();
     let inspection = inspect(&locks, "inspect:unknown").await;
