@@ -179,6 +179,8 @@
 //!      renewal round's batch of them, when an unresponsive node is not
 //!      waited for.
 //!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
+//!    - `keys` — the key layout: every key and channel named after a
+//!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `scripts` — the Lua scripts and the Functions library.
 //!    - `check` — the node check's [`Report`](check::Report) and its
@@ -216,6 +218,8 @@
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a
 //!      quorum.
+//!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
+//!      keeps under a name, read through the engine and judged at a quorum.
 //!
 //! A new primitive is a description in `primitive` (its scripts in
 //! `scripts`, its node commands in `node`); guards, renewal and wake-ups
@@ -242,6 +246,7 @@
 pub mod check;
 mod decide;
 mod error;
+mod keys;
 mod metrics;
 mod quorum;
 mod request;
@@ -266,6 +271,7 @@ mod wakeup;
 mod builder;
 mod doctor;
 mod election;
+mod inspect;
 mod redlock;
 mod rwlock;
 mod semaphore;
@@ -277,16 +283,19 @@ mod layers;
 pub mod testkit;
 
 pub use builder::RedlockBuilder;
-pub use election::{Election, LEADER_SUFFIX, Leader, Leadership};
+pub use election::{Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
 pub use guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
+pub use inspect::{
+    Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
+    ResourceKind, SeenToken, Stored, Verdict,
+};
 pub use lease::Lease;
 pub use redlock::Redlock;
-pub use request::{FENCE_SUFFIX, RELEASED_SUFFIX};
 pub use retry::Retry;
-pub use rwlock::{READERS_SUFFIX, RwLock, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
+pub use rwlock::RwLock;
 pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
-pub use semaphore::{PERMIT_INFIX, PERMITS_SUFFIX, Semaphore};
+pub use semaphore::Semaphore;
 pub use token::Token;
 pub use wakeup::WakeOnRelease;
 

@@ -10,16 +10,11 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 
 use crate::error::{ArgumentError, Error};
+use crate::keys::{FENCE_SUFFIX, RELEASED_SUFFIX};
 use crate::quorum::drift;
 
 /// The largest accepted lock time-to-live: [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Appended to a lock's key to form its fence counter's key.
-pub const FENCE_SUFFIX: &str = ":fence";
-
-/// Appended to a lock's key to form the channel its releases announce on.
-pub const RELEASED_SUFFIX: &str = ":released";
 
 /// A lock's Redis keys, shared cheaply by its guard and background tasks.
 pub(crate) type Keys = Arc<[Arc<str>]>;

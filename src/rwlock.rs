@@ -11,6 +11,7 @@ use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
+use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
 use crate::node::{Deadline, nth};
 use crate::quorum::Window;
@@ -18,17 +19,6 @@ use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
-
-/// Appended to a reader-writer lock's key to form its writer key.
-pub const WRITER_SUFFIX: &str = ":writer";
-
-/// Appended to a reader-writer lock's key to form its readers key (a
-/// sorted set of the readers' tokens, scored with their expiries).
-pub const READERS_SUFFIX: &str = ":readers";
-
-/// Appended to a reader-writer lock's key to form the mark of a writer
-/// waiting for the readers to leave.
-pub const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
 
 impl Redlock {
     /// The reader-writer lock called `name`, on this manager's nodes: see

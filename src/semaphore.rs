@@ -15,6 +15,7 @@ use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
 use crate::guard::{LockGuard, Permit};
+use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
 use crate::node::{Deadline, PermitReply, nth};
 use crate::quorum::{Answer, Vote, Window};
@@ -22,14 +23,6 @@ use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
-
-/// Between a semaphore's key and a permit's number: permit `i` of the
-/// semaphore `<key>` is the lock `<key>:permit:<i>`.
-pub const PERMIT_INFIX: &str = ":permit:";
-
-/// Appended to a semaphore's key to form its limit key, which holds the
-/// permit count on a node while any permit is held there.
-pub const PERMITS_SUFFIX: &str = ":permits";
 
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.

@@ -13,15 +13,12 @@ use tokio::time::Instant;
 
 use crate::decide::Decide;
 use crate::error::{Error, NodeFailure};
+use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::node::{Seen, nth};
 use crate::quorum::Rule;
 use crate::quorum::quorum;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
 use crate::token::Token;
-
-/// Appended to an election's lock key to form the key of the leader's
-/// value (a hash: token, term, revision, value).
-pub(crate) const LEADER_SUFFIX: &str = ":leader";
 
 /// The key of the leader's value beside lock key `key`.
 pub(crate) fn leader_key(key: &str) -> Arc<str> {
@@ -30,12 +27,6 @@ pub(crate) fn leader_key(key: &str) -> Arc<str> {
     name.push_str(LEADER_SUFFIX);
     name.into()
 }
-
-/// Appended to an election's lock key to form the channel on which nodes
-/// announce a stored value (a new leader's, or a new revision), when the
-/// manager announces releases
-/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)).
-pub(crate) const ELECTED_SUFFIX: &str = ":elected";
 
 /// The channel of an election's values beside lock key `key`.
 pub(crate) fn elected_channel(key: &str) -> String {

@@ -24,11 +24,6 @@ use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Request, channel, same_slot};
 use crate::round::Core;
 
-/// Appended to an election's key to form the key of the leader's value: a
-/// hash of the leader's token, term, revision and value, beside the
-/// election's lock key (`<key>`) and its term counter (`<key>:fence`).
-pub const LEADER_SUFFIX: &str = leader::LEADER_SUFFIX;
-
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see
     /// [`Election`]. No I/O; the name is checked by the calls that use it.
@@ -195,7 +190,7 @@ impl Election {
         let limits = self.locks.limits();
         let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
         let leader_key = leader::leader_key(&key);
-        let fence_key = format!("{key}{}", crate::request::FENCE_SUFFIX);
+        let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
         let all = [&*key, &*fence_key, &*leader_key];
         if limits.cluster && !same_slot(&all) {
             return Err(ArgumentError::CrossSlot {

@@ -52,6 +52,14 @@ impl Node {
         reply.map_err(|error| self.redact(error, secrets))
     }
 
+    /// Sends the read-only command `cmd` within `deadline` (sent once more
+    /// if the connection dropped: a read can be), for looking at what the
+    /// node keeps ([`Redlock::inspect`](crate::Redlock::inspect)). On a
+    /// cluster it goes to the master of its key.
+    pub(crate) async fn read(&self, cmd: &Cmd, deadline: Deadline) -> Result<Value, NodeError> {
+        self.command(cmd, &[], Resend::IfDropped, deadline).await
+    }
+
     /// `error` with every secret of a call scrubbed out of its text: the
     /// call's `tokens` and the node's passwords.
     pub(super) fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {

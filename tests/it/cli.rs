@@ -582,6 +582,17 @@ fn status_shows_a_semaphores_permits_and_a_rwlocks_readers() {
     let text = stdout(&out);
     assert!(text.contains("verdict: read — 2 readers"), "{text}");
     assert!(text.matches("readers 2").count() >= 2, "{text}");
+    // Without the flags, each is shown as what the nodes keep.
+    let out = status(&[], "sem");
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("semaphore `sem` of 3 permits"), "{text}");
+    assert!(text.contains("verdict: 2 of 3 permits held"), "{text}");
+    let out = status(&[], "doc");
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("reader-writer lock `doc`"), "{text}");
+    assert!(text.contains("verdict: read — 2 readers"), "{text}");
 
     runtime.block_on(async {
         for guard in (permits.into_iter().map(quorumlock::LockGuard::from))

@@ -12,8 +12,11 @@ use std::process::{Command, Output, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use quorumlock::testkit::{RedisNodes, ServerOptions};
-use quorumlock::{FENCE_SUFFIX, LEADER_SUFFIX};
 use support::Paused;
+
+/// An election's keys beside its lock key, as `elect --help` names them.
+const LEADER_SUFFIX: &str = ":leader";
+const FENCE_SUFFIX: &str = ":fence";
 
 /// The statuses `quorumlock elect --help` and `leader --help` document.
 const NO_LEADER: i32 = 1;

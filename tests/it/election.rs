@@ -12,13 +12,17 @@ use std::collections::HashMap;
 use futures::{FutureExt, StreamExt};
 use quorumlock::testkit::{FaultProxy, Faults, RedisCluster, RedisNodes};
 use quorumlock::{
-    ArgumentError, Election, Error, FENCE_SUFFIX, FUNCTIONS_LIBRARY, LEADER_SUFFIX, Leader,
-    Leadership, Redlock, ScriptMode, WakeOnRelease,
+    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, ScriptMode,
+    WakeOnRelease,
 };
 use redis::AsyncCommands;
 use support::{Paused, builder, no_hang};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+/// An election's keys beside its lock key, as the README documents them.
+const LEADER_SUFFIX: &str = ":leader";
+const FENCE_SUFFIX: &str = ":fence";
 
 /// Long enough that a healthy node answers within it on a loaded 2-core
 /// machine: these tests are about leadership, not speed.

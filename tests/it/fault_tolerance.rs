@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use quorumlock::testkit::{RedisNodes, ServerOptions};
-use quorumlock::{Error, FENCE_SUFFIX, LockGuard, LossReason, Redlock, Retry};
+use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use redis::AsyncCommands;
 use support::{builder, conn, holding, no_hang, values};
+
+/// A fenced lock's counter key beside its lock key, as the README documents it.
+const FENCE_SUFFIX: &str = ":fence";
 
 /// Long enough that a healthy node answers within it on a loaded 2-core
 /// machine: these tests are about requests being sent, not about speed.

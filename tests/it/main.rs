@@ -33,6 +33,7 @@ mod faults;
 mod fencing;
 mod functions;
 mod holding;
+mod inspect;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod multi;

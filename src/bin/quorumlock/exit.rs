@@ -53,7 +53,8 @@ Environment of the command:
 /// The exit-status table shown by `status --help`.
 pub(crate) const STATUS_HELP: &str = "\
 Exit status:
-  0   held: one token is on a quorum of nodes (for an election: a leader)
+  0   held: a token is on a quorum of nodes: a lock's, a permit's, a
+      writer's or a reader's (for an election: a leader)
   1   free: no token can be on a quorum (for an election: no leader)
   2   bad arguments or node URLs
   69  unknown: too many nodes unreachable to tell";

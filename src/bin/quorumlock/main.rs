@@ -16,6 +16,7 @@ mod nodes;
 mod signals;
 mod status;
 mod status_many;
+mod status_nodes;
 
 use std::process::ExitCode;
 
@@ -49,7 +50,10 @@ enum Commands {
 
     /// Show, per node, what holds RESOURCE, and whether a quorum holds it.
     ///
-    /// Tokens are shown by their first four characters only.
+    /// A lock, an election, a semaphore or a reader-writer lock: whichever
+    /// the nodes keep under the name (--semaphore and --rwlock show it as
+    /// one). Read-only; tokens are shown by their first four characters
+    /// only.
     #[command(
         after_help = exit::STATUS_HELP,
         after_long_help = exit::STATUS_HELP,

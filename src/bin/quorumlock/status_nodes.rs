@@ -1,0 +1,113 @@
+//! What `quorumlock status` shows whatever the resource is: one line per
+//! node, the keys, and the exit status of the library's verdict.
+
+use std::time::Duration;
+
+use quorumlock::{Claimed, Inspection, NodeError, NodeState, Stored, Verdict};
+
+use crate::duration::show;
+use crate::exit;
+
+/// Prints one line per node: `describe` of what it keeps, or why it did
+/// not answer (`timeout` is the node timeout it was given).
+pub(crate) fn print_nodes(
+    inspection: &Inspection,
+    timeout: Duration,
+    describe: impl Fn(&Stored) -> String,
+) {
+    let width = inspection
+        .nodes()
+        .iter()
+        .map(|n| n.node().len())
+        .max()
+        .unwrap_or(0);
+    for node in inspection.nodes() {
+        let label = node.node();
+        let line = match node.state() {
+            NodeState::Answered(stored) => describe(stored),
+            NodeState::Failed(error) => format!("unreachable: {}", failure(error, timeout)),
+            _ => "unreachable: no answer yet".to_owned(),
+        };
+        println!("  {label:<width$}  {line}");
+    }
+}
+
+/// Why a node did not answer, in a node line.
+fn failure(error: &NodeError, timeout: Duration) -> String {
+    match error {
+        NodeError::Timeout(_) => format!("no answer within {}", show(timeout)),
+        other => other.to_string(),
+    }
+}
+
+/// How many nodes did not answer.
+pub(crate) fn unreachable(inspection: &Inspection) -> usize {
+    inspection.failures().len()
+}
+
+/// `keys` for a header line, in backquotes; a long list (a semaphore's
+/// permits) by its first and last keys.
+pub(crate) fn listed(keys: &[String]) -> String {
+    let quoted = |k: &String| format!("`{k}`");
+    match keys {
+        [first, second, .., last] if keys.len() > 4 => {
+            format!("{}, {} … {}", quoted(first), quoted(second), quoted(last))
+        }
+        _ => keys.iter().map(quoted).collect::<Vec<_>>().join(", "),
+    }
+}
+
+/// The exit status of a verdict: held (0), free, or unknown.
+pub(crate) fn status_of(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Held => 0,
+        Verdict::Free => exit::FREE,
+        _ => exit::UNAVAILABLE,
+    }
+}
+
+/// The verdict line when a quorum holds something other than what the
+/// view shows (say, a lock looked at with `--semaphore`).
+pub(crate) fn held_otherwise(inspection: &Inspection) {
+    let held: Vec<String> = inspection
+        .confirmed()
+        .map(|c| {
+            format!(
+                "{} by token {} on {} nodes",
+                what(c.what()),
+                c.token(),
+                c.nodes()
+            )
+        })
+        .collect();
+    println!(
+        "verdict: held — but as something else: {} (quorum {}; see `status` without \
+         --semaphore or --rwlock)",
+        held.join(", "),
+        inspection.quorum()
+    );
+}
+
+/// What a token holds, in words.
+fn what(claimed: Claimed) -> String {
+    match claimed {
+        Claimed::Lock => "the lock".to_owned(),
+        Claimed::Permit(slot) => format!("permit {slot}"),
+        Claimed::Writer => "the writer's hold".to_owned(),
+        Claimed::Reader => "a reader's hold".to_owned(),
+        _ => "a hold".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_key_lists_show_their_ends() {
+        let keys: Vec<String> = ["a", "b", "c"].map(str::to_owned).into();
+        assert_eq!(listed(&keys), "`a`, `b`, `c`");
+        let many: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        assert_eq!(listed(&many), "`k0`, `k1` … `k9`");
+    }
+}
