@@ -22,6 +22,16 @@ pub(crate) trait Decide {
     /// Whether the nodes still answering can no longer change what the
     /// caller learns.
     fn decided(&self) -> bool;
+
+    /// Whether a decision left to [unresponsive](crate::node::Node::unresponsive)
+    /// nodes still waits for them (each until the deadline). A call its
+    /// caller awaits does not: it would only wait out their timeout (see
+    /// [`waits_only_on`]). Background work that no caller awaits does: a
+    /// renewal waits for a loaded node that may still answer in time, since
+    /// giving up early could lose a lock that waiting keeps.
+    fn waits_for_unresponsive(&self) -> bool {
+        false
+    }
 }
 
 /// Whether a fan-out to `nodes` nodes, `pending` of them still to answer,

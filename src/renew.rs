@@ -375,6 +375,12 @@ impl Decide for Renewal<'_> {
     fn decided(&self) -> bool {
         self.batch.decided()
     }
+
+    /// No holder waits for a renewal: the renewer waits for every node it
+    /// may need, each until the round's deadline.
+    fn waits_for_unresponsive(&self) -> bool {
+        true
+    }
 }
 
 impl Renewal<'_> {

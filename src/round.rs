@@ -321,7 +321,9 @@ where
         // A frozen node does not hold up a decision the others leave open
         // (a split vote, say): it would only time out.
         let unresponsive = calls.nodes().filter(|&n| nodes[n].unresponsive());
-        if waits_only_on(nodes.len(), calls.len(), unresponsive.count()) {
+        if !decide.waits_for_unresponsive()
+            && waits_only_on(nodes.len(), calls.len(), unresponsive.count())
+        {
             let pending: Vec<usize> = calls.nodes().collect();
             for n in pending {
                 record(&mut decide, n, Err(NodeError::Unresponsive));
@@ -999,6 +1001,37 @@ pub(crate) mod tests {
             Some(Decision::Impossible)
         );
         assert_eq!(stragglers.len(), 1);
+        // A rule that waits for unresponsive nodes (a renewal's: no caller
+        // waits on it, and a loaded node may still answer in time) waits
+        // for the frozen fifth node, which decides lock 1.
+        let start = Instant::now();
+        let (locks, stragglers) =
+            fan_out_with(&nodes, "test", start + FAR, Patient(Batch::new(5, 2)), call).await;
+        assert_eq!(Instant::now(), start + Duration::from_millis(1_000));
+        assert_eq!(
+            locks.0.tally(1).map(Tally::decision),
+            Some(Decision::Reached)
+        );
+        assert!(stragglers.is_empty());
+    }
+
+    /// [`Locks`], waiting for unresponsive nodes as a renewal does.
+    struct Patient(Batch);
+
+    impl Decide for Patient {
+        type Answer = Vec<Vote>;
+
+        fn record(&mut self, _: usize, answer: Result<Vec<Vote>, NodeFailure>) {
+            self.0.record(answer.as_deref().map_err(|f| &f.error));
+        }
+
+        fn decided(&self) -> bool {
+            self.0.decided()
+        }
+
+        fn waits_for_unresponsive(&self) -> bool {
+            true
+        }
     }
 
     #[tokio::test(start_paused = true)]
