@@ -158,7 +158,7 @@
 //! | `quorumlock_releases_total` | counter | `outcome` | `release()`: `released` (decided with no node failed so far; the rest are followed), `partial` (some nodes failed; their keys expire), `lost` (the token was gone), `incompatible` (the nodes cannot run the release: see `Error::Incompatible`); `dropped`: a guard dropped unreleased (released in the background) |
 //! | `quorumlock_locks_held` | gauge | — | guards granted and not yet released or lost |
 //! | `quorumlock_locks_lost_total` | counter | `reason` | held locks lost: `expired`, `token_gone`, `unreachable`, `incompatible` |
-//! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release`, `renew`, `proclaim` or `leader` (a leader read); `kind` is `timeout` or `error` |
+//! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release`, `renew`, `proclaim`, `leader` (a leader read) or `inspect`; `kind` is `timeout` or `error` |
 //! | `quorumlock_wakeups_total` | counter | — | waiters woken by an announced release (with `WakeOnRelease::Subscribe`) |
 //! | `quorumlock_followed_total` | counter | `op`, `outcome` | a request answered (`answered`) or failed (`failed`) after its call had returned: followed in the background; `op` as for node errors |
 //! | `quorumlock_releases_resent_total` | counter | — | a release sent once more to a node where a late grant may have overtaken it |
