@@ -171,24 +171,22 @@ impl Decide for Looking {
 /// What the logs show of a node's answer: what it keeps, never a token or
 /// a value.
 impl Traced for Stored {
-    fn traced(&self) -> impl fmt::Debug {
-        #[derive(Debug)]
-        #[allow(dead_code)] // Read by `Debug` only.
-        struct Kept {
-            lock: bool,
-            fence: bool,
-            leader: bool,
-            permits: usize,
-            writer: bool,
-            readers: usize,
-        }
-        Kept {
-            lock: self.lock.is_some() || self.other_type.is_some(),
-            fence: self.fence.is_some(),
-            leader: self.leader.is_some(),
-            permits: self.permits.len(),
-            writer: self.writer.is_some(),
-            readers: self.readers.len(),
+    fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>) {
+        // Only late answers say so.
+        let late = late.then_some(true);
+        match answer {
+            Ok(kept) => tracing::debug!(
+                op,
+                node,
+                late,
+                lock = kept.lock.is_some() || kept.other_type.is_some(),
+                fence = kept.fence.is_some(),
+                leader = kept.leader.is_some(),
+                permits = kept.permits.len(),
+                writer = kept.writer.is_some(),
+                readers = kept.readers.len(),
+            ),
+            Err(error) => tracing::debug!(op, node, late, error = %error, "node failed"),
         }
     }
 }

@@ -5,7 +5,6 @@
 //! It holds the [`Core`] weakly, and knows locks only as [`Held`] state.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -14,7 +13,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::decide::{Batch, Decide};
-use crate::error::{LossReason, NodeFailure};
+use crate::error::{LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Held, RoundId};
 use crate::metrics;
 use crate::node::{ExtendReply, Extension, nth};
@@ -422,26 +421,23 @@ impl Renewal<'_> {
     }
 }
 
-/// A renewal call's answer in the logs: how many locks it carried, and on
-/// how many the node had lost the key and set it again.
+/// A renewal call's answer: how many locks it carried, and on how many
+/// the node had lost the key and set it again. Under the renewer's target,
+/// whose log tells what a lost lock's renewals saw.
 impl Traced for Vec<ExtendReply> {
-    fn traced(&self) -> impl fmt::Debug {
-        Renewed {
-            locks: self.len(),
-            restored: self.iter().filter(|&&r| r == ExtendReply::Restored).count(),
+    fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>) {
+        // Only late answers say so.
+        let late = late.then_some(true);
+        match answer {
+            Ok(replies) => {
+                let restored = replies
+                    .iter()
+                    .filter(|&&r| r == ExtendReply::Restored)
+                    .count();
+                tracing::debug!(op, node, late, locks = replies.len(), restored);
+            }
+            Err(error) => tracing::debug!(op, node, late, error = %error, "node failed"),
         }
-    }
-}
-
-/// How many locks a renewal call carried, and how many it restored.
-struct Renewed {
-    locks: usize,
-    restored: usize,
-}
-
-impl fmt::Debug for Renewed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} locks, {} restored", self.locks, self.restored)
     }
 }
 

@@ -8,7 +8,6 @@
 //! acquisition into [`attempt`] by describing it ([`Acquire`]); nothing
 //! here knows guards, renewals or the manager.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -229,16 +228,23 @@ impl<T: Answer> Round<T> {
     }
 }
 
-/// What the logs show of a node's answer: a lock's vote, or a summary
-/// (never a token or a value).
-pub(crate) trait Traced {
-    /// What the logs show of this answer.
-    fn traced(&self) -> impl fmt::Debug;
+/// How a node's answer to a fan-out (or its failure) shows in the logs,
+/// which the engine writes for every answer it hears: for a lock's, its
+/// vote, under this module's target. Other answers say what they are
+/// (never a token or a value), under their own module's.
+pub(crate) trait Traced: Sized {
+    /// Logs `node`'s answer to `op`; `late`: heard after the decision.
+    fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>);
 }
 
 impl<T: Answer> Traced for T {
-    fn traced(&self) -> impl fmt::Debug {
-        self.vote()
+    fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>) {
+        // Only late answers say so.
+        let late = late.then_some(true);
+        match answer {
+            Ok(answer) => tracing::debug!(op, node = %node, late, vote = ?answer.vote()),
+            Err(error) => tracing::debug!(op, node = %node, late, error = %error, "node failed"),
+        }
     }
 }
 
@@ -342,13 +348,10 @@ fn heard<T: Traced>(node: &Node, op: &'static str, answer: &Result<T, NodeError>
         node.note(matches!(answer, Err(NodeError::Timeout(_))));
     }
     let node = &**node.label();
-    match answer {
-        Ok(answer) => tracing::debug!(op, node, late, answer = ?answer.traced()),
-        Err(error) => {
-            metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
-            tracing::debug!(op, node, late, error = %error, "node failed");
-        }
+    if let Err(error) = answer {
+        metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
     }
+    T::trace(op, node, late, answer);
 }
 
 /// Follows requests still in flight after their call returned (a round's
@@ -957,9 +960,7 @@ pub(crate) mod tests {
     }
 
     impl Traced for Vec<Vote> {
-        fn traced(&self) -> impl fmt::Debug {
-            self.clone()
-        }
+        fn trace(_: &'static str, _: &str, _: bool, _: &Result<Self, NodeError>) {}
     }
 
     #[tokio::test(start_paused = true)]

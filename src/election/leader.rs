@@ -6,13 +6,12 @@
 //! (`elect_leader.lua`): a leader is confirmed only when a quorum of nodes
 //! hold the same token.
 
-use std::fmt;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::decide::Decide;
-use crate::error::{Error, NodeFailure};
+use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::node::{Seen, nth};
 use crate::quorum::Rule;
@@ -238,15 +237,22 @@ impl Decide for Reading {
     }
 }
 
-/// A node's answer to a leader read in the logs: what it holds, without
-/// the token or the value.
+/// A node's answer to a leader read: what it holds, without the token or
+/// the value.
 impl Traced for Seen {
-    fn traced(&self) -> impl fmt::Debug {
-        match self {
-            Seen::Nobody => "nobody",
-            Seen::Holder { .. } => "holder without a value",
-            Seen::Proclaimed { .. } => "holder with a value",
-        }
+    fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>) {
+        // Only late answers say so.
+        let late = late.then_some(true);
+        let seen = match answer {
+            Ok(Seen::Nobody) => "nobody",
+            Ok(Seen::Holder { .. }) => "a holder without a value",
+            Ok(Seen::Proclaimed { .. }) => "a holder with a value",
+            Err(error) => {
+                tracing::debug!(op, node = %node, late, error = %error, "node failed");
+                return;
+            }
+        };
+        tracing::debug!(op, node = %node, late, seen);
     }
 }
 
@@ -372,7 +378,7 @@ mod tests {
         assert_eq!(read.verdict, Verdict::Unavailable);
         assert!(matches!(
             &read.failures[..],
-            [f] if matches!(f.error, crate::error::NodeError::Unresponsive)
+            [f] if matches!(f.error, NodeError::Unresponsive)
         ));
         assert_eq!(left, [2], "still in flight, for the engine to follow");
         // Two nodes agree: decided by them, nothing failed.
