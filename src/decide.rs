@@ -123,6 +123,29 @@ impl Batch {
     }
 }
 
+/// Helpers for the tests of decision rules.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// Every way `nodes` nodes can each pick one of `options`: the
+    /// exhaustive inputs of a decision rule's tests.
+    pub(crate) fn patterns<T: Clone>(nodes: usize, options: &[T]) -> Vec<Vec<T>> {
+        let mut out = vec![Vec::new()];
+        for _ in 0..nodes {
+            out = out
+                .into_iter()
+                .flat_map(|pattern| {
+                    options.iter().map(move |option| {
+                        let mut next = pattern.clone();
+                        next.push(option.clone());
+                        next
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -311,6 +311,7 @@ pub(crate) async fn read_leader(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::testing::patterns;
 
     fn holder(token: &str) -> Option<Seen> {
         Some(Seen::Holder {
@@ -533,24 +534,6 @@ mod tests {
         for token in ["a", "b"] {
             out.extend(holder(token));
             out.extend(proclaimed(token, 1, 0, "v"));
-        }
-        out
-    }
-
-    /// Every way `nodes` nodes can each pick one of `options`.
-    fn patterns<T: Clone>(nodes: usize, options: &[T]) -> Vec<Vec<T>> {
-        let mut out = vec![Vec::new()];
-        for _ in 0..nodes {
-            out = out
-                .into_iter()
-                .flat_map(|pattern| {
-                    options.iter().map(move |option| {
-                        let mut next = pattern.clone();
-                        next.push(option.clone());
-                        next
-                    })
-                })
-                .collect();
         }
         out
     }
