@@ -40,6 +40,9 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
     let most = Arc::new(AtomicUsize::new(0));
     let windows = Arc::new(Mutex::new(Vec::new()));
     let done = Arc::new(AtomicBool::new(false));
+    // Set once every permit is in use at the same time.
+    let (filled, full) = tokio::sync::watch::channel(false);
+    let filled = Arc::new(filled);
 
     // One node at a time is killed and restarted while the tasks run.
     let chaos = {
@@ -62,6 +65,7 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
         .map(|_| {
             let semaphore = locks.semaphore("sem", PERMITS);
             let (in_use, most, windows) = (in_use.clone(), most.clone(), windows.clone());
+            let (filled, mut full) = (filled.clone(), full.clone());
             tokio::spawn(async move {
                 for _ in 0..ROUNDS {
                     let permit = semaphore
@@ -71,6 +75,15 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
                     let from = Instant::now();
                     let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
+                    if now == PERMITS as usize {
+                        filled.send_replace(true);
+                    }
+                    // Until the semaphore has been full once, a holder
+                    // stays until it is (within half its validity), so
+                    // that it is seen used to its limit however slowly a
+                    // loaded machine hands out the permits.
+                    let _ =
+                        tokio::time::timeout(permit.validity() / 2, full.wait_for(|f| *f)).await;
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     // Still held (one node down at most): never lost.
                     assert_eq!(
