@@ -65,6 +65,29 @@ pub async fn no_hang<T>(what: &str, fut: impl Future<Output = T>) -> T {
     }
 }
 
+/// Awaits `fut`, failing the test if `progress` (a count of work done, e.g.
+/// grants so far) stays the same for [`HANG_GUARD`]: a hang guard for work
+/// whose total time depends on the machine's load, where [`no_hang`]'s
+/// bound on the whole would fail a slow but working run.
+pub async fn no_stall<T>(
+    what: &str,
+    progress: impl Fn() -> usize,
+    fut: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(fut);
+    let mut seen = progress();
+    loop {
+        match tokio::time::timeout(HANG_GUARD, &mut fut).await {
+            Ok(v) => return v,
+            Err(_) => {
+                let now = progress();
+                assert!(now > seen, "{what} made no progress for {HANG_GUARD:?}");
+                seen = now;
+            }
+        }
+    }
+}
+
 /// Opens `locks`' connections to every node with one lock and release, so
 /// that what a test does next hits open connections and nodes that have
 /// the scripts cached. Waits for every node's answer: a release returns at
