@@ -1788,8 +1788,11 @@ async fn semaphore_and_rwlock_windows_hold_their_rules_while_nodes_restart() {
             }
         }));
     }
+    let granted = || permits.lock().expect("grants").len() + rw.lock().expect("grants").len();
     for task in tasks {
-        support::no_hang("the tasks", task).await.expect("task");
+        support::no_stall("the tasks", granted, task)
+            .await
+            .expect("task");
     }
     chaos.await.expect("chaos");
     for (grants, tasks) in [(&permits, 15), (&rw, 10)] {

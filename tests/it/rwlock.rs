@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions, server_version};
 use quorumlock::{ArgumentError, Error, FUNCTIONS_LIBRARY, Redlock, Retry, ScriptMode};
-use support::{builder, conn, keys_left, no_hang, patient, until_no_keys_left};
+use support::{builder, conn, keys_left, no_hang, no_stall, patient, until_no_keys_left};
 use tokio::time::Instant;
 
 /// One try at a time, with a node timeout a loaded machine meets.
@@ -189,8 +189,9 @@ async fn mixed_run(n: usize, restart: bool) {
             })
         })
         .collect();
+    let released = || windows.lock().expect("windows").len();
     for task in tasks {
-        no_hang("the tasks", task).await.expect("task");
+        no_stall("the tasks", released, task).await.expect("task");
     }
     done.store(true, Ordering::SeqCst);
     if let Some(chaos) = chaos {
