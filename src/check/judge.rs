@@ -291,82 +291,111 @@ fn server_name(s: &ServerFacts) -> String {
 
 fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    let fields = match &s.info {
-        Ok(fields) => fields,
-        Err(e) => {
-            out.push(Finding::new(
-                Severity::Note,
-                Aspect::Capability,
-                format!("INFO refused: {e}"),
-                "independence, eviction, persistence and replicas are unchecked: run the check as a user allowed INFO, CONFIG GET, TIME and PING",
-            ));
-            return out.into_iter().chain(judge_rest(s, settings)).collect();
+    match &s.info {
+        Ok(fields) => {
+            let info = Info(fields);
+            out.extend(independence(info));
+            out.extend(replicas(info));
+            out.extend(eviction(info));
+            out.extend(persistence(info, &s.config, settings.options));
         }
-    };
-    let info = |k: &str| fields.get(k).map(String::as_str);
-    let number = |k: &str| info(k).and_then(|v| v.parse::<u64>().ok());
+        Err(e) => out.push(Finding::new(
+            Severity::Note,
+            Aspect::Capability,
+            format!("INFO refused: {e}"),
+            "independence, eviction, persistence and replicas are unchecked: run the check as a user allowed INFO, CONFIG GET, TIME and PING",
+        )),
+    }
+    out.extend(judge_rest(s, settings));
+    out
+}
 
-    // Independence: a replica.
-    if info("role") == Some("slave") {
-        let master = format!(
-            "{}:{}",
-            info("master_host").unwrap_or("?"),
-            info("master_port").unwrap_or("?")
-        );
-        out.push(Finding::new(
+/// A node's `INFO` fields.
+#[derive(Clone, Copy)]
+struct Info<'a>(&'a HashMap<String, String>);
+
+impl<'a> Info<'a> {
+    fn get(self, key: &str) -> Option<&'a str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn number(self, key: &str) -> Option<u64> {
+        self.get(key).and_then(|v| v.parse().ok())
+    }
+}
+
+/// Independence: a replica is not a voter of its own.
+fn independence(info: Info<'_>) -> Option<Finding> {
+    if info.get("role") != Some("slave") {
+        return None;
+    }
+    let master = format!(
+        "{}:{}",
+        info.get("master_host").unwrap_or("?"),
+        info.get("master_port").unwrap_or("?")
+    );
+    Some(Finding::new(
+        Severity::Unsafe,
+        Aspect::Independence,
+        format!("a replica of {master}"),
+        "list masters only: a replica refuses lock writes, and holds its master's keys rather than votes of its own",
+    ))
+}
+
+/// Replicas behind the voter, which a failover may promote.
+fn replicas(info: Info<'_>) -> Option<Finding> {
+    let replicas = info.number("connected_slaves").filter(|n| *n > 0)?;
+    Some(Finding::new(
+        Severity::Degraded,
+        Aspect::Replicas,
+        format!("{replicas} replica(s) attached"),
+        "a failover can promote a replica that never received a lock key, and the node forgets the lock: run without automatic failover, or turn on replica sync (RedlockBuilder::replica_sync, standalone nodes)",
+    ))
+}
+
+/// Eviction: an evicted lock key lets a second client in.
+fn eviction(info: Info<'_>) -> Option<Finding> {
+    let maxmemory = info.number("maxmemory").unwrap_or(0);
+    let policy = info.get("maxmemory_policy").unwrap_or("noeviction");
+    Some(match (maxmemory > 0, policy == "noeviction") {
+        (true, true) => Finding::new(
+            Severity::Note,
+            Aspect::Eviction,
+            format!("maxmemory {maxmemory} bytes with noeviction"),
+            "when memory is full, lock writes fail (the node refuses to vote) but no lock is lost",
+        ),
+        (true, false) => Finding::new(
             Severity::Unsafe,
-            Aspect::Independence,
-            format!("a replica of {master}"),
-            "list masters only: a replica refuses lock writes, and holds its master's keys rather than votes of its own",
-        ));
-    }
-
-    // Replicas behind the voter.
-    if let Some(replicas) = number("connected_slaves").filter(|n| *n > 0) {
-        out.push(Finding::new(
-            Severity::Degraded,
-            Aspect::Replicas,
-            format!("{replicas} replica(s) attached"),
-            "a failover can promote a replica that never received a lock key, and the node forgets the lock: run without automatic failover, or turn on replica sync (RedlockBuilder::replica_sync, standalone nodes)",
-        ));
-    }
-
-    // Eviction.
-    let maxmemory = number("maxmemory").unwrap_or(0);
-    let policy = info("maxmemory_policy").unwrap_or("noeviction");
-    if maxmemory > 0 {
-        if policy == "noeviction" {
-            out.push(Finding::new(
-                Severity::Note,
-                Aspect::Eviction,
-                format!("maxmemory {maxmemory} bytes with noeviction"),
-                "when memory is full, lock writes fail (the node refuses to vote) but no lock is lost",
-            ));
-        } else {
-            out.push(Finding::new(
-                Severity::Unsafe,
-                Aspect::Eviction,
-                format!("maxmemory {maxmemory} bytes with maxmemory-policy {policy}"),
-                "use maxmemory-policy noeviction (or no maxmemory): an evicted lock key lets a second client in",
-            ));
-        }
-    } else if policy != "noeviction" {
-        out.push(Finding::new(
+            Aspect::Eviction,
+            format!("maxmemory {maxmemory} bytes with maxmemory-policy {policy}"),
+            "use maxmemory-policy noeviction (or no maxmemory): an evicted lock key lets a second client in",
+        ),
+        (false, false) => Finding::new(
             Severity::Note,
             Aspect::Eviction,
             format!("maxmemory-policy {policy} (no maxmemory set)"),
             "nothing is evicted today; setting maxmemory would evict lock keys: prefer noeviction",
-        ));
-    }
+        ),
+        (false, true) => return None,
+    })
+}
 
-    // Persistence.
-    let aof = info("aof_enabled") == Some("1");
-    let fsync = match &s.config {
-        Ok(config) => config.get("appendfsync").cloned(),
-        Err(_) => None,
-    };
+/// Persistence: what a restart keeps of the locks and fence counters, and
+/// whether a node that may have restarted empty has been up for longer
+/// than the longest ttl.
+fn persistence(
+    info: Info<'_>,
+    config: &Result<HashMap<String, String>, String>,
+    options: &CheckOptions,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let aof = info.get("aof_enabled") == Some("1");
+    let fsync = config
+        .as_ref()
+        .ok()
+        .and_then(|c| c.get("appendfsync").cloned());
     let durable = aof && fsync.as_deref() == Some("always");
-    let fenced = settings.options.fenced;
+    let fenced = options.fenced;
     if !aof {
         out.push(if fenced {
             Finding::new(
@@ -384,7 +413,7 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
             )
         });
     } else if !durable {
-        let seen = match (&fsync, &s.config) {
+        let seen = match (&fsync, config) {
             (Some(fsync), _) => format!("appendonly yes, appendfsync {fsync}"),
             (None, Err(e)) => format!("appendonly yes, appendfsync unknown ({e})"),
             (None, Ok(_)) => "appendonly yes, appendfsync unknown".to_owned(),
@@ -397,12 +426,19 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
             },
             Aspect::Persistence,
             seen,
-            "a machine crash can lose the last second of writes (locks, fence counters): use appendfsync always",
+            if fsync.as_deref() == Some("everysec") {
+                // aof.c: under everysec, a write is postponed (for up to
+                // 2 s) while a background fsync is still running, and the
+                // replies go out before it.
+                "on a busy disk Redis replies before it writes the AOF (for up to 2 s), so even a killed process can lose acknowledged lock writes, and a machine crash the last second or more: use appendfsync always"
+            } else {
+                "a machine crash can lose the writes not yet synced (locks, fence counters): use appendfsync always"
+            },
         ));
     }
     if let (Some(longest), Some(uptime), false) = (
-        settings.options.longest_ttl,
-        number("uptime_in_seconds"),
+        options.longest_ttl,
+        info.number("uptime_in_seconds"),
         durable,
     ) {
         let uptime = Duration::from_secs(uptime);
@@ -417,8 +453,6 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
             ));
         }
     }
-
-    out.extend(judge_rest(s, settings));
     out
 }
 
