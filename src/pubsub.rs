@@ -28,7 +28,9 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 pub(crate) enum Heard<'a> {
     /// A node subscribed to the channel, for the first time or again:
     /// whatever it published there before may have gone unheard. `first`
-    /// when no other node had the channel subscribed.
+    /// when no other node had the channel subscribed for this listener (a
+    /// listener that joins a channel already subscribed hears that as its
+    /// first subscription, at once).
     Subscribed { first: bool },
     /// A message published on the channel, as one node delivered it (a
     /// message published on several nodes arrives once from each).
@@ -133,6 +135,7 @@ impl PubSub {
         listener: Arc<dyn Listener>,
     ) -> Subscription {
         let mut added = false;
+        let mut live = Vec::new();
         let id = {
             let mut guard = self.registry();
             let registry = &mut *guard;
@@ -147,11 +150,20 @@ impl PubSub {
                     }
                 });
                 channel.listeners.push((id, listener.clone()));
+                if channel.subscribed.iter().any(|&on| on) {
+                    live.push(name.clone());
+                }
             }
             id
         };
         if added {
             self.changed();
+        }
+        // Already subscribed for someone else: for this listener, the
+        // subscription starts now, and what was published before went
+        // unheard as if the channel had just been subscribed.
+        for name in live {
+            listener.hear(&name, Heard::Subscribed { first: true });
         }
         Subscription {
             pubsub: self.clone(),
@@ -490,6 +502,15 @@ mod tests {
         }
         pubsub.subscribed(2, &channels);
         assert_eq!(listener.take(), ["r subscribed first=true"]);
+
+        // A listener joining a channel subscribed for someone else hears
+        // its own first subscription at once; the first one hears nothing.
+        let late = Arc::new(Recorder::default());
+        let _late = pubsub.register(&names(&["r"]), late.clone());
+        assert_eq!(late.take(), ["r subscribed first=true"]);
+        assert!(listener.take().is_empty());
+        pubsub.subscribed(0, &channels);
+        assert_eq!(late.take(), ["r subscribed first=false"]);
     }
 
     #[tokio::test]
