@@ -9,11 +9,12 @@ use std::time::Duration;
 use crate::check::{FirstUse, StartupCheck};
 use crate::error::{ConfigError, Error};
 use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
+use crate::pubsub::PubSub;
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
 use crate::round::Core;
 use crate::scripts::ScriptMode;
-use crate::wakeup::WakeOnRelease;
+use crate::wakeup::{WakeOnRelease, Wakeups};
 
 /// Builds a [`Redlock`] manager.
 ///
@@ -527,18 +528,21 @@ impl RedlockBuilder {
             }
         }
         let announce = self.wake_on_release == WakeOnRelease::Subscribe;
+        let core = Arc::new(Core::new(
+            nodes,
+            self.node_timeout,
+            self.drift_factor,
+            announce,
+        ));
+        let pubsub = Arc::new(PubSub::new(Arc::downgrade(&core), core.nodes.len()));
         Ok(Redlock::from_manager(Manager {
-            core: Arc::new(Core::new(
-                nodes,
-                self.node_timeout,
-                self.drift_factor,
-                announce,
-            )),
+            core,
             retry: self.retry,
             key_prefix: self.key_prefix,
             script_mode: self.script_mode,
             renewer: Default::default(),
-            wakeups: announce.then(Default::default),
+            wakeups: announce.then(|| Arc::new(Wakeups::new(pubsub.clone()))),
+            pubsub,
             first_use: FirstUse {
                 check: self.startup_check,
                 started: Default::default(),

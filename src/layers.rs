@@ -59,9 +59,9 @@ const LAYERS: [Layer; 5] = [
     (
         "holding",
         &[
-            &["lease", "wakeup"],
-            // renew: lease.
-            &["renew"],
+            &["lease", "pubsub"],
+            // renew: lease; wakeup: pubsub.
+            &["renew", "wakeup"],
             // guard: lease, renew.
             &["guard"],
         ],

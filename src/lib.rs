@@ -206,6 +206,9 @@
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //! 4. **Holding**
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
+//!    - `pubsub` — the manager's one pub/sub connection per node,
+//!      subscribed to the channels anyone listens on (waiters, election
+//!      observers), handing each message to the channel's listeners.
 //!    - `renew` — auto-extension: one task per manager, batched per node.
 //!    - `wakeup` — waiting for a release by pub/sub instead of polling.
 //!    - `guard` — [`LockGuard`] (and the typed [`Permit`], [`ReadGuard`],
@@ -265,6 +268,7 @@ mod tasks;
 // 4. holding
 mod guard;
 mod lease;
+mod pubsub;
 mod renew;
 mod wakeup;
 // 5. entry points

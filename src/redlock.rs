@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::metrics;
+use crate::pubsub::PubSub;
 use crate::renew::Renewer;
 use crate::request::{Fencing, Keys, Limits, Request};
 use crate::retry::{Next, Retry, jitter_unit};
@@ -61,7 +62,10 @@ pub(crate) struct Manager {
     pub(crate) key_prefix: String,
     pub(crate) script_mode: crate::ScriptMode,
     pub(crate) renewer: Arc<Renewer>,
-    /// Waiters and pub/sub connections, with [`WakeOnRelease::Subscribe`].
+    /// The one pub/sub connection per node, for waiters and election
+    /// observers alike.
+    pub(crate) pubsub: Arc<PubSub>,
+    /// Waiters woken by releases, with [`WakeOnRelease::Subscribe`].
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// The node check on first use (see `doctor`).
     pub(crate) first_use: FirstUse,
@@ -72,9 +76,7 @@ impl Drop for Manager {
         // The renewer and the pub/sub tasks hold the core weakly: let them
         // notice (guards still held keep the renewer going).
         self.renewer.shutdown();
-        if let Some(wakeups) = &self.wakeups {
-            wakeups.stop();
-        }
+        self.pubsub.stop();
     }
 }
 
@@ -673,7 +675,7 @@ impl Redlock {
                     if let (None, Some(wakeups), Error::Contended { .. }) =
                         (&waiter, wakeups, &error)
                     {
-                        waiter = Some(wakeups.waiter(&self.inner.core, &request.wake_keys()));
+                        waiter = Some(wakeups.waiter(&request.wake_keys()));
                     }
                     woken = match &waiter {
                         Some(waiter) => pause(waiter, delay, collided).await,

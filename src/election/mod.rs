@@ -13,14 +13,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 
 use crate::error::{ArgumentError, Error, LossReason};
 use crate::guard::{LockGuard, ReleaseSummary};
 use crate::lease::Lease;
-use crate::redlock::{Acquisition, Attempts, Redlock};
+use crate::pubsub::Subscription;
+use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
 use crate::request::{Fencing, Keys, Request, channel, same_slot};
 use crate::round::Core;
 
@@ -330,7 +330,8 @@ impl Election {
     /// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)) also
     /// as soon as a node announces a change: a leader resigning, a new
     /// leader's value or a new value stored (on `<key>:released` and
-    /// `<key>:elected`; one pub/sub connection per node for each stream).
+    /// `<key>:elected`, heard on the manager's pub/sub connection to each
+    /// node, which all its observers and waiters share).
     /// A leader whose lock expires is not announced: polling finds it.
     ///
     /// The stream never ends; drop it to stop observing.
@@ -358,14 +359,14 @@ impl Election {
                 election: self.clone(),
                 last: None,
                 newest: None,
-                listener: None,
+                changes: None,
             },
             |mut observer| async move {
                 let this = observer.election.clone();
-                if observer.listener.is_none()
+                if observer.changes.is_none()
                     && let Ok((key, _)) = this.keys()
                 {
-                    observer.listener = Listener::start(&this.locks.manager().core, &key);
+                    observer.changes = Changes::listen(this.locks.manager(), &key);
                 }
                 loop {
                     let now = match this.read().await {
@@ -396,11 +397,9 @@ impl Election {
                         observer.last = Some(now.clone());
                         return Some((now, observer));
                     }
-                    let listener = &observer.listener;
-                    match &listener {
-                        Some(listener) => {
-                            let _ =
-                                tokio::time::timeout(this.poll, listener.woken.notified()).await;
+                    match &observer.changes {
+                        Some(changes) => {
+                            let _ = tokio::time::timeout(this.poll, changes.woken.notified()).await;
                         }
                         None => tokio::time::sleep(this.poll).await,
                     }
@@ -518,75 +517,34 @@ struct Observer {
     /// The newest term and revision reported: a read of an older one is
     /// not reported.
     newest: Option<(u64, u64)>,
-    listener: Option<Listener>,
+    changes: Option<Changes>,
 }
-
-/// How long an observer's pub/sub connection to a node waits before
-/// connecting again after failing or losing it.
-const RECONNECT_DELAY: Duration = Duration::from_millis(500);
 
 /// Wakes an observer when a node announces a change of the election — its
-/// lock released, or a value stored — where the manager announces them
-/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)). One
-/// pub/sub connection per node for each observer, for as long as its
-/// stream lives: dropping the listener ends its tasks.
+/// lock released, or a value stored — or starts listening (a change may
+/// have gone unheard before), where the manager announces them
+/// ([`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)). Heard
+/// on the manager's pub/sub service, which observers and waiters share:
+/// no connection of its own. Dropping it stops listening.
 #[derive(Debug)]
-struct Listener {
+struct Changes {
     woken: Arc<Notify>,
-    _tasks: JoinSet<()>,
+    _subscription: Subscription,
 }
 
-impl Listener {
-    /// Listens on every node, if the manager announces and a runtime runs.
-    fn start(core: &Arc<Core>, key: &str) -> Option<Self> {
-        if !core.announce {
+impl Changes {
+    /// Listens on the election's channels, if the manager announces.
+    fn listen(manager: &Manager, key: &str) -> Option<Self> {
+        if !manager.core.announce {
             return None;
         }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let woken = Arc::new(Notify::new());
-        let channels: Arc<[String]> = Arc::new([channel(key), leader::elected_channel(key)]);
-        let mut tasks = JoinSet::new();
-        for node in 0..core.nodes.len() {
-            let follow = follow_node(Arc::downgrade(core), node, channels.clone(), woken.clone());
-            tasks.spawn_on(follow, &runtime);
-        }
+        let channels: [Arc<str>; 2] = [channel(key).into(), leader::elected_channel(key).into()];
+        let subscription = manager.pubsub.subscribe(&channels, woken.clone());
         Some(Self {
             woken,
-            _tasks: tasks,
+            _subscription: subscription,
         })
-    }
-}
-
-/// Keeps one node's pub/sub connection subscribed to an election's
-/// channels, waking the observer on each announcement, and once on each
-/// (re)subscription: a change may have gone unheard before it.
-async fn follow_node(core: Weak<Core>, node: usize, channels: Arc<[String]>, woken: Arc<Notify>) {
-    loop {
-        let (connection, timeout) = {
-            let Some(core) = core.upgrade() else {
-                return;
-            };
-            let Some(server) = core.nodes.get(node) else {
-                return;
-            };
-            (server.pubsub(core.node_timeout).await, core.node_timeout)
-        };
-        match connection {
-            Ok(pubsub) => {
-                let (mut sink, mut messages) = pubsub.split();
-                let names: Vec<&str> = channels.iter().map(String::as_str).collect();
-                if let Ok(Ok(())) = tokio::time::timeout(timeout, sink.subscribe(names)).await {
-                    woken.notify_one();
-                    while messages.next().await.is_some() {
-                        woken.notify_one();
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::debug!(op = "observe", node, error = %error, "pub/sub connection failed");
-            }
-        }
-        tokio::time::sleep(RECONNECT_DELAY).await;
     }
 }
 

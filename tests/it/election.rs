@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use futures::{FutureExt, StreamExt};
 use quorumlock::testkit::{FaultProxy, Faults, RedisCluster, RedisNodes};
 use quorumlock::{
-    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, ScriptMode,
-    WakeOnRelease,
+    ArgumentError, Election, Error, FUNCTIONS_LIBRARY, Leader, Leadership, Redlock, Retry,
+    ScriptMode, WakeOnRelease,
 };
 use redis::AsyncCommands;
 use support::{Paused, builder, no_hang};
@@ -899,4 +899,236 @@ fn a_read_is_not_left_to_an_unresponsive_node() {
         no_hang("settle", locks.settle()).await;
     });
     let _ = frozen.block_on(no_hang("resign", leadership.resign()));
+}
+
+// One pub/sub service per manager: its observers and waiters share one
+// connection per node, which reconnects by itself and closes with the
+// manager.
+
+/// The ids in the server's `CLIENT LIST` (of one `TYPE`, if given).
+async fn client_ids(url: &str, kind: Option<&str>) -> Vec<String> {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("LIST");
+    if let Some(kind) = kind {
+        cmd.arg("TYPE").arg(kind);
+    }
+    let list: String = cmd
+        .query_async(&mut support::conn(url).await)
+        .await
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The ids of the server's clients subscribed to some channel.
+async fn pubsub_clients(url: &str) -> Vec<String> {
+    client_ids(url, Some("pubsub")).await
+}
+
+/// Waits until every node has a subscriber on each of `channels`.
+async fn until_subscribed_everywhere(nodes: &RedisNodes, channels: &[&str]) {
+    no_hang("subscriptions", async {
+        for server in nodes {
+            for channel in channels {
+                while support::subscribers(&server.url(), channel).await == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// An hour: a polling interval or retry delay these tests never wait out,
+/// so an observer or waiter that moves on was woken by pub/sub.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A manager whose waiters are only ever woken by pub/sub.
+fn waking(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::forever().delay(HOUR).jitter(Duration::ZERO))
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_and_waiters_of_one_manager_share_one_pubsub_connection_per_node() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    // Another manager's releases and values, announced.
+    let other = announcing(&nodes);
+    let leadership = other
+        .election("gateway")
+        .campaign("a", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    let held = other
+        .lock("job", Duration::from_secs(60))
+        .await
+        .expect("lock");
+
+    // Three observers of one election, one of another, and a task waiting
+    // for a lock: all on one manager.
+    let locks = waking(&nodes);
+    let mut gateway: Vec<_> = (0..3)
+        .map(|_| observer(locks.election("gateway").poll_interval(HOUR)))
+        .collect();
+    let mut quiet = [observer(locks.election("quiet").poll_interval(HOUR))];
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("job", Duration::from_secs(60)).await }
+    });
+    let leading = led(leadership.term(), "a");
+    assert_eq!(
+        shown(&next_changes(&mut gateway).await),
+        [leading.clone(), leading.clone(), leading]
+    );
+    assert_eq!(shown(&next_changes(&mut quiet).await), ["none"]);
+    until_subscribed_everywhere(
+        &nodes,
+        &[
+            "gateway:released",
+            "gateway:elected",
+            "quiet:released",
+            "quiet:elected",
+            "job:released",
+        ],
+    )
+    .await;
+    for server in &nodes {
+        let url = server.url();
+        assert_eq!(
+            pubsub_clients(&url).await.len(),
+            1,
+            "one pub/sub connection on {url}"
+        );
+        assert_eq!(support::subscribers(&url, "gateway:elected").await, 1);
+    }
+
+    // Each still hears its own channels on it.
+    leadership.resign().await.expect("resign");
+    assert_eq!(
+        shown(&next_changes(&mut gateway).await),
+        ["none", "none", "none"]
+    );
+    held.release().await.expect("release");
+    no_hang("woken waiter", waiting)
+        .await
+        .expect("task")
+        .expect("lock after the release")
+        .release()
+        .await
+        .expect("release");
+    assert!(quiet[0].try_recv().is_err(), "the other election changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_follows_again_after_its_pubsub_connections_are_dropped() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    let through_proxies = Redlock::builder()
+        .nodes(proxies.iter().map(FaultProxy::url))
+        .node_timeout(NODE_TIMEOUT)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config");
+    let mut watching = [observer(
+        through_proxies.election("cron").poll_interval(HOUR),
+    )];
+    assert_eq!(shown(&next_changes(&mut watching).await), ["none"]);
+    until_subscribed_everywhere(&nodes, &["cron:released", "cron:elected"]).await;
+    let mut before = Vec::new();
+    for server in &nodes {
+        before.push(pubsub_clients(&server.url()).await);
+    }
+
+    for proxy in &proxies {
+        proxy.drop_connections();
+    }
+    // The service connects again by itself, as new clients, and subscribes
+    // again.
+    no_hang("subscribed again", async {
+        for (server, old) in nodes.iter().zip(&before) {
+            loop {
+                let now = pubsub_clients(&server.url()).await;
+                if !now.is_empty() && now.iter().all(|id| !old.contains(id)) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await;
+    until_subscribed_everywhere(&nodes, &["cron:released", "cron:elected"]).await;
+    // So do the manager's other connections, once used: let reads succeed
+    // before the change to observe.
+    no_hang("reads", async {
+        while through_proxies.election("cron").leader().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    let leadership = announcing(&nodes)
+        .election("cron")
+        .campaign("new", Duration::from_secs(5))
+        .await
+        .expect("campaign");
+    assert_eq!(
+        shown(&next_changes(&mut watching).await),
+        [led(leadership.term(), "new")]
+    );
+    leadership.resign().await.expect("resign");
+    assert_eq!(shown(&next_changes(&mut watching).await), ["none"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_manager_closes_the_pubsub_connection_its_observers_and_waiters_shared() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let other = manager(&nodes);
+    let held = other
+        .lock("job", Duration::from_secs(60))
+        .await
+        .expect("lock");
+    let locks = waking(&nodes);
+    let observing = tokio::spawn({
+        let election = locks.election("gateway").poll_interval(HOUR);
+        async move {
+            let mut changes = Box::pin(election.observe());
+            while changes.next().await.is_some() {}
+        }
+    });
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("job", Duration::from_secs(60)).await }
+    });
+    until_subscribed_everywhere(&nodes, &["gateway:elected", "job:released"]).await;
+    let mut shared = Vec::new();
+    for server in &nodes {
+        let ids = pubsub_clients(&server.url()).await;
+        assert_eq!(ids.len(), 1, "one pub/sub connection on {}", server.url());
+        shared.extend(ids.into_iter().map(|id| (server.url(), id)));
+    }
+
+    // The observer and the waiter go, then the manager.
+    observing.abort();
+    waiting.abort();
+    assert!(observing.await.is_err_and(|e| e.is_cancelled()));
+    assert!(waiting.await.is_err_and(|e| e.is_cancelled()));
+    drop(locks);
+    no_hang("connections closed", async {
+        for (url, id) in &shared {
+            while client_ids(url, None).await.contains(id) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await;
+    held.release().await.expect("release");
 }
