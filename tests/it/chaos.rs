@@ -156,7 +156,13 @@ struct Op {
 #[derive(Debug, Clone, Copy)]
 struct Outage {
     from: Instant,
+    /// Until when a quorum was certainly missing: no grant may succeed
+    /// within `from..to`.
     to: Instant,
+    /// When a quorum was certainly back (`to` or later): a holder's loss
+    /// until a holder ttl after this is excused, since its renewals may
+    /// have needed the nodes until then.
+    back: Instant,
 }
 
 /// A holder's lock that `lost()` declared lost before its release.
@@ -504,7 +510,7 @@ fn unexcused_by_outages(history: &History) -> impl Iterator<Item = &Loss> {
         !history
             .outages
             .iter()
-            .any(|o| o.from <= loss.at && loss.at <= o.to + HOLD_TTL)
+            .any(|o| o.from <= loss.at && loss.at <= o.back + HOLD_TTL)
     })
 }
 
@@ -642,20 +648,19 @@ impl Cluster {
                 }
                 let from = Instant::now();
                 tokio::time::sleep(hold + Duration::from_millis(300)).await;
-                // The outage lasts until the restart that brings a quorum
-                // back begins: that node may answer before `restart`
-                // returns (it waits for the server to be ready, and this
-                // task to be scheduled), so only until then is a quorum
-                // certainly missing.
+                // A quorum is certainly missing until the restart that
+                // brings it back begins (that node may answer before
+                // `restart` returns: it waits for the server to be ready,
+                // and for this task to be scheduled), and certainly back
+                // once it returned.
                 let survivors = NODES - majority.len();
                 for (k, &i) in majority.iter().enumerate() {
-                    if survivors + k + 1 == NODES / 2 + 1 {
-                        recorder.outage(Outage {
-                            from,
-                            to: Instant::now(),
-                        });
-                    }
+                    let to = Instant::now();
                     self.restart(i).await;
+                    if survivors + k + 1 == NODES / 2 + 1 {
+                        let back = Instant::now();
+                        recorder.outage(Outage { from, to, back });
+                    }
                 }
             }
             Fault::Latency => {
@@ -693,7 +698,7 @@ impl Cluster {
                 // No grant can be believed meanwhile, and a holder may lose
                 // its lock (replies held past its renewal's timeout).
                 let to = Instant::now();
-                recorder.outage(Outage { from, to });
+                recorder.outage(Outage { from, to, back: to });
             }
             Fault::SlowMinority => {
                 // One node slow (+10 ms each way: a far zone, an fsync
@@ -1665,6 +1670,7 @@ async fn the_checker_sees_each_kind_of_violation() {
     during.outages.push(Outage {
         from: ms(100),
         to: ms(400),
+        back: ms(400),
     });
     assert!(check(t0, &during, &[0], Duration::MAX).violations[0].contains("outage"));
 
@@ -1677,11 +1683,18 @@ async fn the_checker_sees_each_kind_of_violation() {
     };
     lost.outages.push(Outage {
         from: ms(100),
-        to: ms(400),
+        to: ms(300),
+        back: ms(400),
     });
     lost.losses.push(loss(300));
     lost.losses.push(Loss {
         at: ms(400) + HOLD_TTL,
+        ..loss(0)
+    });
+    // Excused until a ttl after the quorum was back, not after it began
+    // to come back.
+    lost.losses.push(Loss {
+        at: ms(350) + HOLD_TTL,
         ..loss(0)
     });
     assert!(check(t0, &lost, &[0], Duration::MAX).violations.is_empty());
