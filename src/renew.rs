@@ -421,8 +421,9 @@ impl Renewal<'_> {
     }
 }
 
-/// A renewal call's answer: how many locks it carried, and on how many
-/// the node had lost the key and set it again. Under the renewer's target,
+/// A renewal call's answer: how many locks it carried, on how many the
+/// node had lost the key and set it again, and on how many another token
+/// held it. Under the renewer's target,
 /// whose log tells what a lost lock's renewals saw.
 impl Traced for Vec<ExtendReply> {
     fn trace(op: &'static str, node: &str, late: bool, answer: &Result<Self, NodeError>) {
@@ -430,11 +431,10 @@ impl Traced for Vec<ExtendReply> {
         let late = late.then_some(true);
         match answer {
             Ok(replies) => {
-                let restored = replies
-                    .iter()
-                    .filter(|&&r| r == ExtendReply::Restored)
-                    .count();
-                tracing::debug!(op, node, late, locks = replies.len(), restored);
+                let count = |reply| replies.iter().filter(|&&r| r == reply).count();
+                let (restored, refused) =
+                    (count(ExtendReply::Restored), count(ExtendReply::Refused));
+                tracing::debug!(op, node, late, locks = replies.len(), restored, refused);
             }
             Err(error) => tracing::debug!(op, node, late, error = %error, "node failed"),
         }
