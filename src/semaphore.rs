@@ -17,10 +17,10 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, PermitReply, nth};
+use crate::node::{Deadline, PermitReply, Permits, ShapeRef, nth};
 use crate::quorum::{Answer, Vote, Window};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
+use crate::request::{Fencing, Keys, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
 
@@ -452,7 +452,7 @@ impl Answer for SlotVote {
 }
 
 /// One attempt at one permit slot: a lock on the slot's key, with the
-/// semaphore's limit key beside it ([`Shape::Permit`]).
+/// semaphore's limit key beside it (the [`Permits`] shape).
 struct SlotAttempt {
     request: Arc<PermitRequest>,
     slot: u32,
@@ -497,8 +497,8 @@ impl Acquire for SlotAttempt {
         (self.request.ttl, self.request.ttl_ms)
     }
 
-    fn shape(&self) -> Shape {
-        Shape::Permit(self.request.permits.clone())
+    fn shape(&self) -> ShapeRef {
+        self.request.permits.clone().into()
     }
 
     fn call(

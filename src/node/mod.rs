@@ -11,8 +11,9 @@
 //!   resends after a dropped connection;
 //! - one file per primitive's commands and reply decoding: `lock` (plain,
 //!   fenced, multi-resource, and the group-commit batch), `semaphore`,
-//!   `rwlock`, `election`; `holding` serves every primitive's release and
-//!   extension by what the holding is.
+//!   `rwlock`, `election`; `holding` runs every primitive's release and
+//!   extension as the holding's [`Shape`] (a trait each primitive
+//!   implements) describes them.
 
 mod deadline;
 mod election;
@@ -26,10 +27,11 @@ mod url;
 
 pub(crate) use deadline::{Deadline, within};
 pub(crate) use election::Seen;
-pub(crate) use holding::{ExtendReply, Extension};
-pub(crate) use lock::{Single, SingleOp};
+pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
+pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;
-pub(crate) use semaphore::PermitReply;
+pub(crate) use rwlock::{RwKeys, RwShape};
+pub(crate) use semaphore::{PermitReply, Permits};
 #[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;

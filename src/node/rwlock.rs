@@ -1,43 +1,44 @@
 //! A reader-writer lock's commands on one node (`rw_*.lua`).
 
+use std::sync::Arc;
+
+use redis::{Cmd, Value};
+
 use super::*;
 use crate::error::NodeError;
-use crate::request::{RwKeys, Shape, channel};
-use crate::scripts;
+use crate::request::channel;
+use crate::scripts::{self, Lua};
+
+/// A reader-writer lock's keys.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RwKeys {
+    /// The writer's token, while a writer holds.
+    pub(crate) writer: Arc<str>,
+    /// The readers: a sorted set of tokens scored with their expiries.
+    pub(crate) readers: Arc<str>,
+    /// The mark of a writer waiting for the readers to leave.
+    pub(crate) waiting: Arc<str>,
+    /// The id a writer's mark holds: one per call, across its attempts.
+    pub(crate) waiter: Arc<str>,
+}
+
+/// The shape of a reader's hold (its token in the readers set) or of the
+/// writer's (its token in the writer key).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RwShape {
+    pub(crate) rw: RwKeys,
+    /// A reader's hold, else the writer's.
+    pub(crate) read: bool,
+}
+
+impl RwShape {
+    /// The hold's mode, as the scripts take it.
+    fn mode(&self) -> &'static str {
+        if self.read { "r" } else { "w" }
+    }
+}
 
 impl Node {
-    /// Extends the reader-writer holds `group` of `locks` in one call (see
-    /// `rw_extend.lua`): one answer per hold, in `group`'s order.
-    pub(super) async fn extend_rw(
-        &self,
-        locks: &[Extension<'_>],
-        group: &[usize],
-        deadline: Deadline,
-    ) -> Result<Vec<ExtendReply>, NodeError> {
-        let mut keys: Vec<&str> = Vec::with_capacity(2 * group.len());
-        let mut modes: Vec<&str> = Vec::with_capacity(group.len());
-        let ttls: Vec<String> = group.iter().map(|&i| locks[i].ttl_ms.to_string()).collect();
-        for &i in group {
-            let (mode, rw) = match locks[i].shape {
-                Shape::Read(rw) => ("r", rw),
-                Shape::Write(rw) => ("w", rw),
-                _ => {
-                    return Err(NodeError::UnexpectedReply(
-                        "a lock among reader-writer holds".to_owned(),
-                    ));
-                }
-            };
-            keys.extend([&*rw.writer, &*rw.readers]);
-            modes.push(mode);
-        }
-        let mut args: Vec<&str> = Vec::with_capacity(3 * group.len());
-        for ((&i, mode), ttl) in group.iter().zip(&modes).zip(&ttls) {
-            args.extend([*mode, locks[i].token, ttl.as_str()]);
-        }
-        self.extend_script(&scripts::RW_EXTEND, &keys, &args, locks, group, deadline)
-            .await
-    }
-
     /// A reader-writer lock's acquire (see `rw_acquire.lua`): whether this
     /// node admitted the reader (`read`) or the writer. A refused writer's
     /// mark (its call's id, across its attempts) lives `mark_ms`.
@@ -58,24 +59,51 @@ impl Node {
         self.flag_script(&scripts::RW_ACQUIRE, &keys, &args, &[token], deadline)
             .await
     }
+}
 
-    /// Token-checked release of a reader-writer hold (see `rw_release.lua`).
-    pub(super) async fn release_rw(
-        &self,
-        rw: &RwKeys,
-        read: bool,
-        token: &str,
-        announce: Option<&str>,
-        deadline: Deadline,
-    ) -> Result<bool, NodeError> {
-        let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
-        let mode = if read { "r" } else { "w" };
-        let channel = channel(if read { &rw.readers } else { &rw.writer });
-        let mut args = vec![mode, token, &*rw.waiter];
-        if let Some(release) = announce {
-            args.extend([release, channel.as_str()]);
+impl Shape for RwShape {
+    /// `rw_extend.lua`.
+    fn extend_script(&self) -> &'static Lua {
+        &scripts::RW_EXTEND
+    }
+
+    /// The writer key and the readers key.
+    fn extend_keys<'a>(&'a self, _lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend([&*self.rw.writer, &*self.rw.readers]);
+    }
+
+    /// Mode, token and ttl.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        cmd.arg(self.mode()).arg(lock.token).arg(lock.ttl_ms);
+    }
+
+    /// `rw_release.lua`.
+    fn release_script(&self) -> &'static Lua {
+        &scripts::RW_RELEASE
+    }
+
+    /// The writer, readers and waiting keys; the mode, the token, the
+    /// waiter's id, and with an announced release its id and the channel
+    /// of the key the hold was in.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        let rw = &self.rw;
+        cmd.arg(3)
+            .arg(&*rw.writer)
+            .arg(&*rw.readers)
+            .arg(&*rw.waiting);
+        cmd.arg(self.mode()).arg(release.token).arg(&*rw.waiter);
+        if let Some(id) = release.announce {
+            let held = if self.read { &rw.readers } else { &rw.writer };
+            cmd.arg(id).arg(channel(held));
         }
-        self.flag_script(&scripts::RW_RELEASE, &keys, &args, &[token], deadline)
-            .await
+    }
+
+    /// 1 released, 0 not ours.
+    fn released(&self, _release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected(other)),
+        }
     }
 }

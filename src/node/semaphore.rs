@@ -3,12 +3,24 @@
 
 use std::sync::Arc;
 
-use redis::Value;
+use redis::{Cmd, Value};
 
 use super::*;
 use crate::error::NodeError;
-use crate::request::{Permits, Shape, channel};
-use crate::scripts;
+use crate::request::{Keys, channel};
+use crate::scripts::{self, Lua};
+
+/// A semaphore on the nodes: its keys and permit count. The shape of a
+/// permit: a lock on one slot key, beside the semaphore's limit key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Permits {
+    /// Holds the permit count on a node while a permit is held there.
+    pub(crate) limit_key: Arc<str>,
+    /// One key per permit slot, slot `i` at `i`.
+    pub(crate) slots: Keys,
+    /// The permit count, as the limit key holds it.
+    pub(crate) count: Arc<str>,
+}
 
 /// A node's answer to a semaphore permit's acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,47 +35,6 @@ pub(crate) enum PermitReply {
 }
 
 impl Node {
-    /// Extends the semaphore permits `group` of `locks` in one call (see
-    /// `semaphore_extend.lua`): one answer per permit, in `group`'s order.
-    pub(super) async fn extend_permits(
-        &self,
-        locks: &[Extension<'_>],
-        group: &[usize],
-        deadline: Deadline,
-    ) -> Result<Vec<ExtendReply>, NodeError> {
-        let mut keys: Vec<&str> = Vec::with_capacity(2 * group.len());
-        let mut ttls: Vec<String> = Vec::with_capacity(group.len());
-        for &i in group {
-            let lock = &locks[i];
-            let Shape::Permit(permits) = lock.shape else {
-                return Err(NodeError::UnexpectedReply(
-                    "a lock among permits".to_owned(),
-                ));
-            };
-            keys.extend(lock.keys.first().map(|k| &**k));
-            keys.push(&permits.limit_key);
-            ttls.push(lock.ttl_ms.to_string());
-        }
-        let mut args: Vec<&str> = Vec::with_capacity(3 * group.len());
-        for (&i, ttl) in group.iter().zip(&ttls) {
-            let lock = &locks[i];
-            let count = match lock.shape {
-                Shape::Permit(permits) => &*permits.count,
-                _ => "",
-            };
-            args.extend([lock.token, ttl.as_str(), count]);
-        }
-        self.extend_script(
-            &scripts::SEMAPHORE_EXTEND,
-            &keys,
-            &args,
-            locks,
-            group,
-            deadline,
-        )
-        .await
-    }
-
     /// A semaphore's acquire of permit `slot` (see
     /// `semaphore_acquire.lua`).
     pub(crate) async fn acquire_permit(
@@ -115,40 +86,53 @@ impl Node {
             _ => Err(unexpected(&reply)),
         }
     }
+}
 
-    /// Token-checked release of a semaphore permit (see
-    /// `semaphore_release.lua`).
-    pub(super) async fn release_permit(
-        &self,
-        keys: &[Arc<str>],
-        permits: &Permits,
-        token: &str,
-        announce: Option<&str>,
-        deadline: Deadline,
-    ) -> Result<bool, NodeError> {
-        let Some(slot) = keys.first() else {
-            return Ok(false);
-        };
-        let mut script_keys: Vec<&str> = Vec::with_capacity(2 + permits.slots.len());
-        script_keys.extend([&**slot, &*permits.limit_key]);
-        script_keys.extend(permits.slots.iter().map(|k| &**k));
-        let channel = channel(slot);
-        let mut args = vec![token, &*permits.count];
-        if let Some(release) = announce {
-            args.extend([release, channel.as_str()]);
+/// A permit: a holding whose one key is its slot's.
+impl Shape for Permits {
+    /// `semaphore_extend.lua`.
+    fn extend_script(&self) -> &'static Lua {
+        &scripts::SEMAPHORE_EXTEND
+    }
+
+    /// The slot's key and the limit key.
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend(lock.keys.first().map(|k| &**k));
+        keys.push(&self.limit_key);
+    }
+
+    /// Token, ttl, and the permit count.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        cmd.arg(lock.token).arg(lock.ttl_ms).arg(&*self.count);
+    }
+
+    /// `semaphore_release.lua`.
+    fn release_script(&self) -> &'static Lua {
+        &scripts::SEMAPHORE_RELEASE
+    }
+
+    /// The slot's key, the limit key and every slot's key; the token, the
+    /// count, and with an announced release its id and the slot's channel.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        // A permit holds its slot's key: always one.
+        let slot = release.keys.first().map_or("", |k| &**k);
+        cmd.arg(2 + self.slots.len())
+            .arg(slot)
+            .arg(&*self.limit_key);
+        for key in self.slots.iter() {
+            cmd.arg(&**key);
         }
-        match self
-            .script(
-                &scripts::SEMAPHORE_RELEASE,
-                &script_keys,
-                &args,
-                &[token],
-                deadline,
-            )
-            .await?
-        {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(&other)),
+        cmd.arg(release.token).arg(&*self.count);
+        if let Some(id) = release.announce {
+            cmd.arg(id).arg(channel(slot));
+        }
+    }
+
+    /// 1: released.
+    fn released(&self, _release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        match reply {
+            Value::Int(n) => Ok(*n == 1),
+            other => Err(unexpected(other)),
         }
     }
 }
