@@ -131,7 +131,7 @@ impl Answer for ExtendReply {
 
 /// Which call an extension goes in: its shape's script (by its place in
 /// the script list).
-fn script_of(lock: &Extension<'_>) -> usize {
+fn script_of(lock: &Extension<'_>) -> u32 {
     lock.shape.extend_script().index
 }
 
@@ -197,7 +197,7 @@ impl Node {
         let first = locks.first().map(script_of);
         let mixed = locks.iter().any(|lock| Some(script_of(lock)) != first);
         let groups: Vec<Vec<usize>> = if self.is_cluster() || mixed {
-            let mut groups: HashMap<(usize, Option<Slot>), Vec<usize>> = HashMap::new();
+            let mut groups: HashMap<(u32, Option<Slot>), Vec<usize>> = HashMap::new();
             for (i, lock) in locks.iter().enumerate() {
                 let key = lock.keys.first().map_or("", |k| &**k);
                 let slot = self.is_cluster().then(|| Slot::for_key(key));

@@ -9,9 +9,10 @@
 //! - `run`: sending one request — commands and scripts (EVAL/EVALSHA/FCALL,
 //!   with the NOSCRIPT and missing-library fallbacks), `WAIT` for replicas,
 //!   resends after a dropped connection;
-//! - one file per primitive's commands and reply decoding: `lock` (plain,
-//!   fenced, multi-resource, and the group-commit batch), `semaphore`,
-//!   `rwlock`, `election`; `holding` runs every primitive's release and
+//! - one file per primitive's commands and reply decoding that is still
+//!   here: `lock` (plain, fenced, multi-resource, and the group-commit
+//!   batch), `rwlock`, `election` (a semaphore's are in its own folder,
+//!   `src/semaphore/`); `holding` runs every primitive's release and
 //!   extension as the holding's [`Shape`] (a trait each primitive
 //!   implements) describes them.
 
@@ -22,7 +23,6 @@ mod lock;
 mod redact;
 mod run;
 mod rwlock;
-mod semaphore;
 mod url;
 
 pub(crate) use deadline::{Deadline, within};
@@ -31,7 +31,6 @@ pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;
 pub(crate) use rwlock::{RwKeys, RwShape};
-pub(crate) use semaphore::{PermitReply, Permits};
 #[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
@@ -130,7 +129,7 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
-    /// Per script (bit [`Lua::index`]): known to be in the node's script
+    /// Per script (its [`Lua::cache_bit`]): known to be in the node's script
     /// cache, so that EVALSHA finds it.
     cached: AtomicU32,
     backend: Backend,
@@ -458,7 +457,9 @@ async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
     }
 }
 
-fn unexpected(value: &Value) -> NodeError {
+/// An error for a reply the node should not have given: the reply, cut
+/// short.
+pub(crate) fn unexpected(value: &Value) -> NodeError {
     let mut text = format!("{value:?}");
     if text.len() > 80 {
         let cut = (0..=80)
