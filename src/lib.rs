@@ -223,6 +223,9 @@
 //!    - `semaphore` — [`Semaphore`], in its own folder: its API and its
 //!      description on the engine (`mod.rs`), what it asks a node and the
 //!      permit's `Shape` (`node.rs`), its scripts (`*.lua`).
+//!    - `rwlock` — [`RwLock`], in its own folder as `semaphore` is: its
+//!      API and its description on the engine, a hold's `Shape` and the
+//!      acquire it sends a node (`node.rs`), its scripts.
 //!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
 //!      keeps under a name, read through the engine and judged at a quorum.
 //!

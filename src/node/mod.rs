@@ -11,8 +11,9 @@
 //!   resends after a dropped connection;
 //! - one file per primitive's commands and reply decoding that is still
 //!   here: `lock` (plain, fenced, multi-resource, and the group-commit
-//!   batch), `rwlock`, `election` (a semaphore's are in its own folder,
-//!   `src/semaphore/`); `holding` runs every primitive's release and
+//!   batch), `election` (a semaphore's and a reader-writer lock's are in
+//!   their own folders, `src/semaphore/`, `src/rwlock/`); `holding` runs
+//!   every primitive's release and
 //!   extension as the holding's [`Shape`] (a trait each primitive
 //!   implements) describes them.
 
@@ -22,7 +23,6 @@ mod holding;
 mod lock;
 mod redact;
 mod run;
-mod rwlock;
 mod url;
 
 pub(crate) use deadline::{Deadline, within};
@@ -30,7 +30,6 @@ pub(crate) use election::Seen;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;
-pub(crate) use rwlock::{RwKeys, RwShape};
 #[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;

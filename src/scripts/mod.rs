@@ -201,33 +201,6 @@ pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| {
     )
 });
 
-/// Reader-writer lock: admit a reader or a writer, with writer preference.
-pub(crate) static RW_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_rw_acquire",
-        include_str!("rw_acquire.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// Reader-writer lock: extend (or restore) holds, token-checked.
-pub(crate) static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_rw_extend",
-        include_str!("rw_extend.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// Reader-writer lock: token-checked release of a hold.
-pub(crate) static RW_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_rw_release",
-        include_str!("rw_release.lua"),
-        Replicas::DontWait,
-    )
-});
-
 /// Plain locks: many acquires, releases and extensions of one node in one
 /// call (group commit, see `coalesce.rs`).
 pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
@@ -273,9 +246,9 @@ mod tests {
             &*crate::semaphore::node::ACQUIRE,
             &*crate::semaphore::node::EXTEND,
             &*crate::semaphore::node::RELEASE,
-            &*RW_ACQUIRE,
-            &*RW_EXTEND,
-            &*RW_RELEASE,
+            &*crate::rwlock::node::ACQUIRE,
+            &*crate::rwlock::node::EXTEND,
+            &*crate::rwlock::node::RELEASE,
             &*BATCH,
         ]
     }

@@ -1,13 +1,42 @@
-//! A reader-writer lock's commands on one node (`rw_*.lua`).
+//! A reader-writer lock on one node: its scripts (`acquire.lua`,
+//! `extend.lua`, `release.lua` beside this file), a hold's acquire, and the
+//! hold's [`Shape`] — how a node extends and releases it.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
-use super::*;
 use crate::error::NodeError;
+use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
 use crate::request::channel;
-use crate::scripts::{self, Lua};
+use crate::scripts::{Lua, Replicas};
+
+/// Admit a reader or a writer, with writer preference.
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_acquire",
+        include_str!("acquire.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Extend (or restore) holds, token-checked.
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_extend",
+        include_str!("extend.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Token-checked release of a hold.
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_release",
+        include_str!("release.lua"),
+        Replicas::DontWait,
+    )
+});
 
 /// A reader-writer lock's keys.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,38 +62,42 @@ pub(crate) struct RwShape {
 
 impl RwShape {
     /// The hold's mode, as the scripts take it.
-    fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         if self.read { "r" } else { "w" }
     }
 }
 
-impl Node {
-    /// A reader-writer lock's acquire (see `rw_acquire.lua`): whether this
-    /// node admitted the reader (`read`) or the writer. A refused writer's
-    /// mark (its call's id, across its attempts) lives `mark_ms`.
-    pub(crate) async fn acquire_rw(
-        &self,
-        rw: &RwKeys,
-        read: bool,
-        token: &str,
-        ttl_ms: u64,
-        mark_ms: u64,
-        deadline: impl Into<Deadline>,
-    ) -> Result<bool, NodeError> {
-        let deadline: Deadline = deadline.into();
-        let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
-        let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
-        let mode = if read { "r" } else { "w" };
-        let args = [mode, token, ttl.as_str(), &*rw.waiter, mark.as_str()];
-        self.flag_script(&scripts::RW_ACQUIRE, &keys, &args, &[token], deadline)
-            .await
-    }
+/// A reader-writer lock's acquire on `node` (see `acquire.lua`): whether
+/// it admitted the hold `shape` describes (a reader or the writer). A
+/// refused writer's mark (its call's id, across its attempts) lives
+/// `mark_ms`.
+pub(crate) async fn acquire_hold(
+    node: &Node,
+    shape: &RwShape,
+    token: &str,
+    ttl_ms: u64,
+    mark_ms: u64,
+    deadline: impl Into<Deadline>,
+) -> Result<bool, NodeError> {
+    let deadline: Deadline = deadline.into();
+    let rw = &shape.rw;
+    let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
+    let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
+    let args = [
+        shape.mode(),
+        token,
+        ttl.as_str(),
+        &*rw.waiter,
+        mark.as_str(),
+    ];
+    node.flag_script(&ACQUIRE, &keys, &args, &[token], deadline)
+        .await
 }
 
 impl Shape for RwShape {
-    /// `rw_extend.lua`.
+    /// `extend.lua`.
     fn extend_script(&self) -> &'static Lua {
-        &scripts::RW_EXTEND
+        &EXTEND
     }
 
     /// The writer key and the readers key.
@@ -77,9 +110,9 @@ impl Shape for RwShape {
         cmd.arg(self.mode()).arg(lock.token).arg(lock.ttl_ms);
     }
 
-    /// `rw_release.lua`.
+    /// `release.lua`.
     fn release_script(&self) -> &'static Lua {
-        &scripts::RW_RELEASE
+        &RELEASE
     }
 
     /// The writer, readers and waiting keys; the mode, the token, the

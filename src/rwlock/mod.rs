@@ -1,7 +1,15 @@
 //! A reader-writer lock over the quorum: [`RwLock`], many readers or one
 //! writer. A thin entry point: reading and writing are each a description
-//! on the round engine ([`RwAttempt`]) with their own scripts
-//! (`rw_*.lua`); holding, extending and releasing are the lock's.
+//! on the round engine ([`RwAttempt`]) with their own scripts; holding,
+//! extending and releasing are the lock's.
+//!
+//! The whole primitive is in this folder: here its public API and its
+//! description on the engine; in `node.rs` what it asks a node (the
+//! acquire, and a hold's [`Shape`](crate::node::Shape) for extending and
+//! releasing it); its scripts beside them (`acquire.lua`, `extend.lua`,
+//! `release.lua`).
+
+pub(crate) mod node;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,12 +21,14 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, RwKeys, RwShape, ShapeRef, nth};
+use crate::node::{Deadline, ShapeRef, nth};
 use crate::quorum::Window;
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
+
+use self::node::{RwKeys, RwShape, acquire_hold};
 
 impl Redlock {
     /// The reader-writer lock called `name`, on this manager's nodes: see
@@ -375,16 +385,7 @@ impl Acquire for RwAttempt {
             let server = nth(&core.nodes, node)?;
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
-            server
-                .acquire_rw(
-                    &shape.rw,
-                    shape.read,
-                    token.as_str(),
-                    ttl_ms,
-                    ttl_ms,
-                    deadline,
-                )
-                .await
+            acquire_hold(server, &shape, token.as_str(), ttl_ms, ttl_ms, deadline).await
         }
     }
 
