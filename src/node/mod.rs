@@ -128,8 +128,8 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
-    /// Per script (its [`Lua::cache_bit`]): known to be in the node's script
-    /// cache, so that EVALSHA finds it.
+    /// Per script (its [`cache_bit`](crate::scripts::Lua::cache_bit)):
+    /// known to be in the node's script cache, so that EVALSHA finds it.
     cached: AtomicU32,
     backend: Backend,
 }
