@@ -267,3 +267,41 @@ impl Node {
         }
     }
 }
+
+/// What the node sends for extensions and releases, as text: for the
+/// primitives' tests of their [`Shape`]s' layouts against their scripts.
+#[cfg(test)]
+pub(crate) mod layout {
+    use super::*;
+
+    fn texts(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not text>".to_owned(),
+            })
+            .collect()
+    }
+
+    /// One call's `numkeys`, keys and arguments for `locks`, all of one
+    /// extension script.
+    pub(crate) fn extension(locks: &[Extension<'_>]) -> Vec<String> {
+        let mut keys: Vec<&str> = Vec::new();
+        for lock in locks {
+            lock.shape.extend_keys(lock, &mut keys);
+        }
+        let mut cmd = Cmd::new();
+        cmd.arg(keys.len()).arg(&keys);
+        for lock in locks {
+            lock.shape.extend_args(lock, &mut cmd);
+        }
+        texts(&cmd)
+    }
+
+    /// The release call's `numkeys`, keys and arguments.
+    pub(crate) fn release(shape: &dyn Shape, release: &Release<'_>) -> Vec<String> {
+        let mut cmd = Cmd::new();
+        shape.release_call(release, &mut cmd);
+        texts(&cmd)
+    }
+}

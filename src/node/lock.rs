@@ -369,3 +369,58 @@ fn released(reply: &Value, keys: usize) -> Result<bool, NodeError> {
         other => Err(unexpected(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    /// As `extend.lua` and `release.lua` read them.
+    #[test]
+    fn a_locks_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+        let plain = Extension {
+            keys: &keys[..1],
+            token: "t1",
+            ttl_ms: 1500,
+            fence: None,
+            shape: &LockShape,
+        };
+        let fenced = Extension {
+            keys: &keys[..1],
+            token: "t2",
+            ttl_ms: 2000,
+            fence: Some(("a:fence", 7)),
+            shape: &LockShape,
+        };
+        let many = Extension {
+            keys: &keys,
+            token: "t3",
+            ttl_ms: 3000,
+            fence: None,
+            shape: &LockShape,
+        };
+        assert_eq!(
+            layout::extension(&[plain, fenced, many]),
+            [
+                "5", "a", "a", "a:fence", "a", "b", "t1", "1500", "1", "0", "t2", "2000", "1", "7",
+                "t3", "3000", "2", "0"
+            ]
+        );
+        let release = Release {
+            keys: &keys,
+            token: "t",
+            announce: None,
+        };
+        assert_eq!(layout::release(&LockShape, &release), ["2", "a", "b", "t"]);
+        let announced = Release {
+            announce: Some("id"),
+            ..release
+        };
+        assert_eq!(
+            layout::release(&LockShape, &announced),
+            ["2", "a", "b", "t", "id", "a:released", "b:released"]
+        );
+        assert!(LockShape.group_commits());
+    }
+}

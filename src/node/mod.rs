@@ -27,6 +27,8 @@ mod url;
 
 pub(crate) use deadline::{Deadline, within};
 pub(crate) use election::Seen;
+#[cfg(test)]
+pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;

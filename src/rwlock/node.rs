@@ -140,3 +140,89 @@ impl Shape for RwShape {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    fn shape(read: bool) -> RwShape {
+        RwShape {
+            rw: RwKeys {
+                writer: "c:writer".into(),
+                readers: "c:readers".into(),
+                waiting: "c:writer-waiting".into(),
+                waiter: "w1".into(),
+            },
+            read,
+        }
+    }
+
+    /// As `extend.lua` and `release.lua` beside this file read them.
+    #[test]
+    fn a_holds_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let (reader, writer) = (shape(true), shape(false));
+        let keys: Vec<Arc<str>> = vec!["c:readers".into()];
+        let read = Extension {
+            keys: &keys,
+            token: "r",
+            ttl_ms: 1000,
+            fence: None,
+            shape: &reader,
+        };
+        let write = Extension {
+            token: "w",
+            shape: &writer,
+            ..read
+        };
+        assert_eq!(
+            layout::extension(&[read, write]),
+            [
+                "4",
+                "c:writer",
+                "c:readers",
+                "c:writer",
+                "c:readers",
+                "r",
+                "r",
+                "1000",
+                "w",
+                "w",
+                "1000"
+            ]
+        );
+        let release = Release {
+            keys: &keys,
+            token: "r",
+            announce: Some("id"),
+        };
+        let sent = [
+            "3",
+            "c:writer",
+            "c:readers",
+            "c:writer-waiting",
+            "r",
+            "r",
+            "w1",
+            "id",
+            "c:readers:released",
+        ];
+        assert_eq!(layout::release(&reader, &release), sent);
+        let release = Release {
+            announce: None,
+            ..release
+        };
+        assert_eq!(
+            layout::release(&writer, &release),
+            [
+                "3",
+                "c:writer",
+                "c:readers",
+                "c:writer-waiting",
+                "w",
+                "r",
+                "w1"
+            ]
+        );
+    }
+}

@@ -157,3 +157,67 @@ impl Shape for Permits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    fn permits() -> Permits {
+        Permits {
+            limit_key: "s:permits".into(),
+            slots: Arc::from([Arc::from("s:permit:0"), Arc::from("s:permit:1")]),
+            count: "2".into(),
+        }
+    }
+
+    /// As `extend.lua` and `release.lua` beside this file read them.
+    #[test]
+    fn a_permits_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let permits = permits();
+        let slot: Vec<Arc<str>> = vec!["s:permit:1".into()];
+        let extension = Extension {
+            keys: &slot,
+            token: "t",
+            ttl_ms: 1500,
+            fence: None,
+            shape: &permits,
+        };
+        assert_eq!(
+            layout::extension(&[extension, extension]),
+            [
+                "4",
+                "s:permit:1",
+                "s:permits",
+                "s:permit:1",
+                "s:permits",
+                "t",
+                "1500",
+                "2",
+                "t",
+                "1500",
+                "2"
+            ]
+        );
+        let release = Release {
+            keys: &slot,
+            token: "t",
+            announce: Some("id"),
+        };
+        assert_eq!(
+            layout::release(&permits, &release),
+            [
+                "4",
+                "s:permit:1",
+                "s:permits",
+                "s:permit:0",
+                "s:permit:1",
+                "t",
+                "2",
+                "id",
+                "s:permit:1:released"
+            ]
+        );
+        assert!(!permits.group_commits());
+    }
+}
