@@ -37,8 +37,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
-use crate::node::{Deadline, Node, Single, SingleOp, nth, within};
-use crate::request::Shape;
+use crate::node::{Deadline, Node, Shape, Single, SingleOp, nth, within};
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -71,12 +70,14 @@ impl Op {
     /// and extension touch its counter too, and go alone.
     pub(crate) fn batched<'k>(
         &self,
-        shape: &Shape,
+        shape: &dyn Shape,
         keys: &'k [Arc<str>],
         fenced: bool,
     ) -> Option<&'k Arc<str>> {
-        match (shape, keys) {
-            (Shape::Lock, [key]) if !fenced || matches!(self, Op::Release { .. }) => Some(key),
+        match keys {
+            [key] if shape.group_commits() && (!fenced || matches!(self, Op::Release { .. })) => {
+                Some(key)
+            }
             _ => None,
         }
     }

@@ -308,7 +308,7 @@ impl LockGuard {
                         let holding = &held.holding;
                         let op = Op::Extend { ttl_ms };
                         let fenced = holding.fence.is_some();
-                        if let Some(key) = op.batched(&holding.shape, &holding.keys, fenced) {
+                        if let Some(key) = op.batched(&*holding.shape, &holding.keys, fenced) {
                             // With whatever else is bound for this node
                             // meanwhile.
                             let token = &holding.token;

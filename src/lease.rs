@@ -434,7 +434,7 @@ pub(crate) mod tests {
             keys: Arc::new(["r".into()]),
             token: Token::generate().expect("random source"),
             fence: None,
-            shape: crate::request::Shape::Lock,
+            shape: crate::node::ShapeRef::LOCK,
         };
         Arc::new(Held::new("r".into(), holding, Instant::now(), deadline, 3))
     }

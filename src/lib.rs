@@ -188,7 +188,9 @@
 //! 2. **Wire**
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
-//!      with their fallbacks), and one file of commands per primitive.
+//!      with their fallbacks), the release and extension of any holding
+//!      by its `Shape` (the trait a primitive implements to say how), and
+//!      the commands of the primitives not yet in a folder of their own.
 //!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
 //!      trips, slot maps, an access probe.
 //! 3. **Round**
@@ -221,12 +223,22 @@
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a
 //!      quorum.
+//!    - `semaphore` — [`Semaphore`], in its own folder: its API and its
+//!      description on the engine (`mod.rs`), what it asks a node and the
+//!      permit's `Shape` (`node.rs`), its scripts (`*.lua`).
+//!    - `rwlock` — [`RwLock`], in its own folder as `semaphore` is: its
+//!      API and its description on the engine, a hold's `Shape` and the
+//!      acquire it sends a node (`node.rs`), its scripts.
 //!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
 //!      keeps under a name, read through the engine and judged at a quorum.
 //!
-//! A new primitive is a description in `primitive` (its scripts in
-//! `scripts`, its node commands in `node`); guards, renewal and wake-ups
-//! serve it without knowing which primitive it is.
+//! A new primitive is a folder, as `semaphore` is: its API and its
+//! description on the engine (`Acquire`), its node commands and its
+//! `Shape` (how a node extends and releases a holding), its scripts, each
+//! a `Lua` static beside its `.lua` file and listed once in the Functions
+//! library's list (`scripts`' tests, which regenerate the library). Guards,
+//! renewal, releases and wake-ups serve it without knowing which primitive
+//! it is.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.

@@ -16,9 +16,9 @@ use tokio::time::Instant;
 
 use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, nth};
+use crate::node::{Deadline, LockShape, nth};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
-use crate::request::{Keys, Kind, Request, Shape};
+use crate::request::{Keys, Kind, Request};
 use crate::round::{Acquire, Core, Round, fan_out, follow};
 use crate::token::Token;
 
@@ -79,7 +79,7 @@ impl Acquire for Request {
             let i = node;
             let node = nth(&core.nodes, i)?;
             let op = Op::Acquire { ttl_ms };
-            if let Some(key) = op.batched(&Shape::Lock, &keys, kind == Kind::Fenced) {
+            if let Some(key) = op.batched(&LockShape, &keys, kind == Kind::Fenced) {
                 // With whatever else is bound for this node meanwhile.
                 let status = core.lanes.send(i, op, key, &token, deadline).await?;
                 return Ok((status == 1).into());

@@ -13,8 +13,7 @@ use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
-use crate::node::{Extension, Node};
-use crate::request::Shape;
+use crate::node::{Extension, LockShape, Node};
 use crate::scripts::ScriptMode;
 use crate::token::Token;
 
@@ -361,13 +360,13 @@ async fn access(
         token,
         ttl_ms: PROBE_TTL_MS,
         fence: None,
-        shape: &Shape::Lock,
+        shape: &LockShape,
     };
     if let Err(e) = node.extend(extension, deadline()).await {
         note("extend (script: GET, PEXPIRE, SET)", e);
     }
     if let Err(e) = node
-        .release(keys, &Shape::Lock, token, None, deadline())
+        .release(keys, &LockShape, token, None, deadline())
         .await
     {
         note(RELEASE, e);
@@ -378,7 +377,7 @@ async fn access(
     {
         Ok(_) => {
             if let Err(e) = node
-                .release(keys, &Shape::Lock, token, None, deadline())
+                .release(keys, &LockShape, token, None, deadline())
                 .await
             {
                 note(RELEASE, e);

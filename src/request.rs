@@ -30,47 +30,6 @@ pub(crate) enum Kind {
     Many,
 }
 
-/// What a holding is on the nodes beyond its keys and token: how a node
-/// extends, restores and releases it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// A lock (plain, fenced or multi-resource): `extend.lua`,
-    /// `release.lua`.
-    Lock,
-    /// A semaphore's permit: a lock on one slot key, beside the semaphore's
-    /// limit key (`semaphore_*.lua`).
-    Permit(Arc<Permits>),
-    /// A reader of a reader-writer lock: its token in the readers set
-    /// (`rw_*.lua`).
-    Read(Arc<RwKeys>),
-    /// The writer of a reader-writer lock: its token in the writer key.
-    Write(Arc<RwKeys>),
-}
-
-/// A reader-writer lock's keys.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct RwKeys {
-    /// The writer's token, while a writer holds.
-    pub(crate) writer: Arc<str>,
-    /// The readers: a sorted set of tokens scored with their expiries.
-    pub(crate) readers: Arc<str>,
-    /// The mark of a writer waiting for the readers to leave.
-    pub(crate) waiting: Arc<str>,
-    /// The id a writer's mark holds: one per call, across its attempts.
-    pub(crate) waiter: Arc<str>,
-}
-
-/// A semaphore on the nodes: its keys and permit count.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Permits {
-    /// Holds the permit count on a node while a permit is held there.
-    pub(crate) limit_key: Arc<str>,
-    /// One key per permit slot, slot `i` at `i`.
-    pub(crate) slots: Keys,
-    /// The permit count, as the limit key holds it.
-    pub(crate) count: Arc<str>,
-}
-
 /// Whether a request wants a fencing token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fencing {

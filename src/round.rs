@@ -21,9 +21,9 @@ use crate::coalesce::{Lanes, Op};
 use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
-use crate::node::{Deadline, Extension, Node, nth};
+use crate::node::{Deadline, Extension, Node, ShapeRef, nth};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote, Window};
-use crate::request::{Keys, Shape};
+use crate::request::Keys;
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -83,7 +83,7 @@ pub(crate) struct Holding {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
     pub(crate) fence: Option<(Arc<str>, u64)>,
-    pub(crate) shape: Shape,
+    pub(crate) shape: ShapeRef,
 }
 
 impl Holding {
@@ -94,7 +94,7 @@ impl Holding {
             token: self.token.as_str(),
             ttl_ms,
             fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
-            shape: &self.shape,
+            shape: &*self.shape,
         }
     }
 
@@ -515,7 +515,7 @@ async fn release_request<L: OnNodes>(
     let op = Op::Release {
         announce: announce.clone(),
     };
-    if let Some(key) = op.batched(&holding.shape, &holding.keys, holding.fence.is_some()) {
+    if let Some(key) = op.batched(&*holding.shape, &holding.keys, holding.fence.is_some()) {
         let status = core
             .lanes
             .send(node, op, key, &holding.token, deadline)
@@ -526,7 +526,7 @@ async fn release_request<L: OnNodes>(
     let announce = announce.as_deref();
     let token = holding.token.as_str();
     target
-        .release(&holding.keys, &holding.shape, token, announce, deadline)
+        .release(&holding.keys, &*holding.shape, token, announce, deadline)
         .await
 }
 
@@ -619,8 +619,8 @@ pub(crate) trait Acquire: Sync {
 
     /// What a grant is on the nodes beyond its keys: a lock unless said
     /// otherwise.
-    fn shape(&self) -> Shape {
-        Shape::Lock
+    fn shape(&self) -> ShapeRef {
+        ShapeRef::LOCK
     }
 
     /// Node `node`'s request in the attempt with `token`. Owned, so that a

@@ -1,46 +1,109 @@
-//! What every held primitive needs of a node, chosen by what the holding
-//! is (its [`Shape`]): the token-checked release and the extension (which
-//! restores the keys a node lost).
+//! What every held primitive needs of a node: the token-checked release
+//! and the extension (which restores the keys a node lost). What differs
+//! between primitives — which script, which keys and arguments, what the
+//! reply means — is the primitive's [`Shape`]; this file runs it, with
+//! nothing per primitive.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use redis::cluster_routing::Slot;
+use redis::{Cmd, Value};
 
 use super::*;
 use crate::error::NodeError;
 use crate::quorum::{Answer, Vote};
-use crate::request::Shape;
-use crate::scripts;
+use crate::scripts::Lua;
+
+/// What a holding is on the nodes beyond its keys and token: how a node
+/// extends (or restores) and releases it. Each primitive implements it
+/// beside its commands (a lock's is [`ShapeRef::LOCK`]); the node runs
+/// what it describes, and guards, renewals and releases carry it without
+/// knowing which primitive it is.
+pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
+    /// Whether a one-key holding of this shape may go through its node's
+    /// group-commit lane (see [`Op::batched`](crate::coalesce::Op::batched)):
+    /// `batch.lua` knows only plain locks.
+    fn group_commits(&self) -> bool {
+        false
+    }
+
+    /// The script that extends (or restores) holdings of this shape, many
+    /// in one call: holdings whose script is the same (and on a cluster,
+    /// whose first key's slot is too) share a call. It answers one status
+    /// per holding, in order: 0 refused, 1 extended, 2 restored.
+    fn extend_script(&self) -> &'static Lua;
+
+    /// Appends `lock`'s keys in its extension call to `keys` (every
+    /// holding's keys come before every holding's arguments).
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>);
+
+    /// Writes `lock`'s arguments in its extension call.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd);
+
+    /// The script of the token-checked release.
+    fn release_script(&self) -> &'static Lua;
+
+    /// Writes the release call's arguments: `numkeys`, the keys, the
+    /// arguments.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd);
+
+    /// Whether the node released: `reply` is the release script's.
+    fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError>;
+}
+
+/// A holding's [`Shape`], cheap to clone: a lock's is a static (nothing
+/// allocated per lock), a primitive with keys of its own shares them.
+#[derive(Clone)]
+pub(crate) enum ShapeRef {
+    Static(&'static dyn Shape),
+    Shared(Arc<dyn Shape>),
+}
+
+impl Deref for ShapeRef {
+    type Target = dyn Shape;
+
+    fn deref(&self) -> &(dyn Shape + 'static) {
+        match self {
+            Self::Static(shape) => *shape,
+            Self::Shared(shape) => &**shape,
+        }
+    }
+}
+
+impl fmt::Debug for ShapeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<S: Shape> From<Arc<S>> for ShapeRef {
+    fn from(shape: Arc<S>) -> Self {
+        Self::Shared(shape)
+    }
+}
 
 /// One lock to extend on a node: its keys, token and new ttl, for a
-/// fenced lock its counter's key and fence, and what it is (a lock, a
-/// permit).
+/// fenced lock its counter's key and fence, and what it is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Extension<'a> {
     pub(crate) keys: &'a [Arc<str>],
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) fence: Option<(&'a str, u64)>,
-    pub(crate) shape: &'a Shape,
+    pub(crate) shape: &'a dyn Shape,
 }
 
-/// Which extension script serves a holding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum ScriptKind {
-    Lock,
-    Permit,
-    Rw,
-}
-
-impl ScriptKind {
-    fn of(shape: &Shape) -> Self {
-        match shape {
-            Shape::Lock => Self::Lock,
-            Shape::Permit(_) => Self::Permit,
-            Shape::Read(_) | Shape::Write(_) => Self::Rw,
-        }
-    }
+/// One token-checked release on a node: the holding's keys and token, and
+/// the id its release is announced with, if any (each key's release on its
+/// [`channel`](crate::request::channel)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release<'a> {
+    pub(crate) keys: &'a [Arc<str>],
+    pub(crate) token: &'a str,
+    pub(crate) announce: Option<&'a str>,
 }
 
 /// What a node did with one lock's extension.
@@ -66,45 +129,54 @@ impl Answer for ExtendReply {
     }
 }
 
+/// Which call an extension goes in: its shape's script (by its place in
+/// the script list).
+fn script_of(lock: &Extension<'_>) -> u32 {
+    lock.shape.extend_script().index
+}
+
 impl Node {
-    /// Token-checked delete of a lock's keys: true if this node held the
-    /// token on every key and deleted them. With `announce` (an id of this
-    /// release), each deleted key's release is announced on its channel
-    /// ([`channel`](crate::request::channel)).
+    /// Token-checked delete of a holding's keys, as its `shape` says: true
+    /// if this node held the token and deleted it. With `announce` (an id
+    /// of this release), each deleted key's release is announced on its
+    /// channel ([`channel`](crate::request::channel)).
     pub(crate) async fn release(
         &self,
         keys: &[Arc<str>],
-        shape: &Shape,
+        shape: &dyn Shape,
         token: &str,
         announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        match shape {
-            Shape::Lock => {}
-            Shape::Permit(permits) => {
-                return self
-                    .release_permit(keys, permits, token, announce, deadline)
-                    .await;
-            }
-            Shape::Read(rw) | Shape::Write(rw) => {
-                let read = matches!(shape, Shape::Read(_));
-                return self.release_rw(rw, read, token, announce, deadline).await;
-            }
-        }
-        // One key (most locks): no allocation for the list.
-        let (one, many): ([&str; 1], Vec<&str>);
-        let keys: &[&str] = match keys {
-            [key] => {
-                one = [&**key];
-                &one
-            }
-            keys => {
-                many = keys.iter().map(|k| &**k).collect();
-                &many
-            }
+        let release = Release {
+            keys,
+            token,
+            announce,
         };
-        self.release_lock(keys, token, announce, deadline).await
+        let fill = |cmd: &mut Cmd| shape.release_call(&release, cmd);
+        // Keys, token, release id and a channel per key: about.
+        let bytes: usize = keys.iter().map(|k| 2 * k.len()).sum::<usize>() + token.len() + 48;
+        let size = (4 + 2 * keys.len(), bytes);
+        let reply = self
+            .run_script(shape.release_script(), fill, size, &[token], deadline)
+            .await?;
+        shape.released(&release, &reply)
+    }
+
+    /// Extends one holding on this node (see [`extend_many`](Self::extend_many)).
+    pub(crate) async fn extend(
+        &self,
+        lock: Extension<'_>,
+        deadline: impl Into<Deadline>,
+    ) -> Result<ExtendReply, NodeError> {
+        let answers = self
+            .extend_many(std::slice::from_ref(&lock), deadline)
+            .await?;
+        answers
+            .first()
+            .copied()
+            .ok_or_else(|| unexpected(&Value::Array(Vec::new())))
     }
 
     /// Extends many locks, each with its own token and ttl: per lock, where
@@ -120,58 +192,116 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<Vec<ExtendReply>, NodeError> {
         let deadline: Deadline = deadline.into();
-        // One call per kind of holding (its own script), and on a cluster
-        // per hash slot as well.
-        let kind = |lock: &Extension<'_>| ScriptKind::of(lock.shape);
-        let mixed = locks.iter().any(|lock| kind(lock) != ScriptKind::Lock);
-        let groups: Vec<(ScriptKind, Vec<usize>)> = if self.is_cluster() || mixed {
-            let mut groups: HashMap<(ScriptKind, Option<Slot>), Vec<usize>> = HashMap::new();
+        // One call per extension script, and on a cluster per hash slot as
+        // well.
+        let first = locks.first().map(script_of);
+        let mixed = locks.iter().any(|lock| Some(script_of(lock)) != first);
+        let groups: Vec<Vec<usize>> = if self.is_cluster() || mixed {
+            let mut groups: HashMap<(u32, Option<Slot>), Vec<usize>> = HashMap::new();
             for (i, lock) in locks.iter().enumerate() {
                 let key = lock.keys.first().map_or("", |k| &**k);
                 let slot = self.is_cluster().then(|| Slot::for_key(key));
-                groups.entry((kind(lock), slot)).or_default().push(i);
+                groups.entry((script_of(lock), slot)).or_default().push(i);
             }
-            groups
-                .into_iter()
-                .map(|((kind, _), group)| (kind, group))
-                .collect()
+            groups.into_values().collect()
         } else {
-            vec![(ScriptKind::Lock, (0..locks.len()).collect())]
+            vec![(0..locks.len()).collect()]
         };
-        let calls = groups.iter().map(|(kind, group)| async move {
-            match kind {
-                ScriptKind::Lock => {}
-                ScriptKind::Permit => return self.extend_permits(locks, group, deadline).await,
-                ScriptKind::Rw => return self.extend_rw(locks, group, deadline).await,
-            }
-            let mut keys: Vec<&str> = Vec::new();
-            let mut numbers: Vec<[String; 3]> = Vec::with_capacity(group.len());
-            for &i in group {
-                let lock = &locks[i];
-                keys.extend(lock.keys.iter().map(|k| &**k));
-                keys.extend(lock.fence.map(|(key, _)| key));
-                numbers.push([
-                    lock.ttl_ms.to_string(),
-                    lock.keys.len().to_string(),
-                    lock.fence.map_or(0, |(_, fence)| fence).to_string(),
-                ]);
-            }
-            let args: Vec<&str> = group
-                .iter()
-                .zip(&numbers)
-                .flat_map(|(&i, [ttl, n, fence])| {
-                    [locks[i].token, ttl.as_str(), n.as_str(), fence.as_str()]
-                })
-                .collect();
-            self.extend_script(&scripts::EXTEND, &keys, &args, locks, group, deadline)
-                .await
-        });
+        let calls = groups
+            .iter()
+            .map(|group| self.extend_group(locks, group, deadline));
         let mut answers = vec![ExtendReply::Refused; locks.len()];
-        for ((_, group), answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
             for (&i, extended) in group.iter().zip(answer?) {
                 answers[i] = extended;
             }
         }
         Ok(answers)
+    }
+
+    /// Extends `group` of `locks` (one extension script among them, on a
+    /// cluster one slot) in one call: one answer per lock, in `group`'s
+    /// order.
+    async fn extend_group(
+        &self,
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let Some(lua) = group
+            .first()
+            .and_then(|&i| locks.get(i))
+            .map(|lock| lock.shape.extend_script())
+        else {
+            return Ok(Vec::new());
+        };
+        let mut keys: Vec<&str> = Vec::with_capacity(2 * group.len());
+        let mut tokens: Vec<&str> = Vec::with_capacity(group.len());
+        for &i in group {
+            let lock = &locks[i];
+            lock.shape.extend_keys(lock, &mut keys);
+            tokens.push(lock.token);
+        }
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(keys.len()).arg(&keys);
+            for &i in group {
+                let lock = &locks[i];
+                lock.shape.extend_args(lock, cmd);
+            }
+        };
+        // The keys, and per lock a token and a few numbers.
+        let bytes: usize = keys.iter().map(|k| k.len()).sum::<usize>()
+            + tokens.iter().map(|t| t.len() + 32).sum::<usize>();
+        let size = (1 + keys.len() + 4 * group.len(), bytes + 4);
+        match self.run_script(lua, fill, size, &tokens, deadline).await? {
+            Value::Array(items) if items.len() == group.len() => items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(0) => Ok(ExtendReply::Refused),
+                    Value::Int(1) => Ok(ExtendReply::Extended),
+                    Value::Int(2) => Ok(ExtendReply::Restored),
+                    other => Err(unexpected(other)),
+                })
+                .collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// What the node sends for extensions and releases, as text: for the
+/// primitives' tests of their [`Shape`]s' layouts against their scripts.
+#[cfg(test)]
+pub(crate) mod layout {
+    use super::*;
+
+    fn texts(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not text>".to_owned(),
+            })
+            .collect()
+    }
+
+    /// One call's `numkeys`, keys and arguments for `locks`, all of one
+    /// extension script.
+    pub(crate) fn extension(locks: &[Extension<'_>]) -> Vec<String> {
+        let mut keys: Vec<&str> = Vec::new();
+        for lock in locks {
+            lock.shape.extend_keys(lock, &mut keys);
+        }
+        let mut cmd = Cmd::new();
+        cmd.arg(keys.len()).arg(&keys);
+        for lock in locks {
+            lock.shape.extend_args(lock, &mut cmd);
+        }
+        texts(&cmd)
+    }
+
+    /// The release call's `numkeys`, keys and arguments.
+    pub(crate) fn release(shape: &dyn Shape, release: &Release<'_>) -> Vec<String> {
+        let mut cmd = Cmd::new();
+        shape.release_call(release, &mut cmd);
+        texts(&cmd)
     }
 }

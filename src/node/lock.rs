@@ -145,47 +145,22 @@ impl Node {
         .await
     }
 
-    /// Token-checked delete of a lock's keys (`release.lua`).
-    pub(super) async fn release_lock(
+    /// Token-checked delete of one plain lock's key (`release.lua`), as
+    /// [`LockShape`] lays it out: the group-commit lane's lone release.
+    async fn release_lock(
         &self,
-        keys: &[&str],
+        key: &str,
         token: &str,
         announce: Option<&str>,
         deadline: Deadline,
     ) -> Result<bool, NodeError> {
-        let reply = match announce {
-            Some(release) => {
-                let channels: Vec<String> = keys.iter().map(|k| channel(k)).collect();
-                let mut args = Vec::with_capacity(2 + channels.len());
-                args.extend([token, release]);
-                args.extend(channels.iter().map(String::as_str));
-                self.script(&scripts::RELEASE, keys, &args, &[token], deadline)
-                    .await?
-            }
-            None => {
-                self.script(&scripts::RELEASE, keys, &[token], &[token], deadline)
-                    .await?
-            }
-        };
-        match reply {
-            Value::Int(n) => Ok(usize::try_from(n).is_ok_and(|n| n == keys.len())),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    /// Extends one lock on this node (see [`extend_many`](Self::extend_many)).
-    pub(crate) async fn extend(
-        &self,
-        lock: Extension<'_>,
-        deadline: impl Into<Deadline>,
-    ) -> Result<ExtendReply, NodeError> {
-        let answers = self
-            .extend_many(std::slice::from_ref(&lock), deadline)
+        let keys = [key];
+        let fill = |cmd: &mut Cmd| release_call(cmd, &keys, token, announce);
+        let size = (5, 2 * key.len() + token.len() + 48);
+        let reply = self
+            .run_script(&scripts::RELEASE, fill, size, &[token], deadline)
             .await?;
-        answers
-            .first()
-            .copied()
-            .ok_or_else(|| unexpected(&Value::Array(Vec::new())))
+        released(&reply, keys.len())
     }
 
     /// One plain lock's request on its own, as it was sent before batching
@@ -207,7 +182,7 @@ impl Node {
                 Ok(u8::from(granted))
             }
             SingleOp::Release { announce } => {
-                let released = self.release_lock(&[key], token, announce, deadline).await?;
+                let released = self.release_lock(key, token, announce, deadline).await?;
                 Ok(u8::from(released))
             }
             SingleOp::Extend { ttl_ms } => {
@@ -322,31 +297,130 @@ impl Node {
             other => Err(unexpected(&other)),
         }
     }
+}
 
-    /// Runs the extension script `lua` for `group` of `locks` (its `keys`
-    /// and `args` already laid out): one status per entry, in `group`'s
-    /// order (0 refused, 1 extended, 2 restored).
-    pub(super) async fn extend_script(
-        &self,
-        lua: &Lua,
-        keys: &[&str],
-        args: &[&str],
-        locks: &[Extension<'_>],
-        group: &[usize],
-        deadline: Deadline,
-    ) -> Result<Vec<ExtendReply>, NodeError> {
-        let tokens: Vec<&str> = group.iter().map(|&i| locks[i].token).collect();
-        match self.script(lua, keys, args, &tokens, deadline).await? {
-            Value::Array(items) if items.len() == group.len() => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(0) => Ok(ExtendReply::Refused),
-                    Value::Int(1) => Ok(ExtendReply::Extended),
-                    Value::Int(2) => Ok(ExtendReply::Restored),
-                    other => Err(unexpected(other)),
-                })
-                .collect(),
-            other => Err(unexpected(&other)),
+/// A lock (plain, fenced or multi-resource) on the nodes: its keys hold
+/// its token (`extend.lua`, `release.lua`); a plain one's requests may go
+/// through the group-commit lane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LockShape;
+
+impl ShapeRef {
+    /// A lock's shape: nothing beyond its keys and token.
+    pub(crate) const LOCK: ShapeRef = ShapeRef::Static(&LockShape);
+}
+
+impl Shape for LockShape {
+    fn group_commits(&self) -> bool {
+        true
+    }
+
+    fn extend_script(&self) -> &'static Lua {
+        &scripts::EXTEND
+    }
+
+    /// Its keys, and a fenced lock's counter key.
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend(lock.keys.iter().map(|k| &**k));
+        keys.extend(lock.fence.map(|(key, _)| key));
+    }
+
+    /// Token, ttl, how many keys, and the fence (0 for none).
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        cmd.arg(lock.token)
+            .arg(lock.ttl_ms)
+            .arg(lock.keys.len())
+            .arg(lock.fence.map_or(0, |(_, fence)| fence));
+    }
+
+    fn release_script(&self) -> &'static Lua {
+        &scripts::RELEASE
+    }
+
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        release_call(cmd, release.keys, release.token, release.announce);
+    }
+
+    fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        released(reply, release.keys.len())
+    }
+}
+
+/// `release.lua`'s arguments: the keys, the token, and with an announced
+/// release its id and each key's channel.
+fn release_call<K: AsRef<str>>(cmd: &mut Cmd, keys: &[K], token: &str, announce: Option<&str>) {
+    cmd.arg(keys.len());
+    for key in keys {
+        cmd.arg(key.as_ref());
+    }
+    cmd.arg(token);
+    if let Some(release) = announce {
+        cmd.arg(release);
+        for key in keys {
+            cmd.arg(channel(key.as_ref()));
         }
+    }
+}
+
+/// Whether `release.lua` deleted all of a lock's `keys`.
+fn released(reply: &Value, keys: usize) -> Result<bool, NodeError> {
+    match reply {
+        Value::Int(n) => Ok(usize::try_from(*n).is_ok_and(|n| n == keys)),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    /// As `extend.lua` and `release.lua` read them.
+    #[test]
+    fn a_locks_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let keys: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+        let plain = Extension {
+            keys: &keys[..1],
+            token: "t1",
+            ttl_ms: 1500,
+            fence: None,
+            shape: &LockShape,
+        };
+        let fenced = Extension {
+            keys: &keys[..1],
+            token: "t2",
+            ttl_ms: 2000,
+            fence: Some(("a:fence", 7)),
+            shape: &LockShape,
+        };
+        let many = Extension {
+            keys: &keys,
+            token: "t3",
+            ttl_ms: 3000,
+            fence: None,
+            shape: &LockShape,
+        };
+        assert_eq!(
+            layout::extension(&[plain, fenced, many]),
+            [
+                "5", "a", "a", "a:fence", "a", "b", "t1", "1500", "1", "0", "t2", "2000", "1", "7",
+                "t3", "3000", "2", "0"
+            ]
+        );
+        let release = Release {
+            keys: &keys,
+            token: "t",
+            announce: None,
+        };
+        assert_eq!(layout::release(&LockShape, &release), ["2", "a", "b", "t"]);
+        let announced = Release {
+            announce: Some("id"),
+            ..release
+        };
+        assert_eq!(
+            layout::release(&LockShape, &announced),
+            ["2", "a", "b", "t", "id", "a:released", "b:released"]
+        );
+        assert!(LockShape.group_commits());
     }
 }

@@ -9,10 +9,13 @@
 //! - `run`: sending one request — commands and scripts (EVAL/EVALSHA/FCALL,
 //!   with the NOSCRIPT and missing-library fallbacks), `WAIT` for replicas,
 //!   resends after a dropped connection;
-//! - one file per primitive's commands and reply decoding: `lock` (plain,
-//!   fenced, multi-resource, and the group-commit batch), `semaphore`,
-//!   `rwlock`, `election`; `holding` serves every primitive's release and
-//!   extension by what the holding is.
+//! - one file per primitive's commands and reply decoding that is still
+//!   here: `lock` (plain, fenced, multi-resource, and the group-commit
+//!   batch), `election` (a semaphore's and a reader-writer lock's are in
+//!   their own folders, `src/semaphore/`, `src/rwlock/`); `holding` runs
+//!   every primitive's release and
+//!   extension as the holding's [`Shape`] (a trait each primitive
+//!   implements) describes them.
 
 mod deadline;
 mod election;
@@ -20,16 +23,15 @@ mod holding;
 mod lock;
 mod redact;
 mod run;
-mod rwlock;
-mod semaphore;
 mod url;
 
 pub(crate) use deadline::{Deadline, within};
 pub(crate) use election::Seen;
-pub(crate) use holding::{ExtendReply, Extension};
-pub(crate) use lock::{Single, SingleOp};
+#[cfg(test)]
+pub(crate) use holding::layout;
+pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
+pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;
-pub(crate) use semaphore::PermitReply;
 #[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
@@ -128,8 +130,8 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
-    /// Per script (bit [`Lua::index`]): known to be in the node's script
-    /// cache, so that EVALSHA finds it.
+    /// Per script (its [`cache_bit`](crate::scripts::Lua::cache_bit)):
+    /// known to be in the node's script cache, so that EVALSHA finds it.
     cached: AtomicU32,
     backend: Backend,
 }
@@ -456,7 +458,9 @@ async fn verify_cluster(mut conn: ClusterConnection) -> Result<(), NodeError> {
     }
 }
 
-fn unexpected(value: &Value) -> NodeError {
+/// An error for a reply the node should not have given: the reply, cut
+/// short.
+pub(crate) fn unexpected(value: &Value) -> NodeError {
     let mut text = format!("{value:?}");
     if text.len() > 80 {
         let cut = (0..=80)

@@ -11,7 +11,7 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use super::*;
 use crate::error::NodeError;
-use crate::scripts::{self, Lua, ScriptMode};
+use crate::scripts::{Lua, Replicas, ScriptMode};
 
 /// Whether a call may go out again when its connection dropped before the
 /// answer came.
@@ -139,7 +139,7 @@ impl Node {
     /// must share a hash slot; requests are checked for that before any I/O.
     ///
     /// `secrets` (the tokens among `args`) never appear in its errors.
-    pub(super) async fn script(
+    pub(crate) async fn script(
         &self,
         lua: &Lua,
         keys: &[&str],
@@ -182,13 +182,7 @@ impl Node {
         };
         // Every script but the releases writes a lock (or its counter):
         // with replica sync, `WAIT` goes right behind it.
-        let writes = self.replica_sync.is_some()
-            && ![
-                scripts::RELEASE.function,
-                scripts::SEMAPHORE_RELEASE.function,
-                scripts::RW_RELEASE.function,
-            ]
-            .contains(&lua.function);
+        let writes = self.replica_sync.is_some() && lua.replicas == Replicas::Wait;
         // Every script is idempotent for its own token.
         let send = |cmd: Cmd| async move {
             if writes {
@@ -214,7 +208,7 @@ impl Node {
                 reply => reply,
             };
         }
-        let cached = 1u32 << lua.index;
+        let cached = lua.cache_bit();
         let standalone = !self.is_cluster();
         if standalone && self.cached.load(Ordering::Relaxed) & cached == 0 {
             // Not known to be cached (first use, or a NOSCRIPT since): EVAL
@@ -292,7 +286,7 @@ impl Node {
     }
 
     /// Runs a script that answers 1 (done) or 0 (not ours).
-    pub(super) async fn flag_script(
+    pub(crate) async fn flag_script(
         &self,
         lua: &Lua,
         keys: &[&str],

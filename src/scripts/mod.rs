@@ -1,4 +1,5 @@
-//! The Lua scripts, each in its own `.lua` file, sent as EVAL until a node
+//! The Lua scripts, each in its own `.lua` file (here, or in the folder of
+//! the primitive that runs it, beside its commands), sent as EVAL until a node
 //! is known to cache them, then as EVALSHA (a NOSCRIPT — a restarted node
 //! has an empty script cache — sends EVAL again) — or,
 //! in [`ScriptMode::Functions`], called with FCALL as the functions of
@@ -6,6 +7,7 @@
 //! Scripts are constant text: keys only in KEYS, token and ttl only in ARGV.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use redis::Script;
 
@@ -90,108 +92,124 @@ pub const FUNCTIONS_LIBRARY: &str = include_str!("functions.lua");
 /// A Lua script: the `redis::Script` (hash, EVALSHA, reload on NOSCRIPT),
 /// its text, which a cluster node sends with `EVAL` on NOSCRIPT, and the
 /// name of the same script as a function of [`FUNCTIONS_LIBRARY`].
+///
+/// Each is a `static` beside the commands that run it (its primitive's
+/// folder, its `.lua` file next to it), built with [`Lua::new`]; the
+/// tests below list every one of them for the library.
 pub(crate) struct Lua {
     pub(crate) script: Script,
     pub(crate) source: &'static str,
     pub(crate) function: &'static str,
-    /// Its place in [`SCRIPTS`]: a node keeps one bit per script for
-    /// whether it is known to have it cached.
-    pub(crate) index: usize,
+    /// Whether `WAIT` for replicas goes right behind it.
+    pub(crate) replicas: Replicas,
+    /// A number of its own among the scripts: a node keeps one bit per
+    /// script for whether it is known to have it cached.
+    pub(crate) index: u32,
 }
 
+/// Whether a script writes a lock (or its counter) that replica sync waits
+/// for: every script but the releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replicas {
+    Wait,
+    DontWait,
+}
+
+/// The number the next script built gets.
+static NEXT_INDEX: AtomicU32 = AtomicU32::new(0);
+
 impl Lua {
-    fn new(index: usize) -> Self {
-        let (function, source) = SCRIPTS[index];
+    /// The script `source`, the function `function` of the library. Meant
+    /// for a `LazyLock` static: each gets its own index.
+    pub(crate) fn new(function: &'static str, source: &'static str, replicas: Replicas) -> Self {
         Self {
             script: Script::new(source),
             source,
             function,
-            index,
+            replicas,
+            index: NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Its bit among a node's cached scripts; none (never known cached, so
+    /// sent with its text) past the 32nd script, which a test rules out.
+    pub(crate) fn cache_bit(&self) -> u32 {
+        1u32.checked_shl(self.index).unwrap_or(0)
     }
 }
 
-/// Every script: its function name and its text. The function library is
-/// generated from this list (see the tests).
-const SCRIPTS: [(&str, &str); 14] = [
-    ("quorumlock_release", include_str!("release.lua")),
-    ("quorumlock_extend", include_str!("extend.lua")),
-    ("quorumlock_acquire_many", include_str!("acquire_many.lua")),
-    (
-        "quorumlock_acquire_fenced",
-        include_str!("acquire_fenced.lua"),
-    ),
-    (
-        "quorumlock_fence_writeback",
-        include_str!("fence_writeback.lua"),
-    ),
-    (
-        "quorumlock_elect_proclaim",
-        include_str!("elect_proclaim.lua"),
-    ),
-    ("quorumlock_elect_leader", include_str!("elect_leader.lua")),
-    (
-        "quorumlock_semaphore_acquire",
-        include_str!("semaphore_acquire.lua"),
-    ),
-    (
-        "quorumlock_semaphore_extend",
-        include_str!("semaphore_extend.lua"),
-    ),
-    (
-        "quorumlock_semaphore_release",
-        include_str!("semaphore_release.lua"),
-    ),
-    ("quorumlock_rw_acquire", include_str!("rw_acquire.lua")),
-    ("quorumlock_rw_extend", include_str!("rw_extend.lua")),
-    ("quorumlock_rw_release", include_str!("rw_release.lua")),
-    ("quorumlock_batch", include_str!("batch.lua")),
-];
-
 /// `if GET key == token then DEL key`, for each of a lock's keys.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(0));
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_release",
+        include_str!("release.lua"),
+        Replicas::DontWait,
+    )
+});
 
 /// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
-pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(1));
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_extend",
+        include_str!("extend.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// All keys or none: multi-resource acquire.
-pub(crate) static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| Lua::new(2));
+pub(crate) static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_acquire_many",
+        include_str!("acquire_many.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> = LazyLock::new(|| Lua::new(3));
+pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_acquire_fenced",
+        include_str!("acquire_fenced.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// `counter = max(counter, fence)`: fenced acquire, phase 2.
-pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| Lua::new(4));
+pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_fence_writeback",
+        include_str!("fence_writeback.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// Election: the leader's value beside its lock key, token-checked.
-pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> = LazyLock::new(|| Lua::new(5));
+pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_elect_proclaim",
+        include_str!("elect_proclaim.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// Election: the lock key's holder and its value, read atomically.
-pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| Lua::new(6));
-
-/// Semaphore: take one permit slot if free (and the permit count agrees),
-/// else report the free slots.
-pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(7));
-
-/// Semaphore: extend (or restore) one permit or a batch, token-checked.
-pub(crate) static SEMAPHORE_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(8));
-
-/// Semaphore: token-checked release of a permit, and of the limit key with
-/// the node's last permit.
-pub(crate) static SEMAPHORE_RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(9));
-
-/// Reader-writer lock: admit a reader or a writer, with writer preference.
-pub(crate) static RW_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(10));
-
-/// Reader-writer lock: extend (or restore) holds, token-checked.
-pub(crate) static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(11));
-
-/// Reader-writer lock: token-checked release of a hold.
-pub(crate) static RW_RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(12));
+pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_elect_leader",
+        include_str!("elect_leader.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// Plain locks: many acquires, releases and extensions of one node in one
 /// call (group commit, see `coalesce.rs`).
-pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| Lua::new(13));
+pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_batch",
+        include_str!("batch.lua"),
+        Replicas::Wait,
+    )
+});
 
 #[cfg(test)]
 mod tests {
@@ -213,14 +231,37 @@ mod tests {
 --   QUORUMLOCK_BLESS=1 cargo test --lib scripts
 ";
 
+    /// Every script, in the library's order: the one list of them (each
+    /// is a static beside its commands). A script missing here fails
+    /// `every_script_file_is_in_the_library`.
+    fn library() -> Vec<&'static Lua> {
+        vec![
+            &*RELEASE,
+            &*EXTEND,
+            &*ACQUIRE_MANY,
+            &*ACQUIRE_FENCED,
+            &*FENCE_WRITEBACK,
+            &*ELECT_PROCLAIM,
+            &*ELECT_LEADER,
+            &*crate::semaphore::node::ACQUIRE,
+            &*crate::semaphore::node::EXTEND,
+            &*crate::semaphore::node::RELEASE,
+            &*crate::rwlock::node::ACQUIRE,
+            &*crate::rwlock::node::EXTEND,
+            &*crate::rwlock::node::RELEASE,
+            &*BATCH,
+        ]
+    }
+
     /// The library text the scripts call for.
     fn generated_library() -> String {
         let mut out = String::from(HEADER);
-        for (name, source) in SCRIPTS {
+        for lua in library() {
+            let name = lua.function;
             out.push_str(&format!(
                 "\nredis.register_function('{name}', function(KEYS, ARGV)\n"
             ));
-            for line in source.lines() {
+            for line in lua.source.lines() {
                 if !line.is_empty() {
                     out.push_str("  ");
                 }
@@ -232,8 +273,27 @@ mod tests {
         out
     }
 
+    fn src_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    }
+
     fn scripts_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scripts")
+        src_dir().join("scripts")
+    }
+
+    /// Every `.lua` file under `dir`, sorted.
+    fn lua_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                files.extend(lua_files(&path));
+            } else if path.extension().is_some_and(|ext| ext == "lua") {
+                files.push(path);
+            }
+        }
+        files.sort();
+        files
     }
 
     #[test]
@@ -251,26 +311,47 @@ mod tests {
         assert!(FUNCTIONS_LIBRARY.starts_with("#!lua name=quorumlock\n"));
     }
 
+    /// Each `.lua` file under src/ (but the library) is one script of the
+    /// library list, and each script of the list is a file.
     #[test]
     fn every_script_file_is_in_the_library() {
-        let mut files: Vec<String> = std::fs::read_dir(scripts_dir())
-            .expect("src/scripts")
-            .map(|entry| {
-                entry
-                    .expect("entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .filter(|name| name.ends_with(".lua") && name != "functions.lua")
+        let library = library();
+        let library_file = scripts_dir().join("functions.lua");
+        let files: Vec<PathBuf> = lua_files(&src_dir())
+            .into_iter()
+            .filter(|path| *path != library_file)
             .collect();
-        files.sort();
-        let mut named: Vec<String> = SCRIPTS
-            .iter()
-            .map(|(name, _)| format!("{}.lua", name.trim_start_matches("quorumlock_")))
-            .collect();
-        named.sort();
-        assert_eq!(files, named, "each script file must be listed in SCRIPTS");
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("read");
+            let listed = library.iter().filter(|lua| lua.source == text).count();
+            assert_eq!(
+                listed,
+                1,
+                "{} must be one script of the library list (scripts::tests::library)",
+                file.display()
+            );
+        }
+        assert_eq!(files.len(), library.len(), "a listed script without a file");
+    }
+
+    #[test]
+    fn scripts_have_distinct_names_and_cache_bits() {
+        let library = library();
+        let mut names: Vec<&str> = library.iter().map(|lua| lua.function).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), library.len(), "a function name twice");
+        let mut bits = 0u32;
+        for lua in &library {
+            assert_ne!(lua.cache_bit(), 0, "{}: no cache bit left", lua.function);
+            assert_eq!(
+                bits & lua.cache_bit(),
+                0,
+                "{}: a cache bit twice",
+                lua.function
+            );
+            bits |= lua.cache_bit();
+        }
     }
 
     /// The text of `source` without comments (`--` to the end of the line;
@@ -294,11 +375,7 @@ mod tests {
     #[test]
     fn scripts_never_build_commands_or_code_at_run_time() {
         let mut checked = 0;
-        for entry in std::fs::read_dir(scripts_dir()).expect("src/scripts") {
-            let path = entry.expect("entry").path();
-            if path.extension().is_none_or(|ext| ext != "lua") {
-                continue;
-            }
+        for path in lua_files(&src_dir()) {
             let source = std::fs::read_to_string(&path).expect("read");
             let code = code(&source);
             let name = path.display();
@@ -333,7 +410,7 @@ mod tests {
             }
             checked += 1;
         }
-        assert_eq!(checked, SCRIPTS.len() + 1, "every script and the library");
+        assert_eq!(checked, library().len() + 1, "every script and the library");
     }
 
     /// Scripts are sent as the constant texts above: no Rust code formats

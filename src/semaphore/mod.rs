@@ -2,7 +2,15 @@
 //! holders at once across the fleet. A thin entry point: permit `i` is a
 //! Redlock mutex on its own key (a description on the round engine,
 //! [`SlotAttempt`]), so holding, extending and releasing a permit are the
-//! lock's, with the permit's own scripts (`semaphore_*.lua`).
+//! lock's, with the permit's own scripts.
+//!
+//! The whole primitive is in this folder: here its public API and its
+//! description on the engine; in `node.rs` what it asks a node (the
+//! acquire, and the permit's [`Shape`](crate::node::Shape) for extending
+//! and releasing it) and how the replies read; its scripts beside them
+//! (`acquire.lua`, `extend.lua`, `release.lua`).
+
+pub(crate) mod node;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,12 +25,14 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, PermitReply, nth};
+use crate::node::{Deadline, ShapeRef, nth};
 use crate::quorum::{Answer, Vote, Window};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Permits, Shape, same_slot};
+use crate::request::{Fencing, Keys, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
+
+use self::node::{PermitReply, Permits, acquire_permit};
 
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.
@@ -452,7 +462,7 @@ impl Answer for SlotVote {
 }
 
 /// One attempt at one permit slot: a lock on the slot's key, with the
-/// semaphore's limit key beside it ([`Shape::Permit`]).
+/// semaphore's limit key beside it (the [`Permits`] shape).
 struct SlotAttempt {
     request: Arc<PermitRequest>,
     slot: u32,
@@ -497,8 +507,8 @@ impl Acquire for SlotAttempt {
         (self.request.ttl, self.request.ttl_ms)
     }
 
-    fn shape(&self) -> Shape {
-        Shape::Permit(self.request.permits.clone())
+    fn shape(&self) -> ShapeRef {
+        self.request.permits.clone().into()
     }
 
     fn call(
@@ -514,9 +524,8 @@ impl Acquire for SlotAttempt {
         let reports = self.reports.clone();
         async move {
             let server = nth(&core.nodes, node)?;
-            let reply = server
-                .acquire_permit(&permits, slot, token.as_str(), ttl_ms, deadline)
-                .await?;
+            let reply =
+                acquire_permit(server, &permits, slot, token.as_str(), ttl_ms, deadline).await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,

@@ -1,7 +1,15 @@
 //! A reader-writer lock over the quorum: [`RwLock`], many readers or one
 //! writer. A thin entry point: reading and writing are each a description
-//! on the round engine ([`RwAttempt`]) with their own scripts
-//! (`rw_*.lua`); holding, extending and releasing are the lock's.
+//! on the round engine ([`RwAttempt`]) with their own scripts; holding,
+//! extending and releasing are the lock's.
+//!
+//! The whole primitive is in this folder: here its public API and its
+//! description on the engine; in `node.rs` what it asks a node (the
+//! acquire, and a hold's [`Shape`](crate::node::Shape) for extending and
+//! releasing it); its scripts beside them (`acquire.lua`, `extend.lua`,
+//! `release.lua`).
+
+pub(crate) mod node;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,12 +21,14 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, nth};
+use crate::node::{Deadline, ShapeRef, nth};
 use crate::quorum::Window;
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, RwKeys, Shape, same_slot};
+use crate::request::{Fencing, Keys, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
+
+use self::node::{RwKeys, RwShape, acquire_hold};
 
 impl Redlock {
     /// The reader-writer lock called `name`, on this manager's nodes: see
@@ -262,12 +272,12 @@ impl RwLock {
             .first()
             .cloned()
             .unwrap_or_else(|| self.name.clone());
-        let rw = Arc::new(RwKeys {
+        let rw = RwKeys {
             writer: Arc::from(format!("{key}{WRITER_SUFFIX}")),
             readers: Arc::from(format!("{key}{READERS_SUFFIX}")),
             waiting: Arc::from(format!("{key}{WRITER_WAITING_SUFFIX}")),
             waiter: Arc::from(Token::generate()?.as_str()),
-        });
+        };
         if self.locks.has_cluster_node() && !same_slot(&[&rw.writer, &rw.readers, &rw.waiting]) {
             return Err(ArgumentError::CrossSlot {
                 keys: [&rw.writer, &rw.readers, &rw.waiting]
@@ -284,7 +294,10 @@ impl RwLock {
         Ok(RwAttempt {
             name: self.name.clone(),
             keys: Arc::from([held]),
-            rw,
+            shape: Arc::new(RwShape {
+                rw,
+                read: mode == Mode::Read,
+            }),
             mode,
             ttl: lock.ttl,
             ttl_ms: lock.ttl_ms,
@@ -312,7 +325,8 @@ impl Acquisition for RwAttempt {
     /// Woken by a writer's release (a reader or writer may then get in)
     /// and by a reader's (a writer may).
     fn wake_keys(&self) -> Keys {
-        Arc::from([self.rw.writer.clone(), self.rw.readers.clone()])
+        let rw = &self.shape.rw;
+        Arc::from([rw.writer.clone(), rw.readers.clone()])
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
@@ -332,7 +346,8 @@ struct RwAttempt {
     name: Arc<str>,
     /// What a hold is found under: the readers key or the writer key.
     keys: Keys,
-    rw: Arc<RwKeys>,
+    /// Its keys and mode.
+    shape: Arc<RwShape>,
     mode: Mode,
     ttl: Duration,
     ttl_ms: u64,
@@ -353,11 +368,8 @@ impl Acquire for RwAttempt {
         (self.ttl, self.ttl_ms)
     }
 
-    fn shape(&self) -> Shape {
-        match self.mode {
-            Mode::Read => Shape::Read(self.rw.clone()),
-            Mode::Write => Shape::Write(self.rw.clone()),
-        }
+    fn shape(&self) -> ShapeRef {
+        self.shape.clone().into()
     }
 
     fn call(
@@ -368,14 +380,12 @@ impl Acquire for RwAttempt {
         deadline: Deadline,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
         let (core, token) = (core.clone(), token.clone());
-        let (rw, read, ttl_ms) = (self.rw.clone(), self.mode == Mode::Read, self.ttl_ms);
+        let (shape, ttl_ms) = (self.shape.clone(), self.ttl_ms);
         async move {
             let server = nth(&core.nodes, node)?;
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
-            server
-                .acquire_rw(&rw, read, token.as_str(), ttl_ms, ttl_ms, deadline)
-                .await
+            acquire_hold(server, &shape, token.as_str(), ttl_ms, ttl_ms, deadline).await
         }
     }
 

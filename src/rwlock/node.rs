@@ -1,0 +1,228 @@
+//! A reader-writer lock on one node: its scripts (`acquire.lua`,
+//! `extend.lua`, `release.lua` beside this file), a hold's acquire, and the
+//! hold's [`Shape`] — how a node extends and releases it.
+
+use std::sync::{Arc, LazyLock};
+
+use redis::{Cmd, Value};
+
+use crate::error::NodeError;
+use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
+use crate::request::channel;
+use crate::scripts::{Lua, Replicas};
+
+/// Admit a reader or a writer, with writer preference.
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_acquire",
+        include_str!("acquire.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Extend (or restore) holds, token-checked.
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_extend",
+        include_str!("extend.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Token-checked release of a hold.
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_rw_release",
+        include_str!("release.lua"),
+        Replicas::DontWait,
+    )
+});
+
+/// A reader-writer lock's keys.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RwKeys {
+    /// The writer's token, while a writer holds.
+    pub(crate) writer: Arc<str>,
+    /// The readers: a sorted set of tokens scored with their expiries.
+    pub(crate) readers: Arc<str>,
+    /// The mark of a writer waiting for the readers to leave.
+    pub(crate) waiting: Arc<str>,
+    /// The id a writer's mark holds: one per call, across its attempts.
+    pub(crate) waiter: Arc<str>,
+}
+
+/// The shape of a reader's hold (its token in the readers set) or of the
+/// writer's (its token in the writer key).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct RwShape {
+    pub(crate) rw: RwKeys,
+    /// A reader's hold, else the writer's.
+    pub(crate) read: bool,
+}
+
+impl RwShape {
+    /// The hold's mode, as the scripts take it.
+    pub(crate) fn mode(&self) -> &'static str {
+        if self.read { "r" } else { "w" }
+    }
+}
+
+/// A reader-writer lock's acquire on `node` (see `acquire.lua`): whether
+/// it admitted the hold `shape` describes (a reader or the writer). A
+/// refused writer's mark (its call's id, across its attempts) lives
+/// `mark_ms`.
+pub(crate) async fn acquire_hold(
+    node: &Node,
+    shape: &RwShape,
+    token: &str,
+    ttl_ms: u64,
+    mark_ms: u64,
+    deadline: impl Into<Deadline>,
+) -> Result<bool, NodeError> {
+    let deadline: Deadline = deadline.into();
+    let rw = &shape.rw;
+    let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
+    let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
+    let args = [
+        shape.mode(),
+        token,
+        ttl.as_str(),
+        &*rw.waiter,
+        mark.as_str(),
+    ];
+    node.flag_script(&ACQUIRE, &keys, &args, &[token], deadline)
+        .await
+}
+
+impl Shape for RwShape {
+    /// `extend.lua`.
+    fn extend_script(&self) -> &'static Lua {
+        &EXTEND
+    }
+
+    /// The writer key and the readers key.
+    fn extend_keys<'a>(&'a self, _lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend([&*self.rw.writer, &*self.rw.readers]);
+    }
+
+    /// Mode, token and ttl.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        cmd.arg(self.mode()).arg(lock.token).arg(lock.ttl_ms);
+    }
+
+    /// `release.lua`.
+    fn release_script(&self) -> &'static Lua {
+        &RELEASE
+    }
+
+    /// The writer, readers and waiting keys; the mode, the token, the
+    /// waiter's id, and with an announced release its id and the channel
+    /// of the key the hold was in.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        let rw = &self.rw;
+        cmd.arg(3)
+            .arg(&*rw.writer)
+            .arg(&*rw.readers)
+            .arg(&*rw.waiting);
+        cmd.arg(self.mode()).arg(release.token).arg(&*rw.waiter);
+        if let Some(id) = release.announce {
+            let held = if self.read { &rw.readers } else { &rw.writer };
+            cmd.arg(id).arg(channel(held));
+        }
+    }
+
+    /// 1 released, 0 not ours.
+    fn released(&self, _release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    fn shape(read: bool) -> RwShape {
+        RwShape {
+            rw: RwKeys {
+                writer: "c:writer".into(),
+                readers: "c:readers".into(),
+                waiting: "c:writer-waiting".into(),
+                waiter: "w1".into(),
+            },
+            read,
+        }
+    }
+
+    /// As `extend.lua` and `release.lua` beside this file read them.
+    #[test]
+    fn a_holds_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let (reader, writer) = (shape(true), shape(false));
+        let keys: Vec<Arc<str>> = vec!["c:readers".into()];
+        let read = Extension {
+            keys: &keys,
+            token: "r",
+            ttl_ms: 1000,
+            fence: None,
+            shape: &reader,
+        };
+        let write = Extension {
+            token: "w",
+            shape: &writer,
+            ..read
+        };
+        assert_eq!(
+            layout::extension(&[read, write]),
+            [
+                "4",
+                "c:writer",
+                "c:readers",
+                "c:writer",
+                "c:readers",
+                "r",
+                "r",
+                "1000",
+                "w",
+                "w",
+                "1000"
+            ]
+        );
+        let release = Release {
+            keys: &keys,
+            token: "r",
+            announce: Some("id"),
+        };
+        let sent = [
+            "3",
+            "c:writer",
+            "c:readers",
+            "c:writer-waiting",
+            "r",
+            "r",
+            "w1",
+            "id",
+            "c:readers:released",
+        ];
+        assert_eq!(layout::release(&reader, &release), sent);
+        let release = Release {
+            announce: None,
+            ..release
+        };
+        assert_eq!(
+            layout::release(&writer, &release),
+            [
+                "3",
+                "c:writer",
+                "c:readers",
+                "c:writer-waiting",
+                "w",
+                "r",
+                "w1"
+            ]
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! A semaphore on one node: its scripts (`acquire.lua`, `extend.lua`,
+//! `release.lua` beside this file), a permit's acquire and its reply, and
+//! the permit's [`Shape`] — how a node extends and releases it.
+
+use std::sync::{Arc, LazyLock};
+
+use redis::{Cmd, Value};
+
+use crate::error::NodeError;
+use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
+use crate::request::{Keys, channel};
+use crate::scripts::{Lua, Replicas};
+
+/// Take one permit slot if free (and the permit count agrees), else report
+/// the free slots.
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_semaphore_acquire",
+        include_str!("acquire.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Extend (or restore) one permit or a batch, token-checked.
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_semaphore_extend",
+        include_str!("extend.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Token-checked release of a permit, and of the limit key with the
+/// node's last permit.
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_semaphore_release",
+        include_str!("release.lua"),
+        Replicas::DontWait,
+    )
+});
+
+/// A semaphore on the nodes: its keys and permit count. The shape of a
+/// permit: a lock on one slot key, beside the semaphore's limit key.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Permits {
+    /// Holds the permit count on a node while a permit is held there.
+    pub(crate) limit_key: Arc<str>,
+    /// One key per permit slot, slot `i` at `i`.
+    pub(crate) slots: Keys,
+    /// The permit count, as the limit key holds it.
+    pub(crate) count: Arc<str>,
+}
+
+/// A node's answer to a semaphore permit's acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PermitReply {
+    /// The slot was free and is now ours.
+    Granted,
+    /// The slot is taken; these slots are free on this node.
+    Taken(Vec<u32>),
+    /// The semaphore is held on this node with another permit count (as
+    /// its limit key reads).
+    OtherCount(String),
+}
+
+/// A semaphore's acquire of permit `slot` on `node` (see `acquire.lua`).
+pub(crate) async fn acquire_permit(
+    node: &Node,
+    permits: &Permits,
+    slot: u32,
+    token: &str,
+    ttl_ms: u64,
+    deadline: impl Into<Deadline>,
+) -> Result<PermitReply, NodeError> {
+    let deadline: Deadline = deadline.into();
+    let mut keys: Vec<&str> = Vec::with_capacity(1 + permits.slots.len());
+    keys.push(&permits.limit_key);
+    keys.extend(permits.slots.iter().map(|k| &**k));
+    let (slot_arg, ttl) = (slot.to_string(), ttl_ms.to_string());
+    let args = [slot_arg.as_str(), token, ttl.as_str(), &permits.count];
+    // Sent again if the connection dropped (as every script): the
+    // script finds a grant that had landed and grants it again, so a
+    // node never says "no" to a token it holds.
+    let reply = node
+        .script(&ACQUIRE, &keys, &args, &[token], deadline)
+        .await?;
+    let Value::Array(items) = &reply else {
+        return Err(unexpected(&reply));
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Ok(PermitReply::Granted),
+        [Value::Int(0), free @ ..] => free
+            .iter()
+            .map(|slot| match slot {
+                Value::Int(i) => u32::try_from(*i).map_err(|_| unexpected(slot)),
+                other => Err(unexpected(other)),
+            })
+            .collect::<Result<Vec<u32>, _>>()
+            .map(PermitReply::Taken),
+        [Value::Int(-1), count] => match count {
+            Value::BulkString(bytes) => Ok(PermitReply::OtherCount(
+                String::from_utf8_lossy(bytes).into_owned(),
+            )),
+            Value::SimpleString(text) => Ok(PermitReply::OtherCount(text.clone())),
+            other => Err(unexpected(other)),
+        },
+        _ => Err(unexpected(&reply)),
+    }
+}
+
+/// A permit: a holding whose one key is its slot's.
+impl Shape for Permits {
+    /// `extend.lua`.
+    fn extend_script(&self) -> &'static Lua {
+        &EXTEND
+    }
+
+    /// The slot's key and the limit key.
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend(lock.keys.first().map(|k| &**k));
+        keys.push(&self.limit_key);
+    }
+
+    /// Token, ttl, and the permit count.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        cmd.arg(lock.token).arg(lock.ttl_ms).arg(&*self.count);
+    }
+
+    /// `release.lua`.
+    fn release_script(&self) -> &'static Lua {
+        &RELEASE
+    }
+
+    /// The slot's key, the limit key and every slot's key; the token, the
+    /// count, and with an announced release its id and the slot's channel.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        // A permit holds its slot's key: always one.
+        let slot = release.keys.first().map_or("", |k| &**k);
+        cmd.arg(2 + self.slots.len())
+            .arg(slot)
+            .arg(&*self.limit_key);
+        for key in self.slots.iter() {
+            cmd.arg(&**key);
+        }
+        cmd.arg(release.token).arg(&*self.count);
+        if let Some(id) = release.announce {
+            cmd.arg(id).arg(channel(slot));
+        }
+    }
+
+    /// 1: released.
+    fn released(&self, _release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        match reply {
+            Value::Int(n) => Ok(*n == 1),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::layout;
+
+    fn permits() -> Permits {
+        Permits {
+            limit_key: "s:permits".into(),
+            slots: Arc::from([Arc::from("s:permit:0"), Arc::from("s:permit:1")]),
+            count: "2".into(),
+        }
+    }
+
+    /// As `extend.lua` and `release.lua` beside this file read them.
+    #[test]
+    fn a_permits_extension_and_release_are_laid_out_as_its_scripts_read_them() {
+        let permits = permits();
+        let slot: Vec<Arc<str>> = vec!["s:permit:1".into()];
+        let extension = Extension {
+            keys: &slot,
+            token: "t",
+            ttl_ms: 1500,
+            fence: None,
+            shape: &permits,
+        };
+        assert_eq!(
+            layout::extension(&[extension, extension]),
+            [
+                "4",
+                "s:permit:1",
+                "s:permits",
+                "s:permit:1",
+                "s:permits",
+                "t",
+                "1500",
+                "2",
+                "t",
+                "1500",
+                "2"
+            ]
+        );
+        let release = Release {
+            keys: &slot,
+            token: "t",
+            announce: Some("id"),
+        };
+        assert_eq!(
+            layout::release(&permits, &release),
+            [
+                "4",
+                "s:permit:1",
+                "s:permits",
+                "s:permit:0",
+                "s:permit:1",
+                "t",
+                "2",
+                "id",
+                "s:permit:1:released"
+            ]
+        );
+        assert!(!permits.group_commits());
+    }
+}
