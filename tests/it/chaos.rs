@@ -182,6 +182,10 @@ struct History {
     /// When the client process's runtime stalled for at least `STALL`:
     /// (tick due, tick run).
     stalls: Vec<(Instant, Instant)>,
+    /// When a majority of the nodes, pinged directly (past the proxies and
+    /// their faults), answered only after the node timeout: the machine
+    /// starved the servers. (ping sent, last answer or give-up.)
+    starved: Vec<(Instant, Instant)>,
     /// Every fault episode: what, from, to.
     faults: Vec<(String, Instant, Instant)>,
 }
@@ -217,6 +221,13 @@ impl Recorder {
             .expect("history")
             .stalls
             .push((due, ran));
+    }
+    fn starved(&self, from: Instant, to: Instant) {
+        self.history
+            .lock()
+            .expect("history")
+            .starved
+            .push((from, to));
     }
     fn take(&self) -> History {
         std::mem::take(&mut *self.history.lock().expect("history"))
@@ -496,7 +507,8 @@ fn check(start: Instant, history: &History, counters: &[u64], failure_bound: Dur
 /// Holders' losses that no majority outage explains: renewals need a
 /// quorum within the validity, so a loss is excused when an outage
 /// overlapped the last holder ttl before it. Losses after a stall of the
-/// client process are not judged either; they are counted (see
+/// client process, or after a majority of the nodes was starved (see
+/// `watch_nodes`), are not judged either; they are counted (see
 /// `stalled_losses`).
 fn majority_up_losses(history: &History) -> Vec<&Loss> {
     unexcused_by_outages(history)
@@ -514,16 +526,20 @@ fn unexcused_by_outages(history: &History) -> impl Iterator<Item = &Loss> {
     })
 }
 
-/// Whether the client process stalled within the holder ttl before `loss`.
+/// Whether the client process stalled, or a majority of the nodes was
+/// starved, within the holder ttl before `loss`: a renewal then needs
+/// answers no node gives within the node timeout, whatever the library
+/// does (the "bounded pauses" assumption, for clients and servers alike).
 fn stalled_before(history: &History, loss: &Loss) -> bool {
     history
         .stalls
         .iter()
-        .any(|&(due, ran)| ran + HOLD_TTL >= loss.at && due <= loss.at)
+        .chain(&history.starved)
+        .any(|&(from, to)| to + HOLD_TTL >= loss.at && from <= loss.at)
 }
 
 /// Holders' losses with a majority up that followed a stall of the client
-/// process.
+/// process or a starved majority of nodes.
 fn stalled_losses(history: &History) -> usize {
     unexcused_by_outages(history)
         .filter(|loss| stalled_before(history, loss))
@@ -542,6 +558,49 @@ async fn watch_stalls(shared: Arc<Shared>) {
             shared.recorder.stall(due, ran);
         }
         due = ran + period;
+    }
+}
+
+/// Pings every node every 50 ms on direct connections (past the proxies,
+/// so no injected fault but a frozen or killed node shows) and records
+/// when a majority answered only after the node timeout: a machine so
+/// loaded that the servers (or this process's runtime) starve. A killed
+/// node's refused ping is not counted as slow, a frozen one's is (only one
+/// node is frozen at a time).
+async fn watch_nodes(urls: Vec<String>, shared: Arc<Shared>) {
+    let mut conns: Vec<Option<redis::aio::MultiplexedConnection>> = vec![None; urls.len()];
+    let patience = Duration::from_secs(1);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let sent = Instant::now();
+        let slow =
+            futures::future::join_all(conns.iter_mut().zip(&urls).map(|(conn, url)| async move {
+                if conn.is_none() {
+                    let config = redis::AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(patience))
+                        .set_response_timeout(Some(patience));
+                    let client = redis::Client::open(url.as_str()).expect("url");
+                    *conn = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .ok();
+                }
+                let Some(c) = conn.as_mut() else {
+                    return false; // down: an outage, not a slow node
+                };
+                match redis::cmd("PING").query_async::<()>(c).await {
+                    Ok(()) => sent.elapsed() > NODE_TIMEOUT,
+                    Err(e) if e.is_timeout() => true,
+                    Err(_) => {
+                        *conn = None;
+                        false
+                    }
+                }
+            }))
+            .await;
+        if slow.iter().filter(|&&slow| slow).count() > NODES / 2 {
+            shared.recorder.starved(sent, Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -943,6 +1002,7 @@ struct Totals {
     losses_with_majority_up: u64,
     losses_after_stalls: u64,
     stalls: u64,
+    starved: u64,
 }
 
 impl Totals {
@@ -968,8 +1028,8 @@ impl Totals {
         );
         let _ = writeln!(
             out,
-            "  client stalls of {STALL:?} or more: {}, followed by {} holder losses (not judged)",
-            self.stalls, self.losses_after_stalls
+            "  client stalls of {STALL:?} or more: {}; pings a majority of nodes answered after the node timeout: {}; followed by {} holder losses (not judged)",
+            self.stalls, self.starved, self.losses_after_stalls
         );
         let _ = writeln!(out, "  violations: {}", self.violations);
         let _ = write!(out, "  leaked keys: {}", self.leaked_keys);
@@ -1045,6 +1105,8 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
             .map(|(i, locks)| tokio::spawn(holder(CLIENTS + i, locks.clone(), shared.clone()))),
     );
     clients.push(tokio::spawn(watch_stalls(shared.clone())));
+    let direct = cluster.nodes.iter().map(|n| n.url()).collect();
+    clients.push(tokio::spawn(watch_nodes(direct, shared.clone())));
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut injected: BTreeMap<Fault, u64> = BTreeMap::new();
@@ -1124,6 +1186,7 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
     totals.losses_with_majority_up += majority_up_losses(&history).len() as u64;
     totals.losses_after_stalls += stalled_losses(&history) as u64;
     totals.stalls += history.stalls.len() as u64;
+    totals.starved += history.starved.len() as u64;
     totals.print();
 
     assert!(
@@ -1636,6 +1699,7 @@ async fn the_checker_sees_each_kind_of_violation() {
         outages: Vec::new(),
         losses: Vec::new(),
         stalls: Vec::new(),
+        starved: Vec::new(),
         faults: Vec::new(),
     };
     let clean = history(vec![
@@ -1702,10 +1766,23 @@ async fn the_checker_sees_each_kind_of_violation() {
     let report = check(t0, &lost, &[0], Duration::MAX);
     assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
     assert!(report.violations[0].contains("while a majority of nodes was up"));
-    // After the client process stalled, a loss is counted, not judged.
+    // After the client process stalled, or a majority of nodes was
+    // starved, a loss is counted, not judged.
+    let mut starved = History {
+        losses: lost.losses.clone(),
+        outages: lost.outages.clone(),
+        ..History::default()
+    };
     lost.stalls.push((ms(10), ms(40)));
     assert!(check(t0, &lost, &[0], Duration::MAX).violations.is_empty());
     assert_eq!(stalled_losses(&lost), 1);
+    starved.starved.push((ms(20), ms(30)));
+    assert!(
+        check(t0, &starved, &[0], Duration::MAX)
+            .violations
+            .is_empty()
+    );
+    assert_eq!(stalled_losses(&starved), 1);
 }
 
 // ------------------------------------------- semaphore and reader-writer lock
