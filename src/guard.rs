@@ -292,7 +292,7 @@ impl LockGuard {
                 return Err(held.lost_error(reason, 0, core.quorum(), Vec::new()));
             }
             let window = Window::new(start, ttl, core.drift_factor);
-            let deadline = (start + core.node_timeout).min(current.deadline);
+            let deadline = core.timeout_within(start, current.deadline);
             let id = held.confirmations.next_round();
             // Owned requests: the ones still in flight at the decision are
             // followed to their answers, so that every node that can hold

@@ -130,7 +130,7 @@ impl Acquire for Request {
             .filter_map(counter)
             .max()
             .unwrap_or_default();
-        let deadline = (Instant::now() + core.node_timeout).min(window.deadline());
+        let deadline = core.timeout_within(Instant::now(), window.deadline());
         // Owned requests: the granting nodes still writing back at the
         // decision are followed, so that their counters rise too.
         let (writeback, stragglers) = fan_out(

@@ -289,7 +289,7 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
         batch: Batch::new(core.nodes.len(), locks.due.len()),
         outcomes: vec![None; locks.due.len()],
     };
-    let deadline = start + core.node_timeout;
+    let deadline = core.timeout_from(start);
     let (renewal, stragglers) = fan_out_with(
         &core.nodes,
         "renew",

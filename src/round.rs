@@ -69,6 +69,18 @@ impl Core {
         crate::quorum::quorum(self.nodes.len())
     }
 
+    /// When a request to the nodes begun at `start` stops waiting for
+    /// them: the node timeout after it.
+    pub(crate) fn timeout_from(&self, start: Instant) -> Instant {
+        start + self.node_timeout
+    }
+
+    /// [`timeout_from`](Self::timeout_from), or `cap` (the deadline of
+    /// the lock the request is about) if that comes first.
+    pub(crate) fn timeout_within(&self, start: Instant, cap: Instant) -> Instant {
+        self.timeout_from(start).min(cap)
+    }
+
     /// Node `i`'s label, for logs.
     pub(crate) fn label(&self, node: usize) -> &str {
         self.nodes.get(node).map_or("?", |n| &**n.label())
@@ -541,7 +553,7 @@ pub(crate) async fn release<L: OnNodes>(
     Round,
     Stragglers<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
 ) {
-    let deadline = Instant::now() + core.node_timeout;
+    let deadline = core.timeout_from(Instant::now());
     let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
     fan_out(
         &core.nodes,
@@ -566,7 +578,7 @@ pub(crate) fn release_in_background<L: OnNodes>(
         // Nothing can send them: the keys expire by ttl.
         return;
     }
-    let deadline = Instant::now() + core.node_timeout;
+    let deadline = core.timeout_from(Instant::now());
     let shared = Deadline::timed_by_caller(deadline);
     let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
     let skipped = |i: usize| skip.and_then(|s| s.get(i).copied()).unwrap_or(false);
@@ -587,7 +599,7 @@ pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: u
         node = %core.label(node),
         "a late grant may have landed after the release: releasing there again"
     );
-    let deadline = Instant::now() + core.node_timeout;
+    let deadline = core.timeout_from(Instant::now());
     let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
     core.background.spawn(async move {
         let _ = request.await;
@@ -670,7 +682,7 @@ pub(crate) async fn attempt<A: Acquire>(
     let (ttl, _) = acquire.ttl();
     let window = Window::new(start, ttl, core.drift_factor);
     // Never wait for a node past the point where no validity would be left.
-    let deadline = (start + core.node_timeout).min(window.deadline());
+    let deadline = core.timeout_within(start, window.deadline());
 
     // Armed until the attempt ends: if this future is dropped mid-flight,
     // the token is removed from every node in the background.

@@ -68,7 +68,7 @@ pub(crate) async fn proclaim(
     proclamation: &Proclamation,
     until: Instant,
 ) -> Round {
-    let deadline = (Instant::now() + core.node_timeout).min(until);
+    let deadline = core.timeout_within(Instant::now(), until);
     let announce: Option<Arc<str>> = core
         .announce
         .then(|| elected_channel(&proclamation.key).into());
@@ -277,7 +277,7 @@ pub(crate) async fn read_leader(
         failures: Vec::new(),
         verdict: Verdict::Pending,
     };
-    let deadline = Instant::now() + core.node_timeout;
+    let deadline = core.timeout_from(Instant::now());
     let (key, leader_key): (Arc<str>, Arc<str>) = (key.into(), leader_key.into());
     let (reading, stragglers) = fan_out_with(
         &core.nodes,

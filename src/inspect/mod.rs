@@ -128,7 +128,7 @@ impl Redlock {
 
 /// Reads `layout`'s keys on every node of `core` and decides.
 async fn inspect(core: &Arc<Core>, resource: Arc<str>, layout: Arc<Layout>) -> Inspection {
-    let deadline = Instant::now() + core.node_timeout;
+    let deadline = core.timeout_from(Instant::now());
     let (looking, stragglers) = fan_out_with(
         &core.nodes,
         "inspect",
