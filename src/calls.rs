@@ -22,7 +22,7 @@ use crate::error::NodeError;
 /// those still in flight when it decided. A concrete type (not
 /// `impl Future`), so that it does not capture the request-building
 /// closure and can outlive it.
-pub(crate) struct Stragglers<Fut> {
+pub(crate) struct Requests<Fut> {
     calls: Vec<Call<Fut>>,
     /// The waker of the task polling these requests (none without any).
     task: Option<Arc<AtomicWaker>>,
@@ -64,7 +64,7 @@ impl Wake for Woken {
     }
 }
 
-impl<Fut> Stragglers<Fut> {
+impl<Fut> Requests<Fut> {
     /// No requests at all.
     pub(crate) fn none() -> Self {
         Self {
@@ -89,7 +89,7 @@ impl<Fut> Stragglers<Fut> {
     }
 }
 
-impl<T, Fut: Future<Output = Result<T, NodeError>>> Stragglers<Fut> {
+impl<T, Fut: Future<Output = Result<T, NodeError>>> Requests<Fut> {
     /// Starts nothing: the requests run when polled through [`next`](Self::next).
     /// With a `deadline` (common to every request), one timer enforces it
     /// for all: a request still in flight then fails with
@@ -169,7 +169,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn answers_come_in_completion_order_with_their_node() {
         let delays = [30u64, 10, 20];
-        let mut calls = Stragglers::new(
+        let mut calls = Requests::new(
             delays.iter().enumerate().map(|(i, &ms)| {
                 (i, async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -189,7 +189,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_rest_can_be_polled_by_another_task() {
-        let mut calls = Stragglers::new(
+        let mut calls = Requests::new(
             (0..3u64).map(|i| {
                 (i as usize, async move {
                     tokio::time::sleep(Duration::from_millis(10 * i)).await;
@@ -213,7 +213,7 @@ mod tests {
     async fn one_timer_times_out_every_request_still_in_flight() {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(100);
-        let mut calls = Stragglers::new(
+        let mut calls = Requests::new(
             [10u64, 500, 1000].into_iter().enumerate().map(|(i, ms)| {
                 (i, async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::calls::Stragglers;
+use crate::calls::Requests;
 use crate::coalesce::Op;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Held, Lease, RoundId};
@@ -578,7 +578,7 @@ fn confirm<T: Answer, F>(
     held: &Held,
     id: RoundId,
     round: &Round<T>,
-    stragglers: &Stragglers<F>,
+    stragglers: &Requests<F>,
 ) -> Vec<usize> {
     let mut pending = Vec::new();
     for (node, vote) in round.votes(stragglers).into_iter().enumerate() {
@@ -598,7 +598,7 @@ fn follow_into<T, F>(
     held: &Arc<Held>,
     id: RoundId,
     op: &'static str,
-    stragglers: Stragglers<F>,
+    stragglers: Requests<F>,
     in_flight: Option<Arc<InFlight>>,
 ) where
     T: Answer + Send + 'static,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::time::Instant;
 
-use crate::calls::Stragglers;
+use crate::calls::Requests;
 use crate::coalesce::{Lanes, Op};
 use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
@@ -225,7 +225,7 @@ impl<T: Answer> Round<T> {
 
     /// Per node, what the answers that decided this round say: `Some(yes)`
     /// for a node that answered or failed, `None` for one still in flight.
-    pub(crate) fn votes<F>(&self, stragglers: &Stragglers<F>) -> Vec<Option<bool>> {
+    pub(crate) fn votes<F>(&self, stragglers: &Requests<F>) -> Vec<Option<bool>> {
         let mut votes: Vec<Option<bool>> = self
             .answers
             .iter()
@@ -268,7 +268,7 @@ pub(crate) async fn fan_out<'a, T, F, Fut>(
     op: &'static str,
     deadline: Instant,
     call: F,
-) -> (Round<T>, Stragglers<Fut>)
+) -> (Round<T>, Requests<Fut>)
 where
     T: Answer,
     F: Fn(usize, &'a Node, Deadline) -> Fut,
@@ -299,7 +299,7 @@ pub(crate) async fn fan_out_with<'a, D, F, Fut>(
     deadline: Instant,
     mut decide: D,
     call: F,
-) -> (D, Stragglers<Fut>)
+) -> (D, Requests<Fut>)
 where
     D: Decide<Answer: Traced>,
     F: Fn(usize, &'a Node, Deadline) -> Fut,
@@ -321,10 +321,10 @@ where
     if let [only] = nodes {
         // Awaited alone, it keeps its own time.
         record(&mut decide, 0, call(0, only, deadline.into()).await);
-        return (decide, Stragglers::none());
+        return (decide, Requests::none());
     }
     let shared = Deadline::timed_by_caller(deadline);
-    let mut calls = Stragglers::new(
+    let mut calls = Requests::new(
         nodes
             .iter()
             .enumerate()
@@ -379,7 +379,7 @@ fn heard<T: Traced>(node: &Node, op: &'static str, answer: &Result<T, NodeError>
 pub(crate) fn follow<T, F>(
     core: &Arc<Core>,
     op: &'static str,
-    mut stragglers: Stragglers<F>,
+    mut stragglers: Requests<F>,
     on_answer: impl Fn(usize, Result<T, NodeError>) + Send + 'static,
 ) where
     T: Traced + Send + 'static,
@@ -551,7 +551,7 @@ pub(crate) async fn release<L: OnNodes>(
     lock: &Arc<L>,
 ) -> (
     Round,
-    Stragglers<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
+    Requests<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
 ) {
     let deadline = core.timeout_from(Instant::now());
     let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
@@ -586,7 +586,7 @@ pub(crate) fn release_in_background<L: OnNodes>(
         let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
         (i, request)
     });
-    let stragglers = Stragglers::new(requests, Some(deadline));
+    let stragglers = Requests::new(requests, Some(deadline));
     follow(core, "release", stragglers, |_, _| {});
 }
 
@@ -662,7 +662,7 @@ pub(crate) struct Grant<T, F> {
     pub(crate) holding: Holding,
     pub(crate) window: Window,
     pub(crate) round: Round<T>,
-    pub(crate) stragglers: Stragglers<F>,
+    pub(crate) stragglers: Requests<F>,
 }
 
 /// One attempt: fan out, decide, complete, and either grant or clean up.
