@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::calls::Requests;
 use crate::coalesce::Op;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
-use crate::lease::{Extended, Held, Lease, RoundId};
+use crate::lease::{Extended, Lease, LockState, RoundId};
 use crate::metrics;
 use crate::node::ExtendReply;
 use crate::quorum::{Answer, Rule, Vote, Window};
@@ -139,7 +139,7 @@ impl LockGuard {
             stragglers,
         } = grant;
         let nodes = core.nodes.len();
-        let held = Arc::new(Held::new(
+        let held = Arc::new(LockState::new(
             resource,
             holding,
             window.start(),
@@ -174,7 +174,7 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn held(&self) -> &Arc<Held> {
+    pub(crate) fn held(&self) -> &Arc<LockState> {
         &self.lease.held
     }
 
@@ -471,7 +471,7 @@ type Answers = Vec<Option<Result<bool, NodeError>>>;
 /// [`InFlight`].
 async fn give_up(
     core: &Arc<Core>,
-    held: &Arc<Held>,
+    held: &Arc<LockState>,
     in_flight: Option<Arc<InFlight>>,
 ) -> (Round, Option<(Vec<usize>, watch::Receiver<Answers>)>) {
     held.mark_lost(LossReason::Released);
@@ -575,7 +575,7 @@ impl Drop for LockGuard {
 /// say of the token; nodes that failed hold it no longer, as far as the
 /// holder knows. Returns the nodes whose requests are still in flight.
 fn confirm<T: Answer, F>(
-    held: &Held,
+    held: &LockState,
     id: RoundId,
     round: &Round<T>,
     stragglers: &Requests<F>,
@@ -595,7 +595,7 @@ fn confirm<T: Answer, F>(
 /// release is released again (see [`InFlight`]).
 fn follow_into<T, F>(
     core: &Arc<Core>,
-    held: &Arc<Held>,
+    held: &Arc<LockState>,
     id: RoundId,
     op: &'static str,
     stragglers: Requests<F>,

@@ -19,7 +19,7 @@ use crate::token::Token;
 
 /// Shared by a guard, its leases, and the renewer.
 #[derive(Debug)]
-pub(crate) struct Held {
+pub(crate) struct LockState {
     pub(crate) resource: Arc<str>,
     /// The lock on the nodes: keys, token, fence.
     pub(crate) holding: Holding,
@@ -35,7 +35,7 @@ pub(crate) struct Held {
     pub(crate) extending: Mutex<Option<Arc<InFlight>>>,
 }
 
-impl OnNodes for Held {
+impl OnNodes for LockState {
     fn holding(&self) -> &Holding {
         &self.holding
     }
@@ -142,7 +142,7 @@ impl Status {
     }
 }
 
-impl Held {
+impl LockState {
     /// A lock granted by a request begun at `started`, trusted until
     /// `deadline`, on a manager of `nodes` nodes.
     pub(crate) fn new(
@@ -269,7 +269,7 @@ impl Held {
 /// method of `Lease` is also available on the guard.
 #[derive(Clone)]
 pub struct Lease {
-    pub(crate) held: Arc<Held>,
+    pub(crate) held: Arc<LockState>,
 }
 
 impl fmt::Debug for Lease {
@@ -429,14 +429,20 @@ pub(crate) async fn wait_lost(mut status: watch::Receiver<Status>) -> LossReason
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn held(deadline: Instant) -> Arc<Held> {
+    pub(crate) fn held(deadline: Instant) -> Arc<LockState> {
         let holding = Holding {
             keys: Arc::new(["r".into()]),
             token: Token::generate().expect("random source"),
             fence: None,
             shape: crate::node::ShapeRef::LOCK,
         };
-        Arc::new(Held::new("r".into(), holding, Instant::now(), deadline, 3))
+        Arc::new(LockState::new(
+            "r".into(),
+            holding,
+            Instant::now(),
+            deadline,
+            3,
+        ))
     }
 
     #[tokio::test(start_paused = true)]

@@ -617,7 +617,7 @@ impl Redlock {
         request: Result<A, Error>,
         attempts: Attempts,
         op: &'static str,
-    ) -> impl Future<Output = Result<A::Held, Error>> + Send + use<A> {
+    ) -> impl Future<Output = Result<A::Guard, Error>> + Send + use<A> {
         let this = self.clone();
         async move {
             let started = Instant::now();
@@ -647,7 +647,7 @@ impl Redlock {
         request: &A,
         attempts: Attempts,
         made: &mut u32,
-    ) -> Result<A::Held, Error> {
+    ) -> Result<A::Guard, Error> {
         let started = Instant::now();
         let policy = match attempts {
             Attempts::Once => Retry::none(),
@@ -715,7 +715,7 @@ pub(crate) enum Attempts {
 /// one entry point, and how one attempt at it goes.
 pub(crate) trait Acquisition: Send + Sync + 'static {
     /// What a granted attempt gives the caller.
-    type Held: Send + 'static;
+    type Guard: Send + 'static;
 
     /// The name errors give the acquisition (a resource, a semaphore's, a
     /// reader-writer lock's or an election's name).
@@ -728,12 +728,12 @@ pub(crate) trait Acquisition: Send + Sync + 'static {
     fn span(&self, op: &'static str) -> tracing::Span;
 
     /// One attempt, on `locks`' nodes.
-    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<Self::Held, Error>> + Send;
+    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<Self::Guard, Error>> + Send;
 }
 
 /// A lock: plain, fenced or of several resources.
 impl Acquisition for Request {
-    type Held = LockGuard;
+    type Guard = LockGuard;
 
     fn resource(&self) -> &str {
         &self.resource

@@ -2,7 +2,7 @@
 //! lock alive: it wakes when the first lock is due, takes every lock whose
 //! renewal window is open, and renews them all with one script call per
 //! node (in chunks of `MAX_BATCH`). No timer or task per lock or per node.
-//! It holds the [`Core`] weakly, and knows locks only as [`Held`] state.
+//! It holds the [`Core`] weakly, and knows locks only by their [`LockState`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::decide::{Batch, Decide};
 use crate::error::{LossReason, NodeError, NodeFailure};
-use crate::lease::{Extended, Held, RoundId};
+use crate::lease::{Extended, LockState, RoundId};
 use crate::metrics;
 use crate::node::{ExtendReply, Extension, nth};
 use crate::quorum::{Answer, Vote, Window, drift};
@@ -35,7 +35,7 @@ pub(crate) struct Renewer {
 
 #[derive(Debug)]
 struct Entry {
-    held: Arc<Held>,
+    held: Arc<LockState>,
     ttl: Duration,
     ttl_ms: u64,
     /// The validity window of a renewal: `ttl - drift`.
@@ -82,7 +82,7 @@ impl Plan {
 #[derive(Debug, Clone)]
 struct Due {
     id: u64,
-    held: Arc<Held>,
+    held: Arc<LockState>,
     ttl: Duration,
     ttl_ms: u64,
 }
@@ -113,7 +113,7 @@ impl Renewer {
     pub(crate) fn register(
         self: &Arc<Self>,
         core: &Arc<Core>,
-        held: Arc<Held>,
+        held: Arc<LockState>,
         ttl: Duration,
         ttl_ms: u64,
     ) {
@@ -482,7 +482,7 @@ mod tests {
         let renewer = Renewer::default();
         let now = Instant::now();
         let mk = crate::lease::tests::held;
-        let insert = |id, held: Arc<Held>, plan| {
+        let insert = |id, held: Arc<LockState>, plan| {
             renewer.registry().insert(
                 id,
                 Entry {

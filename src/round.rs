@@ -499,10 +499,10 @@ impl InFlight {
     }
 }
 
-/// What a lock's release asks of the nodes: a held lock's [`Held`] state or
+/// What a lock's release asks of the nodes: a held lock's [`LockState`] or
 /// a failed attempt's [`Holding`], shared by every node's request.
 ///
-/// [`Held`]: crate::lease::Held
+/// [`LockState`]: crate::lease::LockState
 pub(crate) trait OnNodes: Send + Sync + 'static {
     fn holding(&self) -> &Holding;
 }

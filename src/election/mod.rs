@@ -480,7 +480,7 @@ struct Campaign {
 }
 
 impl Acquisition for Campaign {
-    type Held = Leadership;
+    type Guard = Leadership;
 
     fn resource(&self) -> &str {
         &self.lock.resource

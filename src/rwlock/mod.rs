@@ -316,7 +316,7 @@ fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
 }
 
 impl Acquisition for RwAttempt {
-    type Held = LockGuard;
+    type Guard = LockGuard;
 
     fn resource(&self) -> &str {
         &self.name

@@ -368,7 +368,7 @@ struct Acquiring {
 }
 
 impl Acquisition for Acquiring {
-    type Held = LockGuard;
+    type Guard = LockGuard;
 
     fn resource(&self) -> &str {
         &self.request.name
