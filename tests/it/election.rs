@@ -180,10 +180,25 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
     })
     .await;
     assert_eq!((leader.term(), &*leader.value()), (term, "first"));
-    // The observer saw one leader, throughout.
+    // The observer saw one leader throughout. A read that the node down or
+    // the one restarted empty left undecided reports `None` (documented:
+    // no leader is confirmed), which a loaded machine's slow reads make
+    // likelier; never another leader.
     let expected = Some(leader.clone());
-    assert_eq!(watching.recv().await, Some(expected));
-    assert!(watching.try_recv().is_err(), "the observer saw a change");
+    assert_eq!(watching.recv().await, Some(expected.clone()));
+    let mut last = expected.clone();
+    while let Ok(seen) = watching.try_recv() {
+        assert!(
+            seen.is_none() || seen == expected,
+            "the observer saw another leader: {seen:?}"
+        );
+        last = seen;
+    }
+    if last.is_none() {
+        // Its next read, with every node back, confirms the leader again.
+        let seen = no_hang("the observer", watching.recv()).await;
+        assert_eq!(seen, Some(expected), "the observer lost the leader");
+    }
 
     // Once it resigns, a challenger leads, in a later term.
     leadership.resign().await.expect("resign");
