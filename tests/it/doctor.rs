@@ -46,6 +46,18 @@ fn url(server: &RedisServer) -> String {
     server.url()
 }
 
+/// A server with a memory limit that evicts by `policy` when full.
+fn with_eviction(policy: &str) -> RedisServer {
+    RedisServer::start_with(
+        ServerOptions::new()
+            .arg("--maxmemory")
+            .arg("64mb")
+            .arg("--maxmemory-policy")
+            .arg(policy),
+    )
+    .expect("server")
+}
+
 async fn dbsize(url: &str) -> i64 {
     redis::cmd("DBSIZE")
         .query_async(&mut conn(url).await)
@@ -180,20 +192,10 @@ async fn a_replica_in_the_node_list_is_unsafe_and_its_master_at_risk() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_policies_that_can_evict_lock_keys_are_unsafe() {
-    let with = |policy: &str| {
-        RedisServer::start_with(
-            ServerOptions::new()
-                .arg("--maxmemory")
-                .arg("64mb")
-                .arg("--maxmemory-policy")
-                .arg(policy),
-        )
-        .expect("server")
-    };
     let servers = [
-        with("allkeys-lru"),
-        with("volatile-ttl"),
-        with("noeviction"),
+        with_eviction("allkeys-lru"),
+        with_eviction("volatile-ttl"),
+        with_eviction("noeviction"),
     ];
     let no_limit = RedisServer::start().expect("server");
     let mut urls: Vec<String> = servers.iter().map(url).collect();
@@ -474,6 +476,19 @@ impl std::io::Write for Logs {
 }
 
 impl Logs {
+    /// This thread's `tracing` events from INFO up, in a new buffer, until
+    /// the guard is dropped.
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().expect("logs")).into_owned()
     }
@@ -483,23 +498,9 @@ impl Logs {
 // the subscriber set here.
 #[tokio::test]
 async fn the_startup_check_logs_unsafe_findings_as_warnings_once() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = Logs::capture();
 
-    let evicting = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--maxmemory")
-            .arg("64mb")
-            .arg("--maxmemory-policy")
-            .arg("allkeys-lru"),
-    )
-    .expect("server");
+    let evicting = with_eviction("allkeys-lru");
     let quiet = Redlock::new([url(&evicting)]).expect("config");
     let checked = Redlock::builder()
         .node(url(&evicting))
@@ -543,23 +544,9 @@ async fn the_startup_check_logs_unsafe_findings_as_warnings_once() {
 // `lock`: the campaign is that user's first use, and must run the check.
 #[tokio::test]
 async fn the_startup_check_runs_for_a_user_of_elections_only() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = Logs::capture();
 
-    let evicting = RedisServer::start_with(
-        ServerOptions::new()
-            .arg("--maxmemory")
-            .arg("64mb")
-            .arg("--maxmemory-policy")
-            .arg("allkeys-lru"),
-    )
-    .expect("server");
+    let evicting = with_eviction("allkeys-lru");
     let checked = Redlock::builder()
         .node(url(&evicting))
         .startup_check(quorumlock::check::StartupCheck::Log)

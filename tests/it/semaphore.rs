@@ -37,17 +37,7 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
     // Patient without a bound on the wait: permits are not handed out in
     // order, and on a loaded machine one task may wait out many others'
     // rounds; the stall guard below catches a hang.
-    let locks = Redlock::builder()
-        .nodes(nodes.urls())
-        .node_timeout(Duration::from_secs(1))
-        .retry(
-            Retry::forever()
-                .delay(Duration::from_millis(5))
-                .jitter(Duration::from_millis(10)),
-        )
-        .wake_on_release(quorumlock::WakeOnRelease::Subscribe)
-        .build()
-        .expect("config");
+    let locks = support::patient_builder(&nodes).build().expect("config");
     let ttl = Duration::from_secs(5);
     let in_use = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));

@@ -272,19 +272,31 @@ impl Drop for Paused<'_> {
     }
 }
 
-/// A manager that keeps trying (many tasks contending), woken by
+/// How [`patient`] managers retry: forever, briefly, with jitter. Without
+/// a bound on the wait: a test that wants one adds `.wait(…)`.
+pub fn patient_retry() -> Retry {
+    Retry::forever()
+        .delay(Duration::from_millis(5))
+        .jitter(Duration::from_millis(10))
+}
+
+/// The builder of [`patient`] managers, for a test that changes one
+/// setting: [`patient_retry`] without a bound on the wait, woken by
 /// releases, with a node timeout a loaded machine meets.
-pub fn patient(nodes: &RedisNodes) -> Redlock {
+pub fn patient_builder(nodes: &RedisNodes) -> RedlockBuilder {
     Redlock::builder()
         .nodes(nodes.urls())
         .node_timeout(Duration::from_secs(1))
-        .retry(
-            Retry::forever()
-                .delay(Duration::from_millis(5))
-                .jitter(Duration::from_millis(10))
-                .wait(Duration::from_secs(60)),
-        )
+        .retry(patient_retry())
         .wake_on_release(WakeOnRelease::Subscribe)
+}
+
+/// A manager that keeps trying (many tasks contending), woken by
+/// releases, with a node timeout a loaded machine meets, and waits at most
+/// a minute for a lock.
+pub fn patient(nodes: &RedisNodes) -> Redlock {
+    patient_builder(nodes)
+        .retry(patient_retry().wait(Duration::from_secs(60)))
         .build()
         .expect("config")
 }
