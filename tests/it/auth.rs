@@ -32,6 +32,36 @@ fn secured_with(commands: &[&str]) -> RedisServer {
     RedisServer::start_with(options).expect("server")
 }
 
+/// A server with the user `locker` confined to keys under `myapp:lock:`
+/// and allowed only `commands` (the ACL line of docs/security.md), and a
+/// manager that connects as that user (at the URL returned), without
+/// retries.
+fn confined_locker(commands: &[&str]) -> (RedisServer, String, Redlock) {
+    let mut options = ServerOptions::new()
+        .arg("--requirepass")
+        .arg(PASSWORD)
+        .arg("--user")
+        .arg("locker")
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg("resetkeys")
+        .arg("~myapp:lock:*")
+        .arg("resetchannels")
+        .arg("-@all");
+    for command in commands {
+        options = options.arg(*command);
+    }
+    let server = RedisServer::start_with(options).expect("server");
+    let user_url = format!("redis://locker:{USER_PASSWORD}@127.0.0.1:{}", server.port());
+    let locks = Redlock::builder()
+        .node(&user_url)
+        .key_prefix("myapp:lock:")
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    (server, user_url, locks)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_and_acl_user_in_the_url_work() {
     let server = secured();
@@ -109,29 +139,8 @@ async fn a_missing_permission_is_reported_not_mistaken_for_a_lost_lock() {
 async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
     // The ACL line of docs/security.md: keys under the prefix, only
     // LOCK_COMMANDS.
-    let mut options = ServerOptions::new()
-        .arg("--requirepass")
-        .arg(PASSWORD)
-        .arg("--user")
-        .arg("locker")
-        .arg("on")
-        .arg(format!(">{USER_PASSWORD}"))
-        .arg("resetkeys")
-        .arg("~myapp:lock:*")
-        .arg("resetchannels")
-        .arg("-@all");
-    for command in LOCK_COMMANDS {
-        options = options.arg(command);
-    }
-    let server = RedisServer::start_with(options).expect("server");
+    let (server, user_url, locks) = confined_locker(&LOCK_COMMANDS);
     let port = server.port();
-    let user_url = format!("redis://locker:{USER_PASSWORD}@127.0.0.1:{port}");
-    let locks = Redlock::builder()
-        .node(&user_url)
-        .key_prefix("myapp:lock:")
-        .retry(Retry::none())
-        .build()
-        .expect("config");
     let ttl = Duration::from_secs(5);
 
     let guard = locks.lock("orders:1", ttl).await.expect("lock");
@@ -193,28 +202,8 @@ async fn the_documented_acl_serves_semaphores_rwlocks_and_elections() {
         ("election", &ELECTION_COMMANDS),
     ];
     for (primitive, extra) in primitives {
-        let mut options = ServerOptions::new()
-            .arg("--requirepass")
-            .arg(PASSWORD)
-            .arg("--user")
-            .arg("locker")
-            .arg("on")
-            .arg(format!(">{USER_PASSWORD}"))
-            .arg("resetkeys")
-            .arg("~myapp:lock:*")
-            .arg("resetchannels")
-            .arg("-@all");
-        for command in LOCK_COMMANDS.iter().chain(extra) {
-            options = options.arg(*command);
-        }
-        let server = RedisServer::start_with(options).expect("server");
-        let user_url = format!("redis://locker:{USER_PASSWORD}@127.0.0.1:{}", server.port());
-        let locks = Redlock::builder()
-            .node(&user_url)
-            .key_prefix("myapp:lock:")
-            .retry(Retry::none())
-            .build()
-            .expect("config");
+        let commands: Vec<&str> = LOCK_COMMANDS.iter().chain(extra).copied().collect();
+        let (_server, _, locks) = confined_locker(&commands);
         match primitive {
             "semaphore" => {
                 let permits = locks.semaphore("pool", 2);

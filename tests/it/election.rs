@@ -732,6 +732,47 @@ async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
     a_whole_term(&locks, "{scheduler}").await;
 }
 
+/// A leader of election `name` that stands still once its campaign
+/// returned: it runs on the returned runtime, which runs only inside
+/// `block_on`, so its renewals and its value keeper do nothing behind the
+/// test's back (nothing puts a node's keys back).
+fn frozen_leader(
+    nodes: &RedisNodes,
+    name: &str,
+    value: &str,
+    ttl: Duration,
+) -> (tokio::runtime::Runtime, Leadership) {
+    let frozen = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let leadership = frozen
+        .block_on(async {
+            let campaign = manager(nodes).election(name).campaign(value, ttl);
+            no_hang("campaign", campaign).await
+        })
+        .expect("campaign");
+    (frozen, leadership)
+}
+
+fn two_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Election `name`'s keys gone from one node, as an empty restart would.
+async fn drop_election_keys(url: &str, name: &str) {
+    let keys = [
+        name.to_owned(),
+        format!("{name}{LEADER_SUFFIX}"),
+        format!("{name}{FENCE_SUFFIX}"),
+    ];
+    let _: i64 = support::conn(url).await.del(&keys).await.expect("DEL");
+}
+
 /// A leader's keys are gone from node 3 (as after an empty restart) and
 /// nodes 1 and 2 are stopped. Nodes 1 and 2 may both hold the leader's
 /// token: a read cannot tell, and must say so (unavailable), not "no
@@ -739,26 +780,8 @@ async fn an_election_on_a_cluster_node_needs_a_hash_tag() {
 #[test]
 fn a_read_that_stopped_nodes_could_decide_is_unavailable() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    // The leader runs on a runtime that runs only inside `block_on`: once
-    // the campaign returned, its renewals and its value keeper stand
-    // still, so nothing puts node 3's keys back behind the test's back.
-    let frozen = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let leadership = frozen
-        .block_on(async {
-            let campaign = manager(&nodes)
-                .election("sched3")
-                .campaign("web-7", Duration::from_secs(20));
-            no_hang("campaign", campaign).await
-        })
-        .expect("campaign");
-    let reading = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let (frozen, leadership) = frozen_leader(&nodes, "sched3", "web-7", Duration::from_secs(20));
+    let reading = two_thread_runtime();
     reading.block_on(async {
         // A short node timeout: the stopped nodes cost the read little.
         let election = builder(&nodes)
@@ -784,16 +807,7 @@ fn a_read_that_stopped_nodes_could_decide_is_unavailable() {
         // Node 3 loses the election's keys, as an empty restart would. (The
         // leader stood still since before the reads above: nothing of it is
         // still on its way to node 3.)
-        let keys = [
-            "sched3".to_owned(),
-            format!("sched3{LEADER_SUFFIX}"),
-            format!("sched3{FENCE_SUFFIX}"),
-        ];
-        let _: i64 = support::conn(&nodes[2].url())
-            .await
-            .del(&keys)
-            .await
-            .expect("DEL");
+        drop_election_keys(&nodes[2].url(), "sched3").await;
 
         let stopped = [Paused::new(&nodes[0]), Paused::new(&nodes[1])];
         match no_hang("leader", election.leader()).await {
@@ -848,25 +862,9 @@ fn the_window_check_sees_two_leaders_at_once() {
 #[test]
 fn a_read_is_not_left_to_an_unresponsive_node() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    // The leader stands still once its campaign returned (see
-    // `a_read_that_stopped_nodes_could_decide_is_unavailable`).
-    let frozen = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let leadership = frozen
-        .block_on(async {
-            let campaign = manager(&nodes)
-                .election("sched4")
-                .campaign("web-8", Duration::from_secs(30));
-            no_hang("campaign", campaign).await
-        })
-        .expect("campaign");
-    let reading = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // The leader stands still once its campaign returned (`frozen_leader`).
+    let (frozen, leadership) = frozen_leader(&nodes, "sched4", "web-8", Duration::from_secs(30));
+    let reading = two_thread_runtime();
     reading.block_on(async {
         let locks = manager(&nodes);
         let election = locks.election("sched4");
@@ -878,16 +876,7 @@ fn a_read_is_not_left_to_an_unresponsive_node() {
         // The read decided at a quorum; a request still in flight to node
         // 2 when it is stopped would time out and count against it.
         no_hang("settle", locks.settle()).await;
-        let keys = [
-            "sched4".to_owned(),
-            format!("sched4{LEADER_SUFFIX}"),
-            format!("sched4{FENCE_SUFFIX}"),
-        ];
-        let _: i64 = support::conn(&nodes[1].url())
-            .await
-            .del(&keys)
-            .await
-            .expect("DEL");
+        drop_election_keys(&nodes[1].url(), "sched4").await;
         let stopped = Paused::new(&nodes[2]);
         let stopped_node = format!("127.0.0.1:{}", nodes[2].port());
         // How the stopped node failed each read.
