@@ -142,11 +142,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         nodes[1].kill();
         support::until_renewed_on(&leadership.lease(), 3).await;
         for i in [0, 1] {
-            let restarted = nodes.clone();
-            tokio::task::spawn_blocking(move || restarted[i].restart())
-                .await
-                .expect("restart task")
-                .expect("restart");
+            support::restart(&nodes, i).await;
         }
         support::until_renewed_on(&leadership.lease(), 5).await;
         // Then every node, one at a time, down for longer than the ttl and
@@ -154,11 +150,7 @@ async fn the_leader_keeps_leading_through_minority_kills_and_a_rolling_restart()
         for i in 0..5 {
             nodes[i].kill();
             tokio::time::sleep(ttl + Duration::from_millis(100)).await;
-            let restarted = nodes.clone();
-            tokio::task::spawn_blocking(move || restarted[i].restart())
-                .await
-                .expect("restart task")
-                .expect("restart");
+            support::restart(&nodes, i).await;
             support::until_renewed_on(&leadership.lease(), 5).await;
         }
     };

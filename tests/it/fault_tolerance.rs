@@ -439,11 +439,7 @@ async fn rolling_restart(style: Rolling) {
             if let Rolling::DelayedEmpty = style {
                 tokio::time::sleep(ttl + Duration::from_millis(100)).await;
             }
-            let restarted = nodes.clone();
-            tokio::task::spawn_blocking(move || restarted[i].restart())
-                .await
-                .expect("restart task")
-                .expect("restart");
+            support::restart(&nodes, i).await;
             // A renewal period before the next node goes down: renewals
             // after the restart put the lock back on the restarted node.
             support::until_renewed_on(&guard.lease(), 5).await;

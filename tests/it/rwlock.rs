@@ -152,21 +152,7 @@ async fn mixed_run(n: usize, restart: bool) {
     let ttl = Duration::from_secs(5);
     let windows: Windows = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
-    let chaos = restart.then(|| {
-        let (nodes, done) = (nodes.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut restarts = 0;
-            while !done.load(Ordering::SeqCst) {
-                let i = restarts % nodes.len();
-                nodes[i].kill();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                nodes[i].restart().expect("restart");
-                restarts += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            restarts
-        })
-    });
+    let chaos = restart.then(|| support::keep_restarting(nodes.clone(), done.clone()));
     let tasks: Vec<_> = (0..12)
         .map(|t| {
             let (rw, windows) = (locks.rwlock("mixed"), windows.clone());

@@ -48,21 +48,7 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
     let filled = Arc::new(filled);
 
     // One node at a time is killed and restarted while the tasks run.
-    let chaos = {
-        let (nodes, done) = (nodes.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut restarts = 0;
-            while !done.load(Ordering::SeqCst) {
-                let i = restarts % nodes.len();
-                nodes[i].kill();
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                nodes[i].restart().expect("restart");
-                restarts += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            restarts
-        })
-    };
+    let chaos = support::keep_restarting(nodes.clone(), done.clone());
 
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {

@@ -3,6 +3,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
@@ -270,6 +272,37 @@ impl Drop for Paused<'_> {
         // Fails only if the server was killed meanwhile: nothing to resume.
         let _ = self.0.resume();
     }
+}
+
+/// Restarts node `i` (killed before) off the runtime's threads: a restart
+/// waits for the server to answer, which a loaded machine makes slow.
+pub async fn restart(nodes: &Arc<RedisNodes>, i: usize) {
+    let restarted = nodes.clone();
+    tokio::task::spawn_blocking(move || restarted[i].restart())
+        .await
+        .expect("restart task")
+        .expect("restart");
+}
+
+/// Kills and restarts one node at a time, round robin (down 100 ms, then
+/// 200 ms before the next), until `done`; the task returns how many
+/// restarts it made.
+pub fn keep_restarting(
+    nodes: Arc<RedisNodes>,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let mut restarts = 0;
+        while !done.load(Ordering::SeqCst) {
+            let i = restarts % nodes.len();
+            nodes[i].kill();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            restart(&nodes, i).await;
+            restarts += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        restarts
+    })
 }
 
 /// How [`patient`] managers retry: forever, briefly, with jitter. Without
