@@ -51,7 +51,9 @@ const LAYERS: [Layer; 5] = [
         "wire",
         &[
             &["node"],
-            // probe: node.
+            // lock::node: node.
+            &["lock::node"],
+            // probe: node, lock::node.
             &["probe"],
         ],
     ),
@@ -59,12 +61,12 @@ const LAYERS: [Layer; 5] = [
         "round",
         &[
             &["calls", "tasks"],
-            // coalesce: tasks.
-            &["coalesce"],
-            // round: calls, coalesce, tasks.
+            // lock::batch: tasks.
+            &["lock::batch"],
+            // round: calls, lock::batch, tasks.
             &["round"],
-            // primitive: coalesce, round.
-            &["primitive"],
+            // lock: lock::batch, round.
+            &["lock"],
         ],
     ),
     (
@@ -256,7 +258,8 @@ fn declared_modules(root: &str) -> Vec<String> {
 /// Every path in `code`, each group expanded: `crate::a::{b::X, c}`
 /// gives `crate::a::b::X` and `crate::a::c`, `x::{self, Y}` gives `x` and
 /// `x::Y`; a glob's `*` is left out, and so is a name that ends another
-/// (`my_crate::x` is not `crate::x`).
+/// (`my_crate::x` is not `crate::x`). A lone name is no path: `pub(super)`
+/// imports nothing.
 fn paths(code: &str) -> Vec<String> {
     let chars: Vec<char> = code.chars().collect();
     let mut out = Vec::new();
@@ -267,7 +270,7 @@ fn paths(code: &str) -> Vec<String> {
                 is_name(chars[before]) || matches!(chars[before], ':' | '\'')
             });
         if starts {
-            let (found, end) = path_tree(&chars, i);
+            let (found, end) = path_tree(&chars, i, false);
             out.extend(found);
             i = end.max(i + 1);
         } else {
@@ -286,8 +289,8 @@ fn is_name(c: char) -> bool {
 }
 
 /// The paths of one path starting at `chars[start]` (groups expanded), and
-/// where it ends.
-fn path_tree(chars: &[char], start: usize) -> (Vec<String>, usize) {
+/// where it ends; `nested` inside a group, where a lone name is a path.
+fn path_tree(chars: &[char], start: usize, nested: bool) -> (Vec<String>, usize) {
     let mut prefix: Vec<String> = Vec::new();
     let mut i = start;
     let join = |prefix: &[String], rest: &str| {
@@ -310,7 +313,7 @@ fn path_tree(chars: &[char], start: usize) -> (Vec<String>, usize) {
                         None => return (out, i),
                         Some('}') => return (out, i + 1),
                         Some(c) if is_name_start(*c) => {
-                            let (inner, end) = path_tree(chars, i);
+                            let (inner, end) = path_tree(chars, i, true);
                             out.extend(inner.iter().map(|path| join(&prefix, path)));
                             i = end;
                         }
@@ -337,6 +340,8 @@ fn path_tree(chars: &[char], start: usize) -> (Vec<String>, usize) {
         prefix.push(name);
         if chars.get(i) == Some(&':') && chars.get(i + 1) == Some(&':') {
             i += 2;
+        } else if prefix.len() == 1 && !nested {
+            return (Vec::new(), i);
         } else {
             let last = prefix.pop().unwrap_or_default();
             return (vec![join(&prefix, &last)], i);
@@ -845,18 +850,15 @@ fn the_parser_sees_every_form_of_import() {
             "crate::i::j"
         ]
     );
-    let code = "use crate::a::{self, b::{C, d::*}, e as f};
-use super::{super::g, h};
-";
+    let code = "use crate::a::{self, b::{C, d::*}, e as f};\n\
+                use super::{super::g, h};\npub(super) fn f() {}\n";
     assert_eq!(
         paths(code),
         [
-            "use",
             "crate::a",
             "crate::a::b::C",
             "crate::a::b::d",
             "crate::a::e",
-            "use",
             "super::super::g",
             "super::h"
         ]
@@ -1058,6 +1060,7 @@ fn a_folders_parts_import_down_in_every_form() {
             "use crate::p::{n::X, m::Y};\nuse self::n::Z;\nuse m::W;\n",
         ),
         ("p::rest", "use super::m::V;\nuse super::*;\n"),
+        ("p::m::inner", "use super::*;\npub(super) fn f() {}\n"),
     ]);
     assert_eq!(report, "");
     let graph = import_graph(
@@ -1081,6 +1084,7 @@ fn a_folders_part_importing_its_folder_upward_fails() {
         "fn f() { crate::p::acquire(); }\n",
         "use crate::{n::Node, p::Acquire};\n",
         "use super::Acquire;\n",
+        "use super::*;\n",
         "use super::{Acquire, m};\n",
     ] {
         let report = folder_report(&[("n", ""), ("p::n", import), ("p::m", ""), ("p", "")]);

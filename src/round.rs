@@ -17,9 +17,9 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::calls::Requests;
-use crate::coalesce::{Lanes, Op};
 use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
+use crate::lock::batch::{Lanes, Op};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node, ShapeRef, nth};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote, Window};
