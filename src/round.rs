@@ -735,7 +735,7 @@ pub(crate) async fn attempt<A: Acquire>(
             tracing::debug!(error = %error, "attempt failed, cleaning up");
             // Not followed: the cleanup releases those nodes anyway. Dropped
             // first, since a node's lone request holds its queue (see
-            // `coalesce`) until it is polled to its answer or dropped, and
+            // `lock::batch`) until it is polled to its answer or dropped, and
             // the cleanup's release may be queued behind it.
             drop(stragglers);
             // A node that answered "no" certainly did not store our token,
