@@ -40,7 +40,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The library's own release script, for the floor's release.
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../src/scripts/release.lua")));
+    LazyLock::new(|| Script::new(include_str!("../src/lock/release.lua")));
 
 /// Concurrency levels of the throughput rows.
 const CONCURRENCY: [usize; 4] = [1, 16, 64, 256];
@@ -657,7 +657,7 @@ async fn ceiling(urls: &[String], plan: Plan) -> Option<f64> {
             .ok()?;
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(include_str!("../src/scripts/release.lua"))
+            .arg(include_str!("../src/lock/release.lua"))
             .query_async(&mut conn)
             .await
             .ok()?;

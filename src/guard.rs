@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::calls::Requests;
-use crate::coalesce::Op;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, Lease, LockState, RoundId};
+use crate::lock::batch::Op;
 use crate::metrics;
 use crate::node::ExtendReply;
 use crate::quorum::{Answer, Rule, Vote, Window};

@@ -1,17 +1,26 @@
 //! Keeps the crate's layers one-way. Reads every file of every module
 //! (`src/X.rs` and everything under `src/X/`) and checks that each module
-//! imports (`crate::…`, including through the crate root's re-exports) only
-//! from a lower level: a lower layer, or a lower level of its own layer.
-//! Reads the CLI (`src/bin/*`) too: it uses only the library's public API
-//! (`quorumlock::…`), and its files import one another in no circle. Test
-//! code (`mod tests`) and comments are not checked.
+//! imports (`crate::…`, `super::…`, `self::…`, including through the crate
+//! root's re-exports) only from a lower level: a lower layer, or a lower
+//! level of its own layer. Reads the CLI (`src/bin/*`) too: it uses only
+//! the library's public API (`quorumlock::…`), and its files import one
+//! another in no circle. Test code (`mod tests`) and comments are not
+//! checked.
+//!
+//! A folder may stand on several levels: an entry `a::b` of [`LAYERS`] is
+//! the part of module `a` in `src/a/b.rs` or `src/a/b/`, placed at a level
+//! of its own, and `a` is then the rest of its folder. An import of
+//! `crate::a::b::…` (or `super::b::…` from `a`'s files, or `b::…` from
+//! `a`'s root file) is an import of `a::b`; one of `super::…` from `a::b`'s
+//! files is an import of `a`.
 //!
 //! [`LAYERS`] is the one list of the layers; the crate docs ("How the code
-//! is organised") and the comments over `lib.rs`'s `mod` lines are checked
-//! against it.
+//! is organised", every entry) and the comments over `lib.rs`'s `mod` lines
+//! (the modules `lib.rs` declares) are checked against it.
 //!
-//! The checks are pure functions of the sources (module → text), so the
-//! tests at the bottom feed them bad imports and check each is reported.
+//! The checks are pure functions of the sources (file's module path →
+//! text), so the tests at the bottom feed them bad imports and check each
+//! is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,7 +34,9 @@ type Layer = (&'static str, &'static [&'static [&'static str]]);
 
 /// The layers, bottom first, with their modules by level. The levels are
 /// what the imports are today: a module stands one level above the highest
-/// module of its own layer that it imports (the comments say which).
+/// module of its own layer that it imports (the comments say which). An
+/// entry `a::b` is a part of folder `a` placed on a level of its own (see
+/// the module docs).
 const LAYERS: [Layer; 5] = [
     (
         "pure",
@@ -40,7 +51,9 @@ const LAYERS: [Layer; 5] = [
         "wire",
         &[
             &["node"],
-            // probe: node.
+            // lock::node: node.
+            &["lock::node"],
+            // probe: node, lock::node.
             &["probe"],
         ],
     ),
@@ -48,12 +61,12 @@ const LAYERS: [Layer; 5] = [
         "round",
         &[
             &["calls", "tasks"],
-            // coalesce: tasks.
-            &["coalesce"],
-            // round: calls, coalesce, tasks.
+            // lock::batch: tasks.
+            &["lock::batch"],
+            // round: calls, lock::batch, tasks.
             &["round"],
-            // primitive: coalesce, round.
-            &["primitive"],
+            // lock: lock::batch, round.
+            &["lock"],
         ],
     ),
     (
@@ -137,31 +150,45 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The code of a module: `src/X.rs` and every file under `src/X/`, each
-/// without comments and tests.
-fn module_code(src: &Path, module: &str) -> String {
-    let mut files = rust_files(&src.join(module));
-    let single = src.join(format!("{module}.rs"));
-    if single.exists() {
-        files.insert(0, single);
+/// The module path of a file under `src/`: `a.rs` and `a/mod.rs` are
+/// `a`, `a/b.rs` and `a/b/mod.rs` are `a::b`.
+fn file_module(relative: &Path) -> String {
+    let mut segments: Vec<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if let Some(last) = segments.last_mut() {
+        *last = last.trim_end_matches(".rs").to_owned();
     }
-    assert!(!files.is_empty(), "module `{module}` has no source file");
-    files.iter().map(|file| code(&read(file))).collect()
+    if segments.len() > 1 && segments.last().is_some_and(|last| last == "mod") {
+        segments.pop();
+    }
+    segments.join("::")
 }
 
-/// The library's sources: `lib.rs`, and each module `lib.rs` declares.
+/// The library's sources: `lib.rs`, and every file of each module
+/// `lib.rs` declares (`src/X.rs`, and everything under `src/X/`) by its
+/// module path, without comments and tests.
 fn library() -> (String, BTreeMap<String, String>) {
     let src = src_dir();
     let lib = read(&src.join("lib.rs"));
-    let modules = declared_modules(&code(&lib))
-        .into_iter()
-        .filter(|module| !UNCHECKED.contains(&module.as_str()))
-        .map(|module| {
-            let code = module_code(&src, &module);
-            (module, code)
-        })
-        .collect();
-    (lib, modules)
+    let mut files = BTreeMap::new();
+    for module in declared_modules(&code(&lib)) {
+        if UNCHECKED.contains(&module.as_str()) {
+            continue;
+        }
+        let mut paths = rust_files(&src.join(&module));
+        let single = src.join(format!("{module}.rs"));
+        if single.exists() {
+            paths.insert(0, single);
+        }
+        assert!(!paths.is_empty(), "module `{module}` has no source file");
+        for path in paths {
+            let relative = path.strip_prefix(&src).unwrap_or(&path);
+            files.insert(file_module(relative), code(&read(&path)));
+        }
+    }
+    (lib, files)
 }
 
 /// Each binary under `src/bin` (a folder, or one file) with its files by
@@ -228,95 +255,216 @@ fn declared_modules(root: &str) -> Vec<String> {
         .collect()
 }
 
-/// The first path segments after each `prefix` (`crate::`, `quorumlock::`)
-/// in `code`: `crate::a::b` gives `a`, `crate::{a::X, b}` gives `a` and
-/// `b`. A `prefix` that ends another name (`my_crate::`) does not count.
-fn paths_after(code: &str, prefix: &str) -> Vec<String> {
+/// Every path in `code`, each group expanded: `crate::a::{b::X, c}`
+/// gives `crate::a::b::X` and `crate::a::c`, `x::{self, Y}` gives `x` and
+/// `x::Y`; a glob's `*` is left out, and so is a name that ends another
+/// (`my_crate::x` is not `crate::x`). A lone name is no path: `pub(super)`
+/// imports nothing.
+fn paths(code: &str) -> Vec<String> {
+    let chars: Vec<char> = code.chars().collect();
     let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find(prefix) {
-        let inside_a_name = rest[..i]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_alphanumeric() || c == '_');
-        rest = &rest[i + prefix.len()..];
-        if inside_a_name {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            // Top-level items of the group, up to its closing brace.
-            let mut depth = 0;
-            let mut item = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        out.push(first_segment(&item));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-            out.push(first_segment(&item));
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = is_name_start(chars[i])
+            && !i.checked_sub(1).is_some_and(|before| {
+                is_name(chars[before]) || matches!(chars[before], ':' | '\'')
+            });
+        if starts {
+            let (found, end) = path_tree(&chars, i, false);
+            out.extend(found);
+            i = end.max(i + 1);
         } else {
-            out.push(first_segment(rest));
+            i += 1;
         }
     }
-    out.retain(|segment| !segment.is_empty());
     out
 }
 
+fn is_name_start(c: char) -> bool {
+    c.is_alphabetic() || c == '_'
+}
+
+fn is_name(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The paths of one path starting at `chars[start]` (groups expanded), and
+/// where it ends; `nested` inside a group, where a lone name is a path.
+fn path_tree(chars: &[char], start: usize, nested: bool) -> (Vec<String>, usize) {
+    let mut prefix: Vec<String> = Vec::new();
+    let mut i = start;
+    let join = |prefix: &[String], rest: &str| {
+        let mut segments = prefix.to_vec();
+        if !rest.is_empty() && rest != "self" {
+            segments.push(rest.to_owned());
+        }
+        segments.join("::")
+    };
+    loop {
+        match chars.get(i) {
+            Some('{') => {
+                i += 1;
+                let mut out = Vec::new();
+                loop {
+                    while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+                        i += 1;
+                    }
+                    match chars.get(i) {
+                        None => return (out, i),
+                        Some('}') => return (out, i + 1),
+                        Some(c) if is_name_start(*c) => {
+                            let (inner, end) = path_tree(chars, i, true);
+                            out.extend(inner.iter().map(|path| join(&prefix, path)));
+                            i = end;
+                        }
+                        Some('*') => i += 1,
+                        Some(_) => {}
+                    }
+                    // Past what follows the item (`as Name`) to its comma.
+                    while chars.get(i).is_some_and(|c| !matches!(c, ',' | '}')) {
+                        i += 1;
+                    }
+                    if chars.get(i) == Some(&',') {
+                        i += 1;
+                    }
+                }
+            }
+            Some('*') => return (vec![join(&prefix, "")], i + 1),
+            _ => {}
+        }
+        let name: String = chars[i..].iter().take_while(|c| is_name(**c)).collect();
+        if name.is_empty() {
+            return (vec![join(&prefix, "")], i);
+        }
+        i += name.chars().count();
+        prefix.push(name);
+        if chars.get(i) == Some(&':') && chars.get(i + 1) == Some(&':') {
+            i += 2;
+        } else if prefix.len() == 1 && !nested {
+            return (Vec::new(), i);
+        } else {
+            let last = prefix.pop().unwrap_or_default();
+            return (vec![join(&prefix, &last)], i);
+        }
+    }
+}
+
+/// The names right after `first::` in `code`'s paths: `crate::a::b` and
+/// `crate::{a::X, b}` give `a` (and `b`) for `crate`.
+fn paths_after(code: &str, first: &str) -> Vec<String> {
+    paths(code)
+        .iter()
+        .filter_map(|path| path.strip_prefix(first)?.strip_prefix("::"))
+        .map(first_segment)
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 fn first_segment(path: &str) -> String {
-    path.trim()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
+    path.trim().chars().take_while(|c| is_name(*c)).collect()
+}
+
+/// The parent of a module path: `a::b` gives `a`, `a` the crate root (``).
+fn parent(module: &str) -> &str {
+    module.rsplit_once("::").map_or("", |(parent, _)| parent)
+}
+
+/// The crate path that `path`, written in a file of module `file`, names:
+/// `crate::a::X` is `a::X`; `super::X` in `a::b` is `a::X`; `self::X` in
+/// `a` is `a::X`, and so is `b::X` there when `a::b` is one of `entries`
+/// (a sub-module the check places). `None` for any other path: another
+/// crate's, or a local name's.
+fn absolute(path: &str, file: &str, entries: &[&str]) -> Option<String> {
+    let (first, rest) = path.split_once("::").unwrap_or((path, ""));
+    let mut base: Vec<&str> = match first {
+        "crate" => Vec::new(),
+        "self" => file.split("::").collect(),
+        "super" => parent(file).split("::").collect(),
+        child if entries.contains(&format!("{file}::{child}").as_str()) => {
+            let mut base: Vec<&str> = file.split("::").collect();
+            base.push(child);
+            base
+        }
+        _ => return None,
+    };
+    let mut rest = rest.split("::").filter(|s| !s.is_empty()).peekable();
+    while rest.next_if_eq(&"super").is_some() {
+        base.pop();
+    }
+    base.extend(rest);
+    base.retain(|s| !s.is_empty());
+    Some(base.join("::"))
+}
+
+/// The module a crate path belongs to: the longest of `entries` it is in,
+/// or else its first segment (`a::b::X` is `a::b` if `a::b` is an entry,
+/// else `a`).
+fn module_of(path: &str, entries: &[&str]) -> String {
+    entries
+        .iter()
+        .filter(|entry| path == **entry || path.starts_with(&format!("{entry}::")))
+        .max_by_key(|entry| entry.len())
+        .map_or_else(|| first_segment(path), |entry| entry.to_string())
+}
+
+/// The sub-module entries of `layers` (`a::b`).
+fn sub_entries(layers: &[Layer]) -> Vec<&'static str> {
+    layers
+        .iter()
+        .flat_map(|(_, levels)| levels.iter().flat_map(|l| l.iter()))
+        .copied()
+        .filter(|entry| entry.contains("::"))
         .collect()
 }
 
 /// What a crate root re-exports (`pub use`), by name: the module each
-/// comes from.
-fn root_exports(root: &str) -> BTreeMap<String, String> {
+/// comes from (of `entries`, or a top-level one).
+fn root_exports(root: &str, entries: &[&str]) -> BTreeMap<String, String> {
     let mut exports = BTreeMap::new();
     for statement in root.split(';') {
         let Some(rest) = statement.trim().strip_prefix("pub use ") else {
             continue;
         };
-        let Some((module, names)) = rest.split_once("::") else {
-            continue;
-        };
-        let names = names.trim().trim_start_matches('{').trim_end_matches('}');
-        for name in names.split(',') {
-            let name = first_segment(name);
-            if !name.is_empty() {
-                exports.insert(name, module.trim().to_owned());
-            }
+        for path in paths(rest) {
+            let Some((from, name)) = path.rsplit_once("::") else {
+                continue;
+            };
+            let from = from.strip_prefix("crate::").unwrap_or(from);
+            exports.insert(name.to_owned(), module_of(from, entries));
         }
     }
     exports
 }
 
-/// Each module with the modules it imports (`crate::x`, or a name the root
-/// re-exports from `x`), itself left out.
+/// Each module (an entry of `layers`, or a top-level module) with the
+/// modules it imports (`crate::x`, `super::…`, `self::…`, or a name the
+/// root re-exports from `x`), itself left out. `files` maps each file's
+/// module path to its code.
 fn import_graph(
+    layers: &[Layer],
     root: &str,
-    modules: &BTreeMap<String, String>,
+    files: &BTreeMap<String, String>,
 ) -> BTreeMap<String, BTreeSet<String>> {
-    let exports = root_exports(&code(root));
-    modules
-        .iter()
-        .map(|(module, source)| {
-            let deps = paths_after(&code(source), "crate::")
-                .into_iter()
-                .map(|segment| exports.get(&segment).cloned().unwrap_or(segment))
-                .filter(|dep| dep != module)
-                .collect();
-            (module.clone(), deps)
-        })
-        .collect()
+    let entries = sub_entries(layers);
+    let exports = root_exports(&code(root), &entries);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, source) in files {
+        let module = module_of(file, &entries);
+        let deps = paths(&code(source))
+            .iter()
+            .filter_map(|path| absolute(path, file, &entries))
+            .filter(|path| !path.is_empty())
+            .map(|path| {
+                exports
+                    .get(&first_segment(&path))
+                    .cloned()
+                    .unwrap_or_else(|| module_of(&path, &entries))
+            })
+            .filter(|dep| *dep != module)
+            .collect::<Vec<_>>();
+        graph.entry(module).or_default().extend(deps);
+    }
+    graph
 }
 
 /// A circle in `graph`, as `a -> b -> a`, leaving out the `allowed` edges.
@@ -358,13 +506,14 @@ fn find_circle(
         .find_map(|module| visit(module, graph, allowed, &mut Vec::new(), &mut done))
 }
 
-/// What is wrong with the library's imports: `root` is `lib.rs`, `modules`
-/// each module's source. Empty when all is well.
+/// What is wrong with the library's imports: `root` is `lib.rs`, `files`
+/// each file's source by its module path (`a`, `a::b`). Empty when all is
+/// well.
 fn library_problems(
     layers: &[Layer],
     on_top: &[&str],
     root: &str,
-    modules: &BTreeMap<String, String>,
+    files: &BTreeMap<String, String>,
 ) -> Vec<String> {
     let mut wrong = Vec::new();
     for module in declared_modules(&code(root)) {
@@ -377,7 +526,7 @@ fn library_problems(
             ));
         }
     }
-    let graph = import_graph(root, modules);
+    let graph = import_graph(layers, root, files);
     for (module, deps) in &graph {
         let own = place(layers, module);
         if own.is_none() && !on_top.contains(&module.as_str()) {
@@ -425,7 +574,7 @@ fn binary_problems(
     allowed: &[(&str, &str)],
 ) -> Vec<String> {
     let lib_root = code(lib_root);
-    let public: BTreeSet<String> = root_exports(&lib_root)
+    let public: BTreeSet<String> = root_exports(&lib_root, &[])
         .into_keys()
         .chain(
             lib_root
@@ -446,7 +595,7 @@ fn binary_problems(
                 ));
             }
         }
-        for name in paths_after(&code, "quorumlock::") {
+        for name in paths_after(&code, "quorumlock") {
             if !public.contains(&name) {
                 wrong.push(format!(
                     "{file} imports quorumlock::{name}, which is not the library's \
@@ -455,7 +604,7 @@ fn binary_problems(
             }
         }
         let mut deps = BTreeSet::new();
-        for name in paths_after(&code, "crate::") {
+        for name in paths_after(&code, "crate") {
             if files.contains_key(&name) {
                 if &name != file {
                     deps.insert(name);
@@ -508,7 +657,9 @@ fn documented_layers(lib: &str) -> (Vec<(String, BTreeSet<String>)>, String) {
         } else if let Some(rest) = line.strip_prefix("- `")
             && let Some(layer) = layers.last_mut()
         {
-            layer.1.insert(first_segment(rest));
+            // A module, or a part of one (`a::b`).
+            let entry = rest.split('`').next().unwrap_or_default();
+            layer.1.insert(entry.to_owned());
         }
     }
     (layers, count)
@@ -548,8 +699,8 @@ fn listed_layers(layers: &[Layer]) -> Vec<(String, BTreeSet<String>)> {
 
 #[test]
 fn the_library_imports_only_from_lower_levels() {
-    let (lib, modules) = library();
-    let wrong = library_problems(&LAYERS, &ON_TOP, &lib, &modules);
+    let (lib, files) = library();
+    let wrong = library_problems(&LAYERS, &ON_TOP, &lib, &files);
     assert!(
         wrong.is_empty(),
         "imports against the layers:\n{}",
@@ -559,15 +710,23 @@ fn the_library_imports_only_from_lower_levels() {
 
 #[test]
 fn every_module_is_declared_and_every_file_read() {
-    let (lib, modules) = library();
+    let (lib, files) = library();
     let declared = declared_modules(&code(&lib));
+    let entries = sub_entries(&LAYERS);
     for (_, levels) in LAYERS {
         for module in levels.iter().flat_map(|l| l.iter()) {
+            // A part of a folder (`a::b`): its folder is declared.
+            let top = first_segment(module);
             assert!(
-                declared.iter().any(|m| m == module),
+                declared.contains(&top),
                 "LAYERS lists `{module}`, which lib.rs does not declare"
             );
-            assert!(modules.contains_key(*module));
+            assert!(
+                files
+                    .keys()
+                    .any(|file| module_of(file, &entries) == *module),
+                "LAYERS lists `{module}`, which has no source file"
+            );
         }
     }
     // Every file under src/ is read as part of a module, or is lib.rs, the
@@ -575,14 +734,10 @@ fn every_module_is_declared_and_every_file_read() {
     let src = src_dir();
     for file in rust_files(&src) {
         let relative = file.strip_prefix(&src).unwrap_or(&file);
-        let first = relative
-            .components()
-            .next()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let module = first.trim_end_matches(".rs");
+        let module = file_module(relative);
         assert!(
-            modules.contains_key(module) || ["lib", "bin", "layers"].contains(&module),
+            files.contains_key(&module)
+                || ["lib", "bin", "layers"].contains(&first_segment(&module).as_str()),
             "{} belongs to no module this check reads",
             relative.display()
         );
@@ -591,8 +746,8 @@ fn every_module_is_declared_and_every_file_read() {
 
 #[test]
 fn the_cli_uses_only_the_public_api_and_imports_in_no_circle() {
-    let (lib, modules) = library();
-    let library_modules: BTreeSet<String> = modules.into_keys().collect();
+    let (lib, files) = library();
+    let library_modules: BTreeSet<String> = files.keys().map(|f| first_segment(f)).collect();
     let binaries = binaries();
     assert!(
         binaries.contains_key("quorumlock"),
@@ -611,12 +766,12 @@ fn the_cli_uses_only_the_public_api_and_imports_in_no_circle() {
 fn each_cli_exception_is_still_needed() {
     let cli = &binaries()["quorumlock"];
     for (from, to) in CLI_CIRCLE_EXCEPTIONS {
-        let imports = paths_after(&code(&cli[from]), "crate::");
+        let imports = paths_after(&code(&cli[from]), "crate");
         assert!(
             imports.iter().any(|m| m == to),
             "{from} no longer imports {to}: remove it from CLI_CIRCLE_EXCEPTIONS"
         );
-        let back = paths_after(&code(&cli[to]), "crate::");
+        let back = paths_after(&code(&cli[to]), "crate");
         assert!(
             back.iter().any(|m| m == from),
             "{to} no longer imports {from}, so {from} -> {to} closes no circle: \
@@ -660,9 +815,15 @@ fn the_crate_docs_list_the_same_layers() {
 #[test]
 fn the_comments_over_the_mod_lines_group_the_same_layers() {
     let lib = read(&src_dir().join("lib.rs"));
+    // The modules lib.rs declares: a folder's parts (`a::b`) are in its
+    // own `mod` lines.
+    let mut listed = listed_layers(&LAYERS);
+    for (_, modules) in &mut listed {
+        modules.retain(|module| !module.contains("::"));
+    }
     assert_eq!(
         commented_layers(&lib),
-        listed_layers(&LAYERS),
+        listed,
         "the comments over lib.rs's `mod` lines group other layers than LAYERS"
     );
 }
@@ -673,7 +834,62 @@ fn the_parser_sees_every_form_of_import() {
         "use crate::a::B;\nuse crate::{c::D, e, f::{G, H}};\nfn x() { crate::i::j(); }\n\
          // crate::k\nuse my_crate::l;\n#[cfg(test)]\nmod tests {\n    use crate::m;\n}\n",
     );
-    assert_eq!(paths_after(&code, "crate::"), ["a", "c", "e", "f", "i"]);
+    assert_eq!(paths_after(&code, "crate"), ["a", "c", "e", "f", "f", "i"]);
+    let crate_paths: Vec<String> = paths(&code)
+        .into_iter()
+        .filter(|path| path.starts_with("crate::"))
+        .collect();
+    assert_eq!(
+        crate_paths,
+        [
+            "crate::a::B",
+            "crate::c::D",
+            "crate::e",
+            "crate::f::G",
+            "crate::f::H",
+            "crate::i::j"
+        ]
+    );
+    let code = "use crate::a::{self, b::{C, d::*}, e as f};\n\
+                use super::{super::g, h};\npub(super) fn f() {}\n";
+    assert_eq!(
+        paths(code),
+        [
+            "crate::a",
+            "crate::a::b::C",
+            "crate::a::b::d",
+            "crate::a::e",
+            "super::super::g",
+            "super::h"
+        ]
+    );
+}
+
+#[test]
+fn paths_resolve_to_the_crate_and_to_folder_parts() {
+    let entries = ["p::n", "p::m"];
+    let resolve = |path: &str, file: &str| {
+        absolute(path, file, &entries).map(|path| module_of(&path, &entries))
+    };
+    assert_eq!(resolve("crate::p::n::X", "q").as_deref(), Some("p::n"));
+    assert_eq!(resolve("crate::p::X", "q").as_deref(), Some("p"));
+    assert_eq!(resolve("crate::p::other::X", "q").as_deref(), Some("p"));
+    assert_eq!(resolve("crate::p::n", "q").as_deref(), Some("p::n"));
+    // super:: from a part's files is its folder; from a folder's files,
+    // its part when it names one.
+    assert_eq!(resolve("super::X", "p::n").as_deref(), Some("p"));
+    assert_eq!(
+        resolve("super::super::X", "p::n::deep").as_deref(),
+        Some("p")
+    );
+    assert_eq!(resolve("super::m::X", "p::n").as_deref(), Some("p::m"));
+    assert_eq!(resolve("super::n::X", "p::other").as_deref(), Some("p::n"));
+    assert_eq!(resolve("self::n::X", "p").as_deref(), Some("p::n"));
+    assert_eq!(resolve("self::X", "p::n").as_deref(), Some("p::n"));
+    // A part's bare name in its folder's root file.
+    assert_eq!(resolve("n::X", "p").as_deref(), Some("p::n"));
+    assert_eq!(resolve("n::X", "q"), None);
+    assert_eq!(resolve("redis::Value", "p"), None);
 }
 
 /// Tiny layers for the tests below: low has levels a, then b; high has c.
@@ -817,4 +1033,106 @@ fn the_cli_importing_the_library_internals_fails() {
     );
     let report = binary_report(&[("main", "#[path = \"../../a.rs\"]\nmod a;\n")]);
     assert!(report.contains("main uses `#[path`"), "{report}");
+}
+
+/// Layers where folder `p` stands on three levels: its part `p::n` on the
+/// wire beside `n`, its part `p::m` low in the round, the rest of `p`
+/// above it.
+const FOLDER_LAYERS: [Layer; 2] = [
+    ("wire", &[&["n"], &["p::n"]]),
+    ("round", &[&["p::m"], &["p"]]),
+];
+
+const FOLDER_ROOT: &str = "mod n;\nmod p;\n";
+
+fn folder_report(files: &[(&str, &str)]) -> String {
+    library_problems(&FOLDER_LAYERS, &[], FOLDER_ROOT, &sources(files)).join("\n")
+}
+
+#[test]
+fn a_folders_parts_import_down_in_every_form() {
+    let report = folder_report(&[
+        ("n", ""),
+        ("p::n", "use crate::n::Node;\nuse super::super::n::Other;\n"),
+        ("p::m", "use crate::{p::n::X, n};\nuse super::n::Y;\n"),
+        (
+            "p",
+            "use crate::p::{n::X, m::Y};\nuse self::n::Z;\nuse m::W;\n",
+        ),
+        ("p::rest", "use super::m::V;\nuse super::*;\n"),
+        ("p::m::inner", "use super::*;\npub(super) fn f() {}\n"),
+    ]);
+    assert_eq!(report, "");
+    let graph = import_graph(
+        &FOLDER_LAYERS,
+        FOLDER_ROOT,
+        &sources(&[
+            ("p", "use m::W;\n"),
+            ("p::rest", "use super::n::V;\n"),
+            ("p::m", "use crate::p::n::X;\n"),
+        ]),
+    );
+    assert_eq!(graph["p"], ["p::m", "p::n"].map(str::to_owned).into());
+    assert_eq!(graph["p::m"], ["p::n"].map(str::to_owned).into());
+}
+
+#[test]
+fn a_folders_part_importing_its_folder_upward_fails() {
+    let upward = "p::n (wire, level 2) imports p (round, level 2): a higher layer";
+    for import in [
+        "use crate::p::Acquire;\n",
+        "fn f() { crate::p::acquire(); }\n",
+        "use crate::{n::Node, p::Acquire};\n",
+        "use super::Acquire;\n",
+        "use super::*;\n",
+        "use super::{Acquire, m};\n",
+    ] {
+        let report = folder_report(&[("n", ""), ("p::n", import), ("p::m", ""), ("p", "")]);
+        assert!(report.contains(upward), "{import}: {report}");
+    }
+    // From a file further down the part's folder, too.
+    let report = folder_report(&[
+        ("n", ""),
+        ("p::n", ""),
+        ("p::n::deep", "use super::super::Acquire;\n"),
+        ("p::m", ""),
+        ("p", ""),
+    ]);
+    assert!(report.contains(upward), "{report}");
+    // A part importing another part above it, and the folder's file
+    // importing a part beside the part's level.
+    let report = folder_report(&[
+        ("n", ""),
+        ("p::n", "use super::m::Lane;\n"),
+        ("p::m", ""),
+        ("p", ""),
+    ]);
+    assert!(
+        report.contains("p::n (wire, level 2) imports p::m (round, level 1): a higher layer"),
+        "{report}"
+    );
+    let report = folder_report(&[
+        ("n", "use crate::p::n::X;\n"),
+        ("p::n", ""),
+        ("p::m", ""),
+        ("p", ""),
+    ]);
+    assert!(
+        report.contains(
+            "n (wire, level 1) imports p::n (wire, level 2): within a layer, a module \
+             imports only from a lower level"
+        ),
+        "{report}"
+    );
+    // A circle through a folder's parts.
+    let report = folder_report(&[
+        ("n", ""),
+        ("p::n", "use crate::p::Acquire;\n"),
+        ("p::m", ""),
+        ("p", "use self::n::Shape;\n"),
+    ]);
+    assert!(
+        report.contains("modules import one another in a circle: p -> p::n -> p"),
+        "{report}"
+    );
 }

@@ -169,7 +169,9 @@
 //! Five layers; a module imports only from its own layer or the ones above
 //! it in this list, and no modules import one another in a circle (a unit
 //! test reads the sources and checks both). Data flows one way: request →
-//! fan-out → votes → decision → guard.
+//! fan-out → votes → decision → guard. A folder may have parts on other
+//! levels than the rest of it: `lock::node` is `src/lock/node.rs`, listed
+//! where it stands, and `lock` the rest of `src/lock/`.
 //!
 //! 1. **Pure** (no I/O)
 //!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
@@ -188,15 +190,18 @@
 //! 2. **Wire**
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
-//!      with their fallbacks), the release and extension of any holding
-//!      by its `Shape` (the trait a primitive implements to say how), and
-//!      the commands of the primitives not yet in a folder of their own.
+//!      with their fallbacks), and the release and extension of any
+//!      holding by its `Shape` (the trait a primitive implements to say
+//!      how).
+//!    - `lock::node` — a lock's commands on one node (plain `SET NX PX`,
+//!      fenced, multi-resource, and the group-commit batch of many plain
+//!      locks' requests), its scripts beside it, and the lock's `Shape`.
 //!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
 //!      trips, slot maps, an access probe.
 //! 3. **Round**
 //!    - `calls` — the poller of one fan-out's requests, under one timer.
 //!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
-//!    - `coalesce` — group commit per node: under heavy load, plain locks'
+//!    - `lock::batch` — group commit per node: under heavy load, plain locks'
 //!      acquires, releases and extensions that meet a call in flight go out
 //!      together as one script call once it answers; under light load, and
 //!      always for a lone request, at once.
@@ -204,7 +209,7 @@
 //!      decided by a rule from `decide`: a lock's votes, a renewal's batch, a
 //!      leader read), the requests still in flight, releases, cleanup; the
 //!      `Core` that holders share.
-//!    - `primitive` — the lock kinds (plain, fenced, multi-resource) as
+//!    - `lock` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //! 4. **Holding**
 //!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
@@ -222,7 +227,7 @@
 //!    - `election` — [`Election`], [`Leadership`]: campaign, leader,
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a
-//!      quorum.
+//!      quorum; its commands on a node (`node.rs`) and its scripts.
 //!    - `semaphore` — [`Semaphore`], in its own folder: its API and its
 //!      description on the engine (`mod.rs`), what it asks a node and the
 //!      permit's `Shape` (`node.rs`), its scripts (`*.lua`).
@@ -238,7 +243,10 @@
 //! a `Lua` static beside its `.lua` file and listed once in the Functions
 //! library's list (`scripts`' tests, which regenerate the library). Guards,
 //! renewal, releases and wake-ups serve it without knowing which primitive
-//! it is.
+//! it is. Its folder is one module in the layers, unless lower modules use
+//! a part of it: the lock's commands (`lock::node`), which the node check
+//! and the group commit use, and its group commit (`lock::batch`), which
+//! the engine uses, are listed on their own levels.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.
@@ -268,13 +276,13 @@ mod request;
 mod retry;
 mod scripts;
 mod token;
-// 2. wire: one node
+// 2. wire: one node (and the lock's commands, lock::node, in src/lock/)
 mod node;
 mod probe;
-// 3. round: one request to every node, and the primitives on it
+// 3. round: one request to every node, and the primitives on it (the
+// lock's group commit, lock::batch, and its acquisitions, lock)
 mod calls;
-mod coalesce;
-mod primitive;
+mod lock;
 mod round;
 mod tasks;
 // 4. holding

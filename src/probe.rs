@@ -13,7 +13,8 @@ use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
-use crate::node::{Extension, LockShape, Node};
+use crate::lock::node::LockShape;
+use crate::node::{Extension, Node};
 use crate::scripts::ScriptMode;
 use crate::token::Token;
 

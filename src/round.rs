@@ -17,9 +17,9 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use crate::calls::Requests;
-use crate::coalesce::{Lanes, Op};
 use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
+use crate::lock::batch::{Lanes, Op};
 use crate::metrics;
 use crate::node::{Deadline, Extension, Node, ShapeRef, nth};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote, Window};
@@ -735,7 +735,7 @@ pub(crate) async fn attempt<A: Acquire>(
             tracing::debug!(error = %error, "attempt failed, cleaning up");
             // Not followed: the cleanup releases those nodes anyway. Dropped
             // first, since a node's lone request holds its queue (see
-            // `coalesce`) until it is polled to its answer or dropped, and
+            // `lock::batch`) until it is polled to its answer or dropped, and
             // the cleanup's release may be queued behind it.
             drop(stragglers);
             // A node that answered "no" certainly did not store our token,

@@ -1,5 +1,5 @@
 //! The election primitive on the round engine. A campaign is a fenced
-//! lock's acquire round (see [`primitive`](crate::primitive)): its fence is
+//! lock's acquire round (see [`lock`](crate::lock)): its fence is
 //! the term. What an election adds is the leader's value, kept per node
 //! beside the lock key in a hash that names the token it belongs to
 //! (`elect_proclaim.lua`), and the read of both, decided by a quorum
@@ -13,11 +13,13 @@ use tokio::time::Instant;
 use crate::decide::Decide;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
-use crate::node::{Seen, nth};
+use crate::node::nth;
 use crate::quorum::Rule;
 use crate::quorum::quorum;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
 use crate::token::Token;
+
+use super::node::Seen;
 
 /// The key of the leader's value beside lock key `key`.
 pub(crate) fn leader_key(key: &str) -> Arc<str> {

@@ -3,10 +3,12 @@
 //! the one candidate that leads. A thin entry point: a campaign is a fenced
 //! lock acquired on the manager's one acquire path (as `lock`'s, retried
 //! without limit), leadership is that lock held and auto-extended by a
-//! [`LockGuard`], and the value beside it is the election primitive's
-//! (`elect`).
+//! [`LockGuard`], and the value beside it is the election primitive's: on
+//! the engine (`leader.rs`), on a node (`node.rs`), and its scripts
+//! (`elect_proclaim.lua`, `elect_leader.lua`).
 
 mod leader;
+pub(crate) mod node;
 
 use std::fmt;
 use std::future::Future;

@@ -24,7 +24,7 @@ use crate::scripts::Lua;
 /// knowing which primitive it is.
 pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
     /// Whether a one-key holding of this shape may go through its node's
-    /// group-commit lane (see [`Op::batched`](crate::coalesce::Op::batched)):
+    /// group-commit lane (see [`Op::batched`](crate::lock::batch::Op::batched)):
     /// `batch.lua` knows only plain locks.
     fn group_commits(&self) -> bool {
         false

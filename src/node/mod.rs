@@ -9,29 +9,25 @@
 //! - `run`: sending one request — commands and scripts (EVAL/EVALSHA/FCALL,
 //!   with the NOSCRIPT and missing-library fallbacks), `WAIT` for replicas,
 //!   resends after a dropped connection;
-//! - one file per primitive's commands and reply decoding that is still
-//!   here: `lock` (plain, fenced, multi-resource, and the group-commit
-//!   batch), `election` (a semaphore's and a reader-writer lock's are in
-//!   their own folders, `src/semaphore/`, `src/rwlock/`); `holding` runs
-//!   every primitive's release and
-//!   extension as the holding's [`Shape`] (a trait each primitive
-//!   implements) describes them.
+//! - `holding`: every primitive's release and extension, as the holding's
+//!   [`Shape`] (a trait each primitive implements) describes them.
+//!
+//! A primitive's own commands and reply decoding are in its folder, beside
+//! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
+//! `src/semaphore/node.rs`, `src/rwlock/node.rs`.
 
 mod deadline;
-mod election;
 mod holding;
-mod lock;
 mod redact;
 mod run;
 mod url;
 
 pub(crate) use deadline::{Deadline, within};
-pub(crate) use election::Seen;
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
-pub(crate) use lock::{LockShape, Single, SingleOp};
 pub(crate) use redact::redact;
+pub(crate) use run::Resend;
 #[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
@@ -52,7 +48,6 @@ use crate::error::{ConfigError, NodeError};
 use crate::scripts::ScriptMode;
 
 use self::redact::passwords;
-use self::run::Resend;
 #[cfg(feature = "tls")]
 use self::url::tls_certificates;
 use self::url::{is_tls, label, open};

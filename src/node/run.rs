@@ -16,7 +16,7 @@ use crate::scripts::{Lua, Replicas, ScriptMode};
 /// Whether a call may go out again when its connection dropped before the
 /// answer came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Resend {
+pub(crate) enum Resend {
     Never,
     /// The call is idempotent: sending it twice does what sending it once
     /// does.
@@ -62,7 +62,7 @@ impl Node {
 
     /// `error` with every secret of a call scrubbed out of its text: the
     /// call's `tokens` and the node's passwords.
-    pub(super) fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {
+    pub(crate) fn redact(&self, error: NodeError, tokens: &[&str]) -> NodeError {
         let secrets: Vec<&str> = tokens
             .iter()
             .copied()
@@ -74,7 +74,7 @@ impl Node {
     /// Sends a lock write: as [`command`](Self::command), and with replica
     /// sync, `WAIT` right behind it in one pipeline (so it waits for this
     /// write, even if the connection is new).
-    pub(super) async fn write(
+    pub(crate) async fn write(
         &self,
         cmd: &Cmd,
         secrets: &[&str],
@@ -166,7 +166,7 @@ impl Node {
     /// list of them in between: a batch has hundreds.
     /// `size` is how many arguments `fill` writes and about how many bytes,
     /// so that the command is allocated once rather than grown.
-    pub(super) async fn run_script(
+    pub(crate) async fn run_script(
         &self,
         lua: &Lua,
         fill: impl Fn(&mut Cmd),

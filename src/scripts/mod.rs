@@ -1,12 +1,11 @@
-//! The Lua scripts, each in its own `.lua` file (here, or in the folder of
-//! the primitive that runs it, beside its commands), sent as EVAL until a node
+//! The Lua scripts, each in its own `.lua` file in the folder of the
+//! primitive that runs it, beside its commands, sent as EVAL until a node
 //! is known to cache them, then as EVALSHA (a NOSCRIPT — a restarted node
 //! has an empty script cache — sends EVAL again) — or,
 //! in [`ScriptMode::Functions`], called with FCALL as the functions of
 //! `functions.lua`, the same scripts wrapped as one Redis Functions library.
 //! Scripts are constant text: keys only in KEYS, token and ttl only in ARGV.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use redis::Script;
@@ -138,79 +137,6 @@ impl Lua {
     }
 }
 
-/// `if GET key == token then DEL key`, for each of a lock's keys.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_release",
-        include_str!("release.lua"),
-        Replicas::DontWait,
-    )
-});
-
-/// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
-pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_extend",
-        include_str!("extend.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// All keys or none: multi-resource acquire.
-pub(crate) static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_acquire_many",
-        include_str!("acquire_many.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_acquire_fenced",
-        include_str!("acquire_fenced.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// `counter = max(counter, fence)`: fenced acquire, phase 2.
-pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_fence_writeback",
-        include_str!("fence_writeback.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// Election: the leader's value beside its lock key, token-checked.
-pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_elect_proclaim",
-        include_str!("elect_proclaim.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// Election: the lock key's holder and its value, read atomically.
-pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_elect_leader",
-        include_str!("elect_leader.lua"),
-        Replicas::Wait,
-    )
-});
-
-/// Plain locks: many acquires, releases and extensions of one node in one
-/// call (group commit, see `coalesce.rs`).
-pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        "quorumlock_batch",
-        include_str!("batch.lua"),
-        Replicas::Wait,
-    )
-});
-
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
@@ -236,20 +162,20 @@ mod tests {
     /// `every_script_file_is_in_the_library`.
     fn library() -> Vec<&'static Lua> {
         vec![
-            &*RELEASE,
-            &*EXTEND,
-            &*ACQUIRE_MANY,
-            &*ACQUIRE_FENCED,
-            &*FENCE_WRITEBACK,
-            &*ELECT_PROCLAIM,
-            &*ELECT_LEADER,
+            &*crate::lock::node::RELEASE,
+            &*crate::lock::node::EXTEND,
+            &*crate::lock::node::ACQUIRE_MANY,
+            &*crate::lock::node::ACQUIRE_FENCED,
+            &*crate::lock::node::FENCE_WRITEBACK,
+            &*crate::election::node::ELECT_PROCLAIM,
+            &*crate::election::node::ELECT_LEADER,
             &*crate::semaphore::node::ACQUIRE,
             &*crate::semaphore::node::EXTEND,
             &*crate::semaphore::node::RELEASE,
             &*crate::rwlock::node::ACQUIRE,
             &*crate::rwlock::node::EXTEND,
             &*crate::rwlock::node::RELEASE,
-            &*BATCH,
+            &*crate::lock::node::BATCH,
         ]
     }
 

@@ -135,9 +135,9 @@ async fn fencer_nodes(scripts: [&[&str]; 3]) -> (RedisNodes, Redlock) {
     (nodes, locks)
 }
 
-const ACQUIRE: &str = include_str!("../../src/scripts/acquire_fenced.lua");
-const WRITE_BACK: &str = include_str!("../../src/scripts/fence_writeback.lua");
-const RELEASE: &str = include_str!("../../src/scripts/release.lua");
+const ACQUIRE: &str = include_str!("../../src/lock/acquire_fenced.lua");
+const WRITE_BACK: &str = include_str!("../../src/lock/fence_writeback.lua");
+const RELEASE: &str = include_str!("../../src/lock/release.lua");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_without_quorum_fails_and_leaves_no_lock() {

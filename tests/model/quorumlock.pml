@@ -102,13 +102,13 @@
 
 /* Request kinds, each one Redis command or script that a node runs
    atomically. */
-#define SET  1   /* SET key token NX PX ttl                 src/node.rs acquire           */
-#define FSET 2   /* SET NX PX; if set, INCR counter, return src/scripts/acquire_fenced.lua */
-#define WB   3   /* counter = max(counter, t)               src/scripts/fence_writeback.lua */
+#define SET  1   /* SET key token NX PX ttl                 src/lock/node.rs acquire      */
+#define FSET 2   /* SET NX PX; if set, INCR counter, return src/lock/acquire_fenced.lua */
+#define WB   3   /* counter = max(counter, t)               src/lock/fence_writeback.lua */
 #define EXT  4   /* if GET key == token then PEXPIRE; if no key then SET
                     key token PX ttl (restore; fenced: counter raised to the
-                    lock's fence); else no          src/scripts/extend.lua         */
-#define REL  5   /* if GET key == token then DEL            src/scripts/release.lua        */
+                    lock's fence); else no          src/lock/extend.lua         */
+#define REL  5   /* if GET key == token then DEL            src/lock/release.lua        */
 
 /* A request on a link is one byte: the kind, and its argument (the token;
    for WB the fence t, since the write-back is not token-checked). */

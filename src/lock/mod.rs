@@ -7,6 +7,14 @@
 //! the granting nodes to the fence (`fence_writeback.lua`). Holding,
 //! extending and releasing them is the same for all three (see
 //! [`Holding`](crate::round::Holding)).
+//!
+//! The folder stands on three levels of the layers: `node` (the commands
+//! on one node, the scripts beside it, the lock's `Shape`) on the wire,
+//! `batch` (group commit per node) below the round engine, and this file,
+//! the acquisitions, on it.
+
+pub(crate) mod batch;
+pub(crate) mod node;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,13 +22,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, LockShape, nth};
+use crate::node::{Deadline, nth};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Keys, Kind, Request};
 use crate::round::{Acquire, Core, Round, fan_out, follow};
 use crate::token::Token;
+
+use self::batch::Op;
+use self::node::LockShape;
 
 /// A node's answer to a lock's acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,19 +1,75 @@
 //! A lock's commands on one node: plain (`SET NX PX`), fenced, several
 //! keys at once, and the group-commit batch (`batch.lua`) that carries
-//! many plain locks' requests in one script call.
+//! many plain locks' requests in one script call; its scripts (the `.lua`
+//! files beside this one), and the lock's [`Shape`].
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
-use super::*;
 use crate::error::NodeError;
+use crate::node::{Deadline, Extension, Node, Release, Resend, Shape, ShapeRef, unexpected};
 use crate::request::channel;
-use crate::scripts::{self, Lua};
+use crate::scripts::{Lua, Replicas};
+
+/// `if GET key == token then DEL key`, for each of a lock's keys.
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_release",
+        include_str!("release.lua"),
+        Replicas::DontWait,
+    )
+});
+
+/// `if GET key == token then PEXPIRE key ttl`, for one key or a batch.
+pub(crate) static EXTEND: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_extend",
+        include_str!("extend.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// All keys or none: multi-resource acquire.
+pub(crate) static ACQUIRE_MANY: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_acquire_many",
+        include_str!("acquire_many.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// `if SET lock NX PX then return INCR counter`: fenced acquire, phase 1.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_acquire_fenced",
+        include_str!("acquire_fenced.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// `counter = max(counter, fence)`: fenced acquire, phase 2.
+pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_fence_writeback",
+        include_str!("fence_writeback.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Plain locks: many acquires, releases and extensions of one node in one
+/// call (group commit, see `batch.rs`).
+pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_batch",
+        include_str!("batch.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// One plain (one-key, unfenced) lock's request to a node, alone or in a
-/// batch with others (see `batch.lua` and `coalesce.rs`).
+/// batch with others (see `batch.lua` and `batch.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Single<'a> {
     pub(crate) op: SingleOp<'a>,
@@ -89,7 +145,7 @@ impl Node {
         let keys = [key, fence_key];
         match self
             .script(
-                &scripts::ACQUIRE_FENCED,
+                &ACQUIRE_FENCED,
                 &keys,
                 &[token, &ttl_ms],
                 &[token],
@@ -114,14 +170,8 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let fence = fence.to_string();
-        self.flag_script(
-            &scripts::FENCE_WRITEBACK,
-            &[fence_key],
-            &[&fence],
-            &[],
-            deadline,
-        )
-        .await
+        self.flag_script(&FENCE_WRITEBACK, &[fence_key], &[&fence], &[], deadline)
+            .await
     }
 
     /// All of `keys` or none, atomically: true if every key was set.
@@ -135,14 +185,8 @@ impl Node {
         let deadline: Deadline = deadline.into();
         let ttl_ms = ttl_ms.to_string();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        self.flag_script(
-            &scripts::ACQUIRE_MANY,
-            &keys,
-            &[token, &ttl_ms],
-            &[token],
-            deadline,
-        )
-        .await
+        self.flag_script(&ACQUIRE_MANY, &keys, &[token, &ttl_ms], &[token], deadline)
+            .await
     }
 
     /// Token-checked delete of one plain lock's key (`release.lua`), as
@@ -158,7 +202,7 @@ impl Node {
         let fill = |cmd: &mut Cmd| release_call(cmd, &keys, token, announce);
         let size = (5, 2 * key.len() + token.len() + 48);
         let reply = self
-            .run_script(&scripts::RELEASE, fill, size, &[token], deadline)
+            .run_script(&RELEASE, fill, size, &[token], deadline)
             .await?;
         released(&reply, keys.len())
     }
@@ -189,7 +233,7 @@ impl Node {
                 let ttl = ttl_ms.to_string();
                 let args = [token, ttl.as_str(), "1", "0"];
                 match self
-                    .script(&scripts::EXTEND, &[key], &args, &[token], deadline)
+                    .script(&EXTEND, &[key], &args, &[token], deadline)
                     .await?
                 {
                     Value::Array(items) => match items.as_slice() {
@@ -280,7 +324,7 @@ impl Node {
             .sum();
         let size = (1 + 5 * group.len(), bytes + 4);
         match self
-            .run_script(&scripts::BATCH, fill, size, &tokens, deadline)
+            .run_script(&BATCH, fill, size, &tokens, deadline)
             .await?
         {
             Value::Array(items) if items.len() == group.len() => Ok(items
@@ -316,7 +360,7 @@ impl Shape for LockShape {
     }
 
     fn extend_script(&self) -> &'static Lua {
-        &scripts::EXTEND
+        &EXTEND
     }
 
     /// Its keys, and a fenced lock's counter key.
@@ -334,7 +378,7 @@ impl Shape for LockShape {
     }
 
     fn release_script(&self) -> &'static Lua {
-        &scripts::RELEASE
+        &RELEASE
     }
 
     fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {

@@ -37,7 +37,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
-use crate::node::{Deadline, Node, Shape, Single, SingleOp, nth, within};
+use crate::lock::node::{Single, SingleOp};
+use crate::node::{Deadline, Node, Shape, nth, within};
 use crate::tasks::Background;
 use crate::token::Token;
 

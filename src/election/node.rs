@@ -1,11 +1,33 @@
 //! Election commands: the value beside a lock key, and the atomic read of
-//! both. (Acquiring and keeping the lock are the fenced lock's.)
+//! both, with their scripts (`elect_proclaim.lua`, `elect_leader.lua`
+//! beside this file). (Acquiring and keeping the lock are the fenced
+//! lock's.)
+
+use std::sync::LazyLock;
 
 use redis::Value;
 
-use super::*;
 use crate::error::NodeError;
-use crate::scripts;
+use crate::node::{Deadline, Node, unexpected};
+use crate::scripts::{Lua, Replicas};
+
+/// Election: the leader's value beside its lock key, token-checked.
+pub(crate) static ELECT_PROCLAIM: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_elect_proclaim",
+        include_str!("elect_proclaim.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// Election: the lock key's holder and its value, read atomically.
+pub(crate) static ELECT_LEADER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_elect_leader",
+        include_str!("elect_leader.lua"),
+        Replicas::Wait,
+    )
+});
 
 /// What one node says about an election: who holds its lock key, and what
 /// that holder proclaimed there (see `elect_leader.lua`).
@@ -50,7 +72,7 @@ impl Node {
         let mut args = vec![token, &term, &rev, value, &ttl];
         args.extend(announce);
         self.flag_script(
-            &scripts::ELECT_PROCLAIM,
+            &ELECT_PROCLAIM,
             &[key, leader_key],
             &args,
             &[token],
@@ -68,13 +90,7 @@ impl Node {
     ) -> Result<Seen, NodeError> {
         let deadline: Deadline = deadline.into();
         let reply = self
-            .script(
-                &scripts::ELECT_LEADER,
-                &[key, leader_key],
-                &[],
-                &[],
-                deadline,
-            )
+            .script(&ELECT_LEADER, &[key, leader_key], &[], &[], deadline)
             .await?;
         let text = |value: &Value| match value {
             Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
