@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::coalesce::Op;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, LockShape, nth};
+use crate::node::{Deadline, LockShape};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Keys, Kind, Request};
 use crate::round::{Acquire, Core, Round, fan_out, follow};
@@ -77,11 +77,11 @@ impl Acquire for Request {
         let (kind, ttl_ms) = (self.kind, self.ttl_ms);
         async move {
             let i = node;
-            let node = nth(&core.nodes, i)?;
+            let node = core.node(i)?;
             let op = Op::Acquire { ttl_ms };
             if let Some(key) = op.batched(&LockShape, &keys, kind == Kind::Fenced) {
                 // With whatever else is bound for this node meanwhile.
-                let status = core.lanes.send(i, op, key, &token, deadline).await?;
+                let status = core.lanes().send(i, op, key, &token, deadline).await?;
                 return Ok((status == 1).into());
             }
             match (kind, &*keys, fence_key.as_deref()) {
@@ -134,7 +134,7 @@ impl Acquire for Request {
         // Owned requests: the granting nodes still writing back at the
         // decision are followed, so that their counters rise too.
         let (writeback, stragglers) = fan_out(
-            &core.nodes,
+            core.nodes(),
             Rule::Quorum,
             "fence",
             deadline,
@@ -145,7 +145,7 @@ impl Acquire for Request {
                     if !granted {
                         return Ok(false);
                     }
-                    let node = nth(&core.nodes, i)?;
+                    let node = core.node(i)?;
                     node.fence_writeback(&fence_key, fence, deadline).await
                 }
             },

@@ -16,8 +16,8 @@ use crate::decide::{Batch, Decide};
 use crate::error::{LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, LockState, RoundId};
 use crate::metrics;
-use crate::node::{ExtendReply, Extension, nth};
-use crate::quorum::{Answer, Vote, Window, drift};
+use crate::node::{ExtendReply, Extension};
+use crate::quorum::{Answer, Vote};
 use crate::round::{Core, Traced, fan_out_with, follow, release_again};
 
 /// The most locks renewed by one script call.
@@ -125,7 +125,7 @@ impl Renewer {
             };
             runtime.spawn(run(Arc::downgrade(core), self.clone()));
         }
-        let w = ttl.saturating_sub(drift(ttl, core.drift_factor));
+        let w = core.validity(ttl);
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.registry().insert(
@@ -286,12 +286,12 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
         core,
         locks: locks.clone(),
         start,
-        batch: Batch::new(core.nodes.len(), locks.due.len()),
+        batch: Batch::new(core.len(), locks.due.len()),
         outcomes: vec![None; locks.due.len()],
     };
     let deadline = core.timeout_from(start);
     let (renewal, stragglers) = fan_out_with(
-        &core.nodes,
+        core.nodes(),
         "renew",
         deadline,
         renewal,
@@ -305,9 +305,7 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
                     .iter()
                     .map(|due| due.held.holding.extension(due.ttl_ms))
                     .collect();
-                nth(&core.nodes, i)?
-                    .extend_many(&extensions, deadline)
-                    .await
+                core.node(i)?.extend_many(&extensions, deadline).await
             }
         },
     )
@@ -389,7 +387,7 @@ impl Renewal<'_> {
             return;
         };
         let held = &due.held;
-        let window = Window::new(self.start, due.ttl, self.core.drift_factor);
+        let window = self.core.window(self.start, due.ttl);
         let outcome = match held.settle_extension(tally.decision(), tally, &window) {
             Extended::Yes => Outcome::Renewed,
             Extended::Lost(_) => Outcome::Finished,

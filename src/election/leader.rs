@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::decide::Decide;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
-use crate::node::{Seen, nth};
+use crate::node::Seen;
 use crate::quorum::Rule;
 use crate::quorum::quorum;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
@@ -70,17 +70,17 @@ pub(crate) async fn proclaim(
 ) -> Round {
     let deadline = core.timeout_within(Instant::now(), until);
     let announce: Option<Arc<str>> = core
-        .announce
+        .announces()
         .then(|| elected_channel(&proclamation.key).into());
     let (round, stragglers) = fan_out(
-        &core.nodes,
+        core.nodes(),
         Rule::Quorum,
         "proclaim",
         deadline,
         |i, _, deadline| {
             let (core, p, announce) = (core.clone(), proclamation.clone(), announce.clone());
             async move {
-                let Some(node) = core.nodes.get(i) else {
+                let Ok(node) = core.node(i) else {
                     return Ok(false);
                 };
                 node.proclaim(
@@ -270,7 +270,7 @@ pub(crate) async fn read_leader(
     key: &str,
     leader_key: &str,
 ) -> Result<Option<Confirmed>, Error> {
-    let nodes = core.nodes.len();
+    let nodes = core.len();
     let reading = Reading {
         answers: vec![None; nodes],
         pending: nodes,
@@ -280,18 +280,14 @@ pub(crate) async fn read_leader(
     let deadline = core.timeout_from(Instant::now());
     let (key, leader_key): (Arc<str>, Arc<str>) = (key.into(), leader_key.into());
     let (reading, stragglers) = fan_out_with(
-        &core.nodes,
+        core.nodes(),
         "leader",
         deadline,
         reading,
         |i, _, deadline| {
             let (core, key, leader_key) = (core.clone(), key.clone(), leader_key.clone());
             // Owned, so that it can be followed after the decision.
-            async move {
-                nth(&core.nodes, i)?
-                    .read_leader(&key, &leader_key, deadline)
-                    .await
-            }
+            async move { core.node(i)?.read_leader(&key, &leader_key, deadline).await }
         },
     )
     .await;

@@ -503,7 +503,7 @@ impl Acquisition for Campaign {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),
             current: Mutex::new((0, self.value.clone())),
-            value_ttl_ms: leader::value_ttl_ms(self.lock.ttl_ms, core.node_timeout),
+            value_ttl_ms: leader::value_ttl_ms(self.lock.ttl_ms, core.node_timeout()),
         };
         inaugurate(core, guard, state, self.ttl).await
     }
@@ -535,7 +535,7 @@ struct Changes {
 impl Changes {
     /// Listens on the election's channels, if the manager announces.
     fn listen(manager: &Manager, key: &str) -> Option<Self> {
-        if !manager.core.announce {
+        if !manager.core.announces() {
             return None;
         }
         let woken = Arc::new(Notify::new());
@@ -616,7 +616,7 @@ fn spawn_keeper(core: &Arc<Core>, state: &Arc<State>, lease: Lease, ttl: Duratio
         return;
     };
     let (weak, state) = (Arc::downgrade(core), state.clone());
-    let first = core.node_timeout;
+    let first = core.node_timeout();
     runtime.spawn(keep(weak, state, lease, first, ttl / 3));
 }
 

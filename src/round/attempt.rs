@@ -83,7 +83,7 @@ pub(crate) async fn attempt<A: Acquire>(
     let start = Instant::now();
     let token = Token::generate()?;
     let (ttl, _) = acquire.ttl();
-    let window = Window::new(start, ttl, core.drift_factor);
+    let window = core.window(start, ttl);
     // Never wait for a node past the point where no validity would be left.
     let deadline = core.timeout_within(start, window.deadline());
 
@@ -99,7 +99,7 @@ pub(crate) async fn attempt<A: Acquire>(
         },
     };
     let (round, stragglers) = fan_out(
-        &core.nodes,
+        core.nodes(),
         Rule::Quorum,
         "acquire",
         deadline,

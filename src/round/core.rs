@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::coalesce::Lanes;
-use crate::node::{Extension, Node, ShapeRef};
+use crate::error::NodeError;
+use crate::node::{Extension, Node, ShapeRef, nth};
+use crate::quorum::{Window, drift};
 use crate::request::Keys;
 use crate::tasks::Background;
 use crate::token::Token;
@@ -16,18 +18,21 @@ use crate::token::Token;
 /// the drift allowance, and the tasks that outlive a caller (cleanups,
 /// releases of dropped guards, requests still in flight after a decision).
 /// Guards, the renewer and the wake-ups hold it (`Arc` or `Weak`) rather
-/// than the manager.
+/// than the manager. Read through its methods: the nodes and one node
+/// ([`node`](Self::node)), the deadlines of requests
+/// ([`timeout_from`](Self::timeout_from)), a lock's validity
+/// ([`window`](Self::window)).
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) nodes: Arc<[Node]>,
+    nodes: Arc<[Node]>,
     /// Each node's queue of plain lock requests (group commit).
-    pub(crate) lanes: Arc<Lanes>,
-    pub(crate) node_timeout: Duration,
-    pub(crate) drift_factor: f64,
+    lanes: Arc<Lanes>,
+    node_timeout: Duration,
+    drift_factor: f64,
     /// Whether releases announce themselves on the keys' channels, for the
     /// waiters of [`WakeOnRelease::Subscribe`](crate::WakeOnRelease).
-    pub(crate) announce: bool,
-    pub(crate) background: Arc<Background>,
+    announce: bool,
+    background: Arc<Background>,
 }
 
 impl Core {
@@ -49,9 +54,65 @@ impl Core {
         }
     }
 
+    /// The nodes, in the order the manager was given them: node `i` of a
+    /// round is `nodes()[i]`.
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// How many nodes there are: `N`.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Node `i`, for a request to it (an error, for a request to fail with,
+    /// if there is none).
+    pub(crate) fn node(&self, i: usize) -> Result<&Node, NodeError> {
+        nth(&self.nodes, i)
+    }
+
     /// How many nodes must agree: `N / 2 + 1`.
     pub(crate) fn quorum(&self) -> usize {
-        crate::quorum::quorum(self.nodes.len())
+        crate::quorum::quorum(self.len())
+    }
+
+    /// How long one request to a node may take.
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The clock drift allowance, as a share of a ttl (see
+    /// [`drift`](crate::quorum::drift)): for the configuration's reports and
+    /// for checking a ttl against it.
+    pub(crate) fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// The validity window of a lock with `ttl` whose request began at
+    /// `start`: the ttl less the drift allowance.
+    pub(crate) fn window(&self, start: Instant, ttl: Duration) -> Window {
+        Window::new(start, ttl, self.drift_factor)
+    }
+
+    /// The most validity a lock with `ttl` can have: the ttl less the drift
+    /// allowance, the length of its [`window`](Self::window).
+    pub(crate) fn validity(&self, ttl: Duration) -> Duration {
+        ttl.saturating_sub(drift(ttl, self.drift_factor))
+    }
+
+    /// Each node's queue of plain lock requests (group commit).
+    pub(crate) fn lanes(&self) -> &Arc<Lanes> {
+        &self.lanes
+    }
+
+    /// Whether releases announce themselves on the keys' channels.
+    pub(crate) fn announces(&self) -> bool {
+        self.announce
+    }
+
+    /// The tasks that outlive a caller.
+    pub(crate) fn background(&self) -> &Arc<Background> {
+        &self.background
     }
 
     /// When a request to the nodes begun at `start` stops waiting for
@@ -68,7 +129,7 @@ impl Core {
 
     /// Node `i`'s label, for logs.
     pub(crate) fn label(&self, node: usize) -> &str {
-        self.nodes.get(node).map_or("?", |n| &**n.label())
+        self.node(node).map_or("?", |n| &**n.label())
     }
 }
 

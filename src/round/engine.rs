@@ -289,7 +289,7 @@ pub(crate) fn follow<T, F>(
         return;
     }
     let record = move |core: &Core, node: usize, answer: Result<T, NodeError>| {
-        if let Some(target) = core.nodes.get(node) {
+        if let Ok(target) = core.node(node) {
             heard(target, op, &answer, true);
         }
         metrics::followed(op, answer.is_ok());
@@ -302,7 +302,7 @@ pub(crate) fn follow<T, F>(
         return;
     }
     let task_core = core.clone();
-    core.background.spawn(async move {
+    core.background().spawn(async move {
         while let Some((node, answer)) = stragglers.next().await {
             record(&task_core, node, answer);
         }

@@ -13,7 +13,7 @@ use crate::calls::Requests;
 use crate::coalesce::Op;
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::{Deadline, nth};
+use crate::node::Deadline;
 use crate::quorum::Rule;
 
 /// A held lock's requests that were still in flight when their round
@@ -136,12 +136,12 @@ async fn release_request<L: OnNodes>(
     };
     if let Some(key) = op.batched(&*holding.shape, &holding.keys, holding.fence.is_some()) {
         let status = core
-            .lanes
+            .lanes()
             .send(node, op, key, &holding.token, deadline)
             .await?;
         return Ok(status == 1);
     }
-    let target = nth(&core.nodes, node)?;
+    let target = core.node(node)?;
     let announce = announce.as_deref();
     let token = holding.token.as_str();
     target
@@ -161,9 +161,9 @@ pub(crate) async fn release<L: OnNodes>(
     Requests<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
 ) {
     let deadline = core.timeout_from(Instant::now());
-    let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
+    let announce: Option<Arc<str>> = core.announces().then(|| release_id().into());
     fan_out(
-        &core.nodes,
+        core.nodes(),
         Rule::Release,
         "release",
         deadline,
@@ -187,9 +187,9 @@ pub(crate) fn release_in_background<L: OnNodes>(
     }
     let deadline = core.timeout_from(Instant::now());
     let shared = Deadline::timed_by_caller(deadline);
-    let announce: Option<Arc<str>> = core.announce.then(|| release_id().into());
+    let announce: Option<Arc<str>> = core.announces().then(|| release_id().into());
     let skipped = |i: usize| skip.and_then(|s| s.get(i).copied()).unwrap_or(false);
-    let requests = (0..core.nodes.len()).filter(|&i| !skipped(i)).map(|i| {
+    let requests = (0..core.len()).filter(|&i| !skipped(i)).map(|i| {
         let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
         (i, request)
     });
@@ -208,7 +208,7 @@ pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: u
     );
     let deadline = core.timeout_from(Instant::now());
     let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
-    core.background.spawn(async move {
+    core.background().spawn(async move {
         let _ = request.await;
     });
 }

@@ -21,7 +21,7 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef, nth};
+use crate::node::{Deadline, ShapeRef};
 use crate::quorum::Window;
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, same_slot};
@@ -382,7 +382,7 @@ impl Acquire for RwAttempt {
         let (core, token) = (core.clone(), token.clone());
         let (shape, ttl_ms) = (self.shape.clone(), self.ttl_ms);
         async move {
-            let server = nth(&core.nodes, node)?;
+            let server = core.node(node)?;
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
             acquire_hold(server, &shape, token.as_str(), ttl_ms, ttl_ms, deadline).await

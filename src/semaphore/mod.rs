@@ -25,7 +25,7 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef, nth};
+use crate::node::{Deadline, ShapeRef};
 use crate::quorum::{Answer, Vote, Window};
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, same_slot};
@@ -523,7 +523,7 @@ impl Acquire for SlotAttempt {
             (self.request.permits.clone(), self.slot, self.request.ttl_ms);
         let reports = self.reports.clone();
         async move {
-            let server = nth(&core.nodes, node)?;
+            let server = core.node(node)?;
             let reply =
                 acquire_permit(server, &permits, slot, token.as_str(), ttl_ms, deadline).await?;
             let vote = match reply {
