@@ -19,7 +19,7 @@ use crate::metrics;
 use crate::node::ExtendReply;
 use crate::quorum::{Answer, Rule, Vote};
 use crate::renew::Renewer;
-use crate::request::checked_ttl;
+use crate::request::Ttl;
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
 
 /// A held lock.
@@ -43,8 +43,7 @@ pub struct LockGuard {
     renewer: Arc<Renewer>,
     lease: Lease,
     /// The ttl the lock was acquired with; auto-extension renews with it.
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
     /// Set once `release` has run, so that `Drop` does not release again.
     released: bool,
     /// Acquire requests that were still in flight at the quorum decision,
@@ -125,7 +124,7 @@ impl LockGuard {
         core: Arc<Core>,
         renewer: Arc<Renewer>,
         resource: Arc<str>,
-        ttl: (Duration, u64),
+        ttl: Ttl,
         grant: Grant<T, F>,
     ) -> Self
     where
@@ -167,8 +166,7 @@ impl LockGuard {
             core,
             renewer,
             lease: Lease { held },
-            ttl: ttl.0,
-            ttl_ms: ttl.1,
+            ttl,
             released: false,
             in_flight,
         }
@@ -221,8 +219,7 @@ impl LockGuard {
     pub fn auto_extend(&self) {
         if self.held().start_auto_extension() {
             let held = self.held().clone();
-            self.renewer
-                .register(&self.core, held, self.ttl, self.ttl_ms);
+            self.renewer.register(&self.core, held, self.ttl);
         }
     }
 
@@ -278,11 +275,15 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let (ttl, ttl_ms) = checked_ttl(ttl, self.core.drift_factor())?;
+        let ttl = self.core.ttl(ttl)?;
         let core = &self.core;
         let held = self.held();
-        let span =
-            tracing::debug_span!("quorumlock", op = "extend", resource = %held.resource, ttl_ms);
+        let span = tracing::debug_span!(
+            "quorumlock",
+            op = "extend",
+            resource = %held.resource,
+            ttl_ms = ttl.ms()
+        );
         async {
             let start = Instant::now();
             let current = held.status();
@@ -306,7 +307,7 @@ impl LockGuard {
                     let (core, held) = (core.clone(), held.clone());
                     async move {
                         let holding = &held.holding;
-                        let op = Op::Extend { ttl_ms };
+                        let op = Op::Extend { ttl };
                         let fenced = holding.fence.is_some();
                         if let Some(key) = op.batched(&*holding.shape, &holding.keys, fenced) {
                             // With whatever else is bound for this node
@@ -318,9 +319,7 @@ impl LockGuard {
                                 _ => Ok(ExtendReply::Refused),
                             };
                         }
-                        core.node(i)?
-                            .extend(holding.extension(ttl_ms), deadline)
-                            .await
+                        core.node(i)?.extend(holding.extension(ttl), deadline).await
                     }
                 },
             )

@@ -744,7 +744,7 @@ impl Acquisition for Request {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl_ms)
+        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl.ms())
     }
 
     fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {

@@ -18,6 +18,7 @@ use crate::lease::{Extended, LockState, RoundId};
 use crate::metrics;
 use crate::node::{ExtendReply, Extension};
 use crate::quorum::{Answer, Vote};
+use crate::request::Ttl;
 use crate::round::{Core, Traced, fan_out_with, follow, release_again};
 
 /// The most locks renewed by one script call.
@@ -36,8 +37,7 @@ pub(crate) struct Renewer {
 #[derive(Debug)]
 struct Entry {
     held: Arc<LockState>,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
     /// The validity window of a renewal: `ttl - drift`.
     w: Duration,
     plan: Plan,
@@ -83,8 +83,7 @@ impl Plan {
 struct Due {
     id: u64,
     held: Arc<LockState>,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
 }
 
 /// What a round decided for one lock.
@@ -110,13 +109,7 @@ impl Renewer {
 
     /// Starts renewing `held` until it is lost or released. Without a tokio
     /// runtime nothing can be renewed and the lock expires at its deadline.
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        core: &Arc<Core>,
-        held: Arc<LockState>,
-        ttl: Duration,
-        ttl_ms: u64,
-    ) {
+    pub(crate) fn register(self: &Arc<Self>, core: &Arc<Core>, held: Arc<LockState>, ttl: Ttl) {
         if !self.started.swap(true, Ordering::AcqRel) {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 self.started.store(false, Ordering::Release);
@@ -133,7 +126,6 @@ impl Renewer {
             Entry {
                 held,
                 ttl,
-                ttl_ms,
                 w,
                 plan,
                 in_flight: false,
@@ -164,7 +156,6 @@ impl Renewer {
                     id,
                     held: entry.held.clone(),
                     ttl: entry.ttl,
-                    ttl_ms: entry.ttl_ms,
                 });
             } else {
                 next = Some(next.map_or(entry.plan.due, |n| n.min(entry.plan.due)));
@@ -303,7 +294,7 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
                 let extensions: Vec<Extension<'_>> = locks
                     .due
                     .iter()
-                    .map(|due| due.held.holding.extension(due.ttl_ms))
+                    .map(|due| due.held.holding.extension(due.ttl))
                     .collect();
                 core.node(i)?.extend_many(&extensions, deadline).await
             }
@@ -485,8 +476,7 @@ mod tests {
                 id,
                 Entry {
                     held,
-                    ttl: W,
-                    ttl_ms: 900,
+                    ttl: Ttl::from_millis(900),
                     w: W,
                     plan,
                     in_flight: false,

@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -13,7 +12,7 @@ use crate::calls::Requests;
 use crate::error::{Error, NodeError};
 use crate::node::{Deadline, ShapeRef};
 use crate::quorum::{Answer, Decision, Rule, Window};
-use crate::request::Keys;
+use crate::request::{Keys, Ttl};
 use crate::token::Token;
 
 /// One primitive's acquisition, as [`attempt`] runs it: what each node is
@@ -29,8 +28,8 @@ pub(crate) trait Acquire: Sync {
     /// The keys a grant holds (and a failed attempt releases).
     fn keys(&self) -> &Keys;
 
-    /// The requested ttl, in milliseconds too.
-    fn ttl(&self) -> (Duration, u64);
+    /// The requested ttl.
+    fn ttl(&self) -> Ttl;
 
     /// What a grant is on the nodes beyond its keys: a lock unless said
     /// otherwise.
@@ -82,7 +81,7 @@ pub(crate) async fn attempt<A: Acquire>(
 > {
     let start = Instant::now();
     let token = Token::generate()?;
-    let (ttl, _) = acquire.ttl();
+    let ttl = acquire.ttl();
     let window = core.window(start, ttl);
     // Never wait for a node past the point where no validity would be left.
     let deadline = core.timeout_within(start, window.deadline());
@@ -157,7 +156,7 @@ fn granted<T: Answer>(
     round: Round<T>,
     window: &Window,
     start: Instant,
-    ttl: Duration,
+    ttl: Ttl,
 ) -> Result<Round<T>, Error> {
     if round.decision != Decision::Reached {
         return Err(round.failure(resource));
@@ -171,11 +170,11 @@ fn granted<T: Answer>(
     }
 }
 
-fn validity_expired(resource: &str, start: Instant, ttl: Duration) -> Error {
+fn validity_expired(resource: &str, start: Instant, ttl: Ttl) -> Error {
     Error::ValidityExpired {
         resource: resource.to_owned(),
         elapsed: start.elapsed(),
-        ttl,
+        ttl: ttl.duration(),
     }
 }
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::coalesce::Lanes;
-use crate::error::NodeError;
+use crate::error::{Error, NodeError};
 use crate::node::{Extension, Node, ShapeRef, nth};
 use crate::quorum::{Window, drift};
-use crate::request::Keys;
+use crate::request::{Keys, Ttl};
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -88,15 +88,22 @@ impl Core {
         self.drift_factor
     }
 
+    /// A caller's `ttl`, checked against this manager's drift allowance
+    /// (see [`Ttl::new`]).
+    pub(crate) fn ttl(&self, ttl: Duration) -> Result<Ttl, Error> {
+        Ttl::new(ttl, self.drift_factor)
+    }
+
     /// The validity window of a lock with `ttl` whose request began at
     /// `start`: the ttl less the drift allowance.
-    pub(crate) fn window(&self, start: Instant, ttl: Duration) -> Window {
-        Window::new(start, ttl, self.drift_factor)
+    pub(crate) fn window(&self, start: Instant, ttl: Ttl) -> Window {
+        Window::new(start, ttl.duration(), self.drift_factor)
     }
 
     /// The most validity a lock with `ttl` can have: the ttl less the drift
     /// allowance, the length of its [`window`](Self::window).
-    pub(crate) fn validity(&self, ttl: Duration) -> Duration {
+    pub(crate) fn validity(&self, ttl: Ttl) -> Duration {
+        let ttl = ttl.duration();
         ttl.saturating_sub(drift(ttl, self.drift_factor))
     }
 
@@ -145,12 +152,12 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    /// What an extension (or renewal) with `ttl_ms` asks of a node.
-    pub(crate) fn extension(&self, ttl_ms: u64) -> Extension<'_> {
+    /// What an extension (or renewal) with `ttl` asks of a node.
+    pub(crate) fn extension(&self, ttl: Ttl) -> Extension<'_> {
         Extension {
             keys: &self.keys,
             token: self.token.as_str(),
-            ttl_ms,
+            ttl,
             fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
             shape: &*self.shape,
         }
