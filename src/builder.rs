@@ -534,7 +534,7 @@ impl RedlockBuilder {
             self.drift_factor,
             announce,
         ));
-        let pubsub = Arc::new(PubSub::new(Arc::downgrade(&core), core.nodes.len()));
+        let pubsub = Arc::new(PubSub::new(Arc::downgrade(&core), core.len()));
         Ok(Redlock::from_manager(Manager {
             core,
             retry: self.retry,

@@ -86,7 +86,7 @@ impl Redlock {
         let manager = self.manager();
         let core = &manager.core;
         let facts = futures::future::join_all(
-            core.nodes
+            core.nodes()
                 .iter()
                 .map(|node| node_facts(node, &manager.key_prefix, options, manager.script_mode)),
         )
@@ -94,8 +94,8 @@ impl Redlock {
         judge(
             &facts,
             Settings {
-                drift_factor: core.drift_factor,
-                node_timeout: core.node_timeout,
+                drift_factor: core.drift_factor(),
+                node_timeout: core.node_timeout(),
                 options,
                 library: FUNCTIONS_LIBRARY,
             },
@@ -113,7 +113,7 @@ impl Redlock {
         let this = self.clone();
         let span = tracing::info_span!("quorumlock_check");
         // Background work of the manager: `settle` waits for it.
-        self.manager().core.background.spawn(
+        self.manager().core.background().spawn(
             async move {
                 let report = this.check().await;
                 log(&report);

@@ -17,9 +17,9 @@ use crate::lease::{Extended, Lease, LockState, RoundId};
 use crate::lock::batch::Op;
 use crate::metrics;
 use crate::node::ExtendReply;
-use crate::quorum::{Answer, Rule, Vote, Window};
+use crate::quorum::{Answer, Rule, Vote};
 use crate::renew::Renewer;
-use crate::request::checked_ttl;
+use crate::request::Ttl;
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
 
 /// A held lock.
@@ -43,8 +43,7 @@ pub struct LockGuard {
     renewer: Arc<Renewer>,
     lease: Lease,
     /// The ttl the lock was acquired with; auto-extension renews with it.
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
     /// Set once `release` has run, so that `Drop` does not release again.
     released: bool,
     /// Acquire requests that were still in flight at the quorum decision,
@@ -125,7 +124,7 @@ impl LockGuard {
         core: Arc<Core>,
         renewer: Arc<Renewer>,
         resource: Arc<str>,
-        ttl: (Duration, u64),
+        ttl: Ttl,
         grant: Grant<T, F>,
     ) -> Self
     where
@@ -138,7 +137,7 @@ impl LockGuard {
             round,
             stragglers,
         } = grant;
-        let nodes = core.nodes.len();
+        let nodes = core.len();
         let held = Arc::new(LockState::new(
             resource,
             holding,
@@ -167,8 +166,7 @@ impl LockGuard {
             core,
             renewer,
             lease: Lease { held },
-            ttl: ttl.0,
-            ttl_ms: ttl.1,
+            ttl,
             released: false,
             in_flight,
         }
@@ -221,8 +219,7 @@ impl LockGuard {
     pub fn auto_extend(&self) {
         if self.held().start_auto_extension() {
             let held = self.held().clone();
-            self.renewer
-                .register(&self.core, held, self.ttl, self.ttl_ms);
+            self.renewer.register(&self.core, held, self.ttl);
         }
     }
 
@@ -278,11 +275,15 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        let (ttl, ttl_ms) = checked_ttl(ttl, self.core.drift_factor)?;
+        let ttl = self.core.ttl(ttl)?;
         let core = &self.core;
         let held = self.held();
-        let span =
-            tracing::debug_span!("quorumlock", op = "extend", resource = %held.resource, ttl_ms);
+        let span = tracing::debug_span!(
+            "quorumlock",
+            op = "extend",
+            resource = %held.resource,
+            ttl_ms = ttl.ms()
+        );
         async {
             let start = Instant::now();
             let current = held.status();
@@ -291,14 +292,14 @@ impl LockGuard {
                 held.mark_lost(reason);
                 return Err(held.lost_error(reason, 0, core.quorum(), Vec::new()));
             }
-            let window = Window::new(start, ttl, core.drift_factor);
+            let window = core.window(start, ttl);
             let deadline = core.timeout_within(start, current.deadline);
             let id = held.confirmations.next_round();
             // Owned requests: the ones still in flight at the decision are
             // followed to their answers, so that every node that can hold
             // the lock is extended (or has it restored), not just a quorum.
             let (round, stragglers) = fan_out(
-                &core.nodes,
+                core.nodes(),
                 Rule::Quorum,
                 "extend",
                 deadline,
@@ -306,29 +307,27 @@ impl LockGuard {
                     let (core, held) = (core.clone(), held.clone());
                     async move {
                         let holding = &held.holding;
-                        let op = Op::Extend { ttl_ms };
+                        let op = Op::Extend { ttl };
                         let fenced = holding.fence.is_some();
                         if let Some(key) = op.batched(&*holding.shape, &holding.keys, fenced) {
                             // With whatever else is bound for this node
                             // meanwhile.
                             let token = &holding.token;
-                            return match core.lanes.send(i, op, key, token, deadline).await? {
+                            return match core.lanes().send(i, op, key, token, deadline).await? {
                                 1 => Ok(ExtendReply::Extended),
                                 2 => Ok(ExtendReply::Restored),
                                 _ => Ok(ExtendReply::Refused),
                             };
                         }
-                        core.nodes[i]
-                            .extend(holding.extension(ttl_ms), deadline)
-                            .await
+                        core.node(i)?.extend(holding.extension(ttl), deadline).await
                     }
                 },
             )
             .await;
             confirm(held, id, &round, &stragglers);
             let pending: Vec<usize> = stragglers.nodes().collect();
-            let in_flight = (!pending.is_empty())
-                .then(|| Arc::new(InFlight::new(core.nodes.len(), &pending, true)));
+            let in_flight =
+                (!pending.is_empty()).then(|| Arc::new(InFlight::new(core.len(), &pending, true)));
             *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
             follow_into(core, held, id, "extend", stragglers, in_flight);
             match held.settle_extension(round.decision, &round.tally, &window) {
@@ -435,7 +434,7 @@ impl LockGuard {
         } else {
             "partial"
         });
-        let labels = || self.core.nodes.iter().map(|node| node.label().clone());
+        let labels = || self.core.nodes().iter().map(|node| node.label().clone());
         let released_on = labels()
             .zip(&round.answers)
             .filter(|(_, answer)| **answer == Some(true))
@@ -444,7 +443,7 @@ impl LockGuard {
         let following = following.map(|(nodes, answers)| Following {
             nodes: nodes
                 .into_iter()
-                .filter_map(|i| Some((i, self.core.nodes.get(i)?.label().clone())))
+                .filter_map(|i| Some((i, self.core.node(i).ok()?.label().clone())))
                 .collect(),
             answers,
         });
@@ -485,7 +484,7 @@ async fn give_up(
     // now, before it is sent.
     let mut races: Vec<(usize, Arc<InFlight>)> = Vec::new();
     for requests in [in_flight, extending].into_iter().flatten() {
-        for node in (0..core.nodes.len()).filter(|&node| requests.pending(node)) {
+        for node in (0..core.len()).filter(|&node| requests.pending(node)) {
             races.push((node, requests.clone()));
         }
     }
@@ -527,7 +526,7 @@ async fn give_up(
         return (round, None);
     }
     let nodes: Vec<usize> = stragglers.nodes().collect();
-    let (answers, following) = watch::channel(vec![None; core.nodes.len()]);
+    let (answers, following) = watch::channel(vec![None; core.len()]);
     follow(core, "release", stragglers, move |node, answer| {
         if let Some(settle) = &settle {
             settle(node, answer.as_ref().is_ok_and(|&deleted| deleted));
@@ -562,7 +561,7 @@ impl Drop for LockGuard {
         let in_flight = self.in_flight.take();
         metrics::release("dropped");
         // Best effort: without a runtime the keys expire after their ttl.
-        let spawned = self.core.background.spawn(async move {
+        let spawned = self.core.background().spawn(async move {
             give_up(&core, &held, in_flight).await;
         });
         if spawned.is_none() {

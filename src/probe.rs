@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
 use crate::lock::node::LockShape;
 use crate::node::{Extension, Node};
+use crate::request::Ttl;
 use crate::scripts::ScriptMode;
 use crate::token::Token;
 
@@ -24,7 +25,7 @@ const CLOCK_READINGS: usize = 3;
 
 /// The ttl of the access probe's lock: it is released at once, and expires
 /// by itself if a refused release leaves it behind.
-const PROBE_TTL_MS: u64 = 2000;
+const PROBE_TTL: Ttl = Ttl::from_millis(2000);
 
 const RELEASE: &str = "release (script: GET, DEL, PUBLISH)";
 
@@ -328,7 +329,7 @@ fn parse_slots(value: &Value, seed: &str) -> Result<SlotMap, String> {
 /// release (scripts, or functions), and a multi-resource acquire — through
 /// the node's own connection, as the user configured. Returns the refused
 /// operations with the node's error. The key lives for at most
-/// [`PROBE_TTL_MS`] and is released at once.
+/// [`PROBE_TTL`] and is released at once.
 async fn access(
     node: &Node,
     prefix: &str,
@@ -346,7 +347,7 @@ async fn access(
     let mut note = |operation: &str, error: crate::error::NodeError| {
         refused.push((operation.to_owned(), error.to_string()));
     };
-    match node.acquire(&key, token, PROBE_TTL_MS, deadline()).await {
+    match node.acquire(&key, token, PROBE_TTL, deadline()).await {
         Ok(_) => {}
         // Not a refusal: the node cannot be reached at all.
         Err(e @ crate::error::NodeError::Timeout(_)) => return Err(e.to_string()),
@@ -359,7 +360,7 @@ async fn access(
     let extension = Extension {
         keys,
         token,
-        ttl_ms: PROBE_TTL_MS,
+        ttl: PROBE_TTL,
         fence: None,
         shape: &LockShape,
     };
@@ -372,10 +373,7 @@ async fn access(
     {
         note(RELEASE, e);
     }
-    match node
-        .acquire_many(keys, token, PROBE_TTL_MS, deadline())
-        .await
-    {
+    match node.acquire_many(keys, token, PROBE_TTL, deadline()).await {
         Ok(_) => {
             if let Err(e) = node
                 .release(keys, &LockShape, token, None, deadline())

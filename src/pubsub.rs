@@ -311,10 +311,11 @@ async fn follow_node(pubsub: Arc<PubSub>, node: usize) {
             let Some(core) = pubsub.core.upgrade() else {
                 return;
             };
-            let Some(server) = core.nodes.get(node) else {
+            let Ok(server) = core.node(node) else {
                 return;
             };
-            (server.pubsub(core.node_timeout).await, core.node_timeout)
+            let timeout = core.node_timeout();
+            (server.pubsub(timeout).await, timeout)
         };
         match connection {
             Ok(connection) => {

@@ -84,10 +84,10 @@ impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = &self.inner;
         f.debug_struct("Redlock")
-            .field("nodes", &m.core.nodes)
+            .field("nodes", &m.core.nodes())
             .field("quorum", &self.quorum())
-            .field("node_timeout", &m.core.node_timeout)
-            .field("drift_factor", &m.core.drift_factor)
+            .field("node_timeout", &m.core.node_timeout())
+            .field("drift_factor", &m.core.drift_factor())
             .field("retry", &m.retry)
             .field("key_prefix", &m.key_prefix)
             .field("script_mode", &m.script_mode)
@@ -146,7 +146,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn settle(&self) {
-        self.inner.core.background.idle().await;
+        self.inner.core.background().idle().await;
     }
 
     /// How many nodes must agree: `N / 2 + 1`.
@@ -157,7 +157,7 @@ impl Redlock {
     /// The nodes, as `host:port[/db]`, or `cluster(host:port,…)` with its
     /// seeds for a cluster node (never with credentials).
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.inner.core.nodes.iter().map(|n| &**n.label())
+        self.inner.core.nodes().iter().map(|n| &**n.label())
     }
 
     /// Acquires `resource` for `ttl`, retrying per the manager's [`Retry`]
@@ -564,7 +564,7 @@ impl Redlock {
     /// Whether some node is a Redis Cluster, where one script's keys must
     /// share a hash slot.
     pub(crate) fn has_cluster_node(&self) -> bool {
-        self.inner.core.nodes.iter().any(|node| node.is_cluster())
+        self.inner.core.nodes().iter().any(|node| node.is_cluster())
     }
 
     /// What the manager's configuration says about requests: the one place
@@ -572,7 +572,7 @@ impl Redlock {
     pub(crate) fn limits(&self) -> Limits<'_> {
         Limits {
             prefix: &self.inner.key_prefix,
-            drift_factor: self.inner.core.drift_factor,
+            drift_factor: self.inner.core.drift_factor(),
             cluster: self.has_cluster_node(),
         }
     }
@@ -744,7 +744,7 @@ impl Acquisition for Request {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl_ms)
+        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl.ms())
     }
 
     fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {

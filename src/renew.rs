@@ -16,8 +16,9 @@ use crate::decide::{Batch, Decide};
 use crate::error::{LossReason, NodeError, NodeFailure};
 use crate::lease::{Extended, LockState, RoundId};
 use crate::metrics;
-use crate::node::{ExtendReply, Extension, nth};
-use crate::quorum::{Answer, Vote, Window, drift};
+use crate::node::{ExtendReply, Extension};
+use crate::quorum::{Answer, Vote};
+use crate::request::Ttl;
 use crate::round::{Core, Traced, fan_out_with, follow, release_again};
 
 /// The most locks renewed by one script call.
@@ -36,8 +37,7 @@ pub(crate) struct Renewer {
 #[derive(Debug)]
 struct Entry {
     held: Arc<LockState>,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
     /// The validity window of a renewal: `ttl - drift`.
     w: Duration,
     plan: Plan,
@@ -83,8 +83,7 @@ impl Plan {
 struct Due {
     id: u64,
     held: Arc<LockState>,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
 }
 
 /// What a round decided for one lock.
@@ -110,13 +109,7 @@ impl Renewer {
 
     /// Starts renewing `held` until it is lost or released. Without a tokio
     /// runtime nothing can be renewed and the lock expires at its deadline.
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        core: &Arc<Core>,
-        held: Arc<LockState>,
-        ttl: Duration,
-        ttl_ms: u64,
-    ) {
+    pub(crate) fn register(self: &Arc<Self>, core: &Arc<Core>, held: Arc<LockState>, ttl: Ttl) {
         if !self.started.swap(true, Ordering::AcqRel) {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 self.started.store(false, Ordering::Release);
@@ -125,7 +118,7 @@ impl Renewer {
             };
             runtime.spawn(run(Arc::downgrade(core), self.clone()));
         }
-        let w = ttl.saturating_sub(drift(ttl, core.drift_factor));
+        let w = core.validity(ttl);
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.registry().insert(
@@ -133,7 +126,6 @@ impl Renewer {
             Entry {
                 held,
                 ttl,
-                ttl_ms,
                 w,
                 plan,
                 in_flight: false,
@@ -164,7 +156,6 @@ impl Renewer {
                     id,
                     held: entry.held.clone(),
                     ttl: entry.ttl,
-                    ttl_ms: entry.ttl_ms,
                 });
             } else {
                 next = Some(next.map_or(entry.plan.due, |n| n.min(entry.plan.due)));
@@ -286,12 +277,12 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
         core,
         locks: locks.clone(),
         start,
-        batch: Batch::new(core.nodes.len(), locks.due.len()),
+        batch: Batch::new(core.len(), locks.due.len()),
         outcomes: vec![None; locks.due.len()],
     };
     let deadline = core.timeout_from(start);
     let (renewal, stragglers) = fan_out_with(
-        &core.nodes,
+        core.nodes(),
         "renew",
         deadline,
         renewal,
@@ -303,11 +294,9 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
                 let extensions: Vec<Extension<'_>> = locks
                     .due
                     .iter()
-                    .map(|due| due.held.holding.extension(due.ttl_ms))
+                    .map(|due| due.held.holding.extension(due.ttl))
                     .collect();
-                nth(&core.nodes, i)?
-                    .extend_many(&extensions, deadline)
-                    .await
+                core.node(i)?.extend_many(&extensions, deadline).await
             }
         },
     )
@@ -389,7 +378,7 @@ impl Renewal<'_> {
             return;
         };
         let held = &due.held;
-        let window = Window::new(self.start, due.ttl, self.core.drift_factor);
+        let window = self.core.window(self.start, due.ttl);
         let outcome = match held.settle_extension(tally.decision(), tally, &window) {
             Extended::Yes => Outcome::Renewed,
             Extended::Lost(_) => Outcome::Finished,
@@ -487,8 +476,7 @@ mod tests {
                 id,
                 Entry {
                     held,
-                    ttl: W,
-                    ttl_ms: 900,
+                    ttl: Ttl::from_millis(900),
                     w: W,
                     plan,
                     in_flight: false,

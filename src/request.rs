@@ -57,8 +57,7 @@ pub(crate) struct Request {
     pub(crate) keys: Keys,
     /// The fence counter's key, for fenced locks.
     pub(crate) fence_key: Option<Arc<str>>,
-    pub(crate) ttl: Duration,
-    pub(crate) ttl_ms: u64,
+    pub(crate) ttl: Ttl,
     pub(crate) kind: Kind,
 }
 
@@ -84,7 +83,7 @@ impl Request {
                 .into());
             }
         }
-        let (ttl, ttl_ms) = checked_ttl(ttl, limits.drift_factor)?;
+        let ttl = Ttl::new(ttl, limits.drift_factor)?;
         let prefix = limits.prefix;
         let keys: Keys = resources
             .iter()
@@ -127,29 +126,64 @@ impl Request {
             keys,
             fence_key,
             ttl,
-            ttl_ms,
             kind,
         })
     }
 }
 
-/// Rounds a ttl down to Redis' millisecond resolution and checks it;
-/// validity is computed from the rounded value, so it is never overstated.
-pub(crate) fn checked_ttl(ttl: Duration, drift_factor: f64) -> Result<(Duration, u64), Error> {
-    if ttl > MAX_TTL {
-        return Err(ArgumentError::TtlTooLong { ttl, max: MAX_TTL }.into());
+/// A lock's time-to-live as the nodes are given it: whole milliseconds
+/// (Redis' resolution), so that validity is computed from what the nodes
+/// were told and never overstated. Made from a caller's [`Duration`] by
+/// [`new`](Self::new), which checks it; it travels down to the requests
+/// as it is, rather than as a `Duration` with its milliseconds beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Ttl {
+    ms: u64,
+}
+
+impl Ttl {
+    /// A caller's `ttl`, rounded down to whole milliseconds and checked:
+    /// [`ArgumentError::TtlTooLong`] above [`MAX_TTL`],
+    /// [`ArgumentError::ZeroTtl`] under a millisecond, and
+    /// [`ArgumentError::TtlNotAboveDrift`] if the drift allowance (with
+    /// `drift_factor`, see [`drift`]) leaves no validity.
+    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Result<Self, Error> {
+        if ttl > MAX_TTL {
+            return Err(ArgumentError::TtlTooLong { ttl, max: MAX_TTL }.into());
+        }
+        // Cannot truncate: MAX_TTL in ms fits u64 by far.
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 {
+            return Err(ArgumentError::ZeroTtl.into());
+        }
+        let ttl = Self { ms };
+        let drift = drift(ttl.duration(), drift_factor);
+        if ttl.duration() <= drift {
+            return Err(ArgumentError::TtlNotAboveDrift {
+                ttl: ttl.duration(),
+                drift,
+            }
+            .into());
+        }
+        Ok(ttl)
     }
-    // Cannot truncate: MAX_TTL in ms fits u64 by far.
-    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    if ttl_ms == 0 {
-        return Err(ArgumentError::ZeroTtl.into());
+
+    /// A ttl of `ms` milliseconds the crate sets itself (a probe's key, an
+    /// election's leader value), not a caller's: unchecked.
+    pub(crate) const fn from_millis(ms: u64) -> Self {
+        Self { ms }
     }
-    let ttl = Duration::from_millis(ttl_ms);
-    let drift = drift(ttl, drift_factor);
-    if ttl <= drift {
-        return Err(ArgumentError::TtlNotAboveDrift { ttl, drift }.into());
+
+    /// The ttl, for validity windows and errors.
+    pub(crate) const fn duration(self) -> Duration {
+        Duration::from_millis(self.ms)
     }
-    Ok((ttl, ttl_ms))
+
+    /// The ttl in milliseconds, as the nodes are sent it (`PX`, the
+    /// scripts' ttl arguments).
+    pub(crate) const fn ms(self) -> u64 {
+        self.ms
+    }
 }
 
 /// The channel a lock key's releases are announced on.
@@ -214,17 +248,55 @@ mod tests {
     }
 
     #[test]
-    fn ttls_are_rounded_down_and_checked_against_the_drift() {
+    fn a_ttl_is_rounded_down_to_whole_milliseconds() {
+        let ttl = Ttl::new(Duration::from_micros(3_999), 0.0).expect("valid");
+        assert_eq!(ttl.ms(), 3);
+        assert_eq!(ttl.duration(), Duration::from_millis(3));
+        let ttl = Ttl::new(Duration::from_secs(10), 0.01).expect("valid");
         assert_eq!(
-            checked_ttl(Duration::from_micros(3_500), 0.0).ok(),
-            Some((Duration::from_millis(3), 3))
+            (ttl.ms(), ttl.duration()),
+            (10_000, Duration::from_secs(10))
         );
-        assert!(checked_ttl(Duration::from_micros(999), 0.0).is_err());
-        assert!(
-            checked_ttl(Duration::from_millis(2), 0.0).is_err(),
-            "2 ms drift floor"
+    }
+
+    #[test]
+    fn a_ttl_under_a_millisecond_is_refused() {
+        for ttl in [Duration::ZERO, Duration::from_micros(999)] {
+            assert!(matches!(
+                Ttl::new(ttl, 0.0),
+                Err(Error::InvalidArgument(ArgumentError::ZeroTtl))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_ttl_is_at_most_max_ttl() {
+        assert_eq!(
+            Ttl::new(MAX_TTL, 0.01).map(Ttl::duration).ok(),
+            Some(MAX_TTL)
         );
-        assert!(checked_ttl(MAX_TTL + Duration::from_millis(1), 0.0).is_err());
+        let over = MAX_TTL + Duration::from_millis(1);
+        assert!(matches!(
+            Ttl::new(over, 0.01),
+            Err(Error::InvalidArgument(ArgumentError::TtlTooLong { ttl, max }))
+                if ttl == over && max == MAX_TTL
+        ));
+    }
+
+    #[test]
+    fn a_ttl_must_leave_validity_after_the_drift() {
+        // The drift is 2 ms at least: a 2 ms ttl leaves nothing, 3 ms does.
+        assert!(matches!(
+            Ttl::new(Duration::from_millis(2), 0.0),
+            Err(Error::InvalidArgument(ArgumentError::TtlNotAboveDrift { ttl, drift }))
+                if ttl == Duration::from_millis(2) && drift == Duration::from_millis(2)
+        ));
+        assert!(Ttl::new(Duration::from_millis(3), 0.0).is_ok());
+        // Checked after rounding: 2.9 ms is 2 ms on the nodes.
+        assert!(Ttl::new(Duration::from_micros(2_900), 0.0).is_err());
+        // With a factor of a half, 100 ms drifts 52 ms: still valid.
+        assert!(Ttl::new(Duration::from_millis(100), 0.5).is_ok());
+        assert!(Ttl::new(Duration::from_millis(4), 0.5).is_err());
     }
 
     /// Slots as `redis-cli CLUSTER KEYSLOT` reports them (Redis 7.0).

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use crate::decide::Decide;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
-use crate::node::nth;
 use crate::quorum::Rule;
 use crate::quorum::quorum;
+use crate::request::Ttl;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
 use crate::token::Token;
 
@@ -37,15 +37,15 @@ pub(crate) fn elected_channel(key: &str) -> String {
     name
 }
 
-/// How long a leader's value outlives each write of it, in ms: two ttls
-/// and a node timeout. The leader writes it again every third of the ttl,
+/// How long a leader's value outlives each write of it: two ttls and a
+/// node timeout. The leader writes it again every third of the ttl,
 /// each round taking a node timeout at most, so while it leads the value
 /// never expires (a node that misses two rounds in a row still keeps it);
 /// after it resigns or dies, the value is gone that long after its last
 /// write.
-pub(crate) fn value_ttl_ms(ttl_ms: u64, node_timeout: std::time::Duration) -> u64 {
+pub(crate) fn value_ttl(ttl: Ttl, node_timeout: std::time::Duration) -> Ttl {
     let node_timeout = u64::try_from(node_timeout.as_millis()).unwrap_or(u64::MAX);
-    ttl_ms.saturating_mul(2).saturating_add(node_timeout)
+    Ttl::from_millis(ttl.ms().saturating_mul(2).saturating_add(node_timeout))
 }
 
 /// One revision of a leader's value, as every node is asked to store it.
@@ -57,8 +57,8 @@ pub(crate) struct Proclamation {
     pub(crate) term: u64,
     pub(crate) rev: u64,
     pub(crate) value: Arc<str>,
-    /// In ms, how long the value outlives this write (see [`value_ttl_ms`]).
-    pub(crate) ttl_ms: u64,
+    /// How long the value outlives this write (see [`value_ttl`]).
+    pub(crate) ttl: Ttl,
 }
 
 /// Asks every node to store `proclamation`, where the lock key still holds
@@ -72,17 +72,17 @@ pub(crate) async fn proclaim(
 ) -> Round {
     let deadline = core.timeout_within(Instant::now(), until);
     let announce: Option<Arc<str>> = core
-        .announce
+        .announces()
         .then(|| elected_channel(&proclamation.key).into());
     let (round, stragglers) = fan_out(
-        &core.nodes,
+        core.nodes(),
         Rule::Quorum,
         "proclaim",
         deadline,
         |i, _, deadline| {
             let (core, p, announce) = (core.clone(), proclamation.clone(), announce.clone());
             async move {
-                let Some(node) = core.nodes.get(i) else {
+                let Ok(node) = core.node(i) else {
                     return Ok(false);
                 };
                 node.proclaim(
@@ -92,7 +92,7 @@ pub(crate) async fn proclaim(
                     p.term,
                     p.rev,
                     &p.value,
-                    p.ttl_ms,
+                    p.ttl,
                     announce.as_deref(),
                     deadline,
                 )
@@ -272,7 +272,7 @@ pub(crate) async fn read_leader(
     key: &str,
     leader_key: &str,
 ) -> Result<Option<Confirmed>, Error> {
-    let nodes = core.nodes.len();
+    let nodes = core.len();
     let reading = Reading {
         answers: vec![None; nodes],
         pending: nodes,
@@ -282,18 +282,14 @@ pub(crate) async fn read_leader(
     let deadline = core.timeout_from(Instant::now());
     let (key, leader_key): (Arc<str>, Arc<str>) = (key.into(), leader_key.into());
     let (reading, stragglers) = fan_out_with(
-        &core.nodes,
+        core.nodes(),
         "leader",
         deadline,
         reading,
         |i, _, deadline| {
             let (core, key, leader_key) = (core.clone(), key.clone(), leader_key.clone());
             // Owned, so that it can be followed after the decision.
-            async move {
-                nth(&core.nodes, i)?
-                    .read_leader(&key, &leader_key, deadline)
-                    .await
-            }
+            async move { core.node(i)?.read_leader(&key, &leader_key, deadline).await }
         },
     )
     .await;
@@ -395,8 +391,9 @@ mod tests {
     #[test]
     fn a_leaders_value_outlives_each_write_by_two_ttls_and_a_node_timeout() {
         let node_timeout = std::time::Duration::from_millis(250);
-        assert_eq!(value_ttl_ms(10_000, node_timeout), 20_250);
-        assert_eq!(value_ttl_ms(u64::MAX, node_timeout), u64::MAX);
+        let value_ttl = |ms| value_ttl(Ttl::from_millis(ms), node_timeout).ms();
+        assert_eq!(value_ttl(10_000), 20_250);
+        assert_eq!(value_ttl(u64::MAX), u64::MAX);
     }
 
     #[test]

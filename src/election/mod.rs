@@ -23,7 +23,7 @@ use crate::guard::{LockGuard, ReleaseSummary};
 use crate::lease::Lease;
 use crate::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
-use crate::request::{Fencing, Keys, Request, channel, same_slot};
+use crate::request::{Fencing, Keys, Request, Ttl, channel, same_slot};
 use crate::round::Core;
 
 impl Redlock {
@@ -505,7 +505,7 @@ impl Acquisition for Campaign {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),
             current: Mutex::new((0, self.value.clone())),
-            value_ttl_ms: leader::value_ttl_ms(self.lock.ttl_ms, core.node_timeout),
+            value_ttl: leader::value_ttl(self.lock.ttl, core.node_timeout()),
         };
         inaugurate(core, guard, state, self.ttl).await
     }
@@ -537,7 +537,7 @@ struct Changes {
 impl Changes {
     /// Listens on the election's channels, if the manager announces.
     fn listen(manager: &Manager, key: &str) -> Option<Self> {
-        if !manager.core.announce {
+        if !manager.core.announces() {
             return None;
         }
         let woken = Arc::new(Notify::new());
@@ -557,8 +557,8 @@ struct State {
     key: Arc<str>,
     leader_key: Arc<str>,
     current: Mutex<(u64, Arc<str>)>,
-    /// In ms, how long the value outlives its last write.
-    value_ttl_ms: u64,
+    /// How long the value outlives its last write.
+    value_ttl: Ttl,
 }
 
 impl State {
@@ -576,7 +576,7 @@ impl State {
             term: lease.fence().unwrap_or_default(),
             rev,
             value,
-            ttl_ms: self.value_ttl_ms,
+            ttl: self.value_ttl,
         }
     }
 }
@@ -618,7 +618,7 @@ fn spawn_keeper(core: &Arc<Core>, state: &Arc<State>, lease: Lease, ttl: Duratio
         return;
     };
     let (weak, state) = (Arc::downgrade(core), state.clone());
-    let first = core.node_timeout;
+    let first = core.node_timeout();
     runtime.spawn(keep(weak, state, lease, first, ttl / 3));
 }
 

@@ -9,6 +9,7 @@ use redis::Value;
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Node, unexpected};
+use crate::request::Ttl;
 use crate::scripts::{Lua, Replicas};
 
 /// Election: the leader's value beside its lock key, token-checked.
@@ -52,7 +53,7 @@ impl Node {
     /// `leader_key`, if `key` holds `token`: true if it did (or holds a
     /// newer revision), false if the node does not count `token` as leader.
     /// Either way where it holds the token, `leader_key` then expires
-    /// `ttl_ms` later. With `announce` (a channel), a write is announced
+    /// `ttl` later. With `announce` (a channel), a write is announced
     /// there.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn proclaim(
@@ -63,12 +64,12 @@ impl Node {
         term: u64,
         rev: u64,
         value: &str,
-        ttl_ms: u64,
+        ttl: Ttl,
         announce: Option<&str>,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let (term, rev, ttl) = (term.to_string(), rev.to_string(), ttl_ms.to_string());
+        let (term, rev, ttl) = (term.to_string(), rev.to_string(), ttl.ms().to_string());
         let mut args = vec![token, &term, &rev, value, &ttl];
         args.extend(announce);
         self.flag_script(

@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::decide::Decide;
 use crate::error::{ArgumentError, Error, NodeError, NodeFailure};
 use crate::keys::Layout;
-use crate::node::{Deadline, nth};
+use crate::node::Deadline;
 use crate::redlock::Redlock;
 use crate::round::{Core, Traced, fan_out_with, follow};
 use crate::semaphore::Semaphore;
@@ -130,10 +130,10 @@ impl Redlock {
 async fn inspect(core: &Arc<Core>, resource: Arc<str>, layout: Arc<Layout>) -> Inspection {
     let deadline = core.timeout_from(Instant::now());
     let (looking, stragglers) = fan_out_with(
-        &core.nodes,
+        core.nodes(),
         "inspect",
         deadline,
-        Looking::new(core.nodes.len(), core.quorum()),
+        Looking::new(core.len(), core.quorum()),
         |i, _, deadline| read(core.clone(), layout.clone(), i, deadline),
     )
     .await;

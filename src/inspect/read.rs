@@ -19,7 +19,7 @@ pub(super) async fn read(
     node: usize,
     deadline: Deadline,
 ) -> Result<Stored, NodeError> {
-    let target = nth(&core.nodes, node)?;
+    let target = core.node(node)?;
     let key = layout.key.as_str();
     let (fence, leader, permits) = (layout.fence(), layout.leader(), layout.permits());
     let (writer, readers, waiting) = (layout.writer(), layout.readers(), layout.writer_waiting());

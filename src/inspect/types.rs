@@ -40,12 +40,11 @@ impl Inspection {
             resource,
             layout,
             quorum: core.quorum(),
-            nodes: (0..core.nodes.len())
+            nodes: (0..core.len())
                 .map(|i| InspectedNode {
                     node: core
-                        .nodes
-                        .get(i)
-                        .map_or_else(|| Arc::from("?"), |n| n.label().clone()),
+                        .node(i)
+                        .map_or_else(|_| Arc::from("?"), |n| n.label().clone()),
                     state: NodeState::Pending,
                 })
                 .collect(),

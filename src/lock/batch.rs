@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::error::NodeError;
 use crate::lock::node::{Single, SingleOp};
 use crate::node::{Deadline, Node, Shape, nth, within};
+use crate::request::Ttl;
 use crate::tasks::Background;
 use crate::token::Token;
 
@@ -57,9 +58,9 @@ const MOST: usize = 1024;
 /// What a queued request asks (an owned [`SingleOp`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
-    Acquire { ttl_ms: u64 },
+    Acquire { ttl: Ttl },
     Release { announce: Option<Arc<str>> },
-    Extend { ttl_ms: u64 },
+    Extend { ttl: Ttl },
 }
 
 impl Op {
@@ -85,11 +86,11 @@ impl Op {
 
     fn borrow(&self) -> SingleOp<'_> {
         match self {
-            Op::Acquire { ttl_ms } => SingleOp::Acquire { ttl_ms: *ttl_ms },
+            Op::Acquire { ttl } => SingleOp::Acquire { ttl: *ttl },
             Op::Release { announce } => SingleOp::Release {
                 announce: announce.as_deref(),
             },
-            Op::Extend { ttl_ms } => SingleOp::Extend { ttl_ms: *ttl_ms },
+            Op::Extend { ttl } => SingleOp::Extend { ttl: *ttl },
         }
     }
 }

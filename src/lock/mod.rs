@@ -18,14 +18,13 @@ pub(crate) mod node;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, nth};
+use crate::node::Deadline;
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
-use crate::request::{Keys, Kind, Request};
+use crate::request::{Keys, Kind, Request, Ttl};
 use crate::round::{Acquire, Core, Round, fan_out, follow};
 use crate::token::Token;
 
@@ -71,8 +70,8 @@ impl Acquire for Request {
         &self.keys
     }
 
-    fn ttl(&self) -> (Duration, u64) {
-        (self.ttl, self.ttl_ms)
+    fn ttl(&self) -> Ttl {
+        self.ttl
     }
 
     fn call(
@@ -84,20 +83,20 @@ impl Acquire for Request {
     ) -> impl Future<Output = Result<Acquired, NodeError>> + Send + 'static + use<> {
         let (core, token) = (core.clone(), token.clone());
         let (keys, fence_key) = (self.keys.clone(), self.fence_key.clone());
-        let (kind, ttl_ms) = (self.kind, self.ttl_ms);
+        let (kind, ttl) = (self.kind, self.ttl);
         async move {
             let i = node;
-            let node = nth(&core.nodes, i)?;
-            let op = Op::Acquire { ttl_ms };
+            let node = core.node(i)?;
+            let op = Op::Acquire { ttl };
             if let Some(key) = op.batched(&LockShape, &keys, kind == Kind::Fenced) {
                 // With whatever else is bound for this node meanwhile.
-                let status = core.lanes.send(i, op, key, &token, deadline).await?;
+                let status = core.lanes().send(i, op, key, &token, deadline).await?;
                 return Ok((status == 1).into());
             }
             match (kind, &*keys, fence_key.as_deref()) {
                 (Kind::Fenced, [key], Some(fence_key)) => {
                     let counter = node
-                        .acquire_fenced(key, fence_key, token.as_str(), ttl_ms, deadline)
+                        .acquire_fenced(key, fence_key, token.as_str(), ttl, deadline)
                         .await?;
                     Ok(
                         counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
@@ -106,7 +105,7 @@ impl Acquire for Request {
                     )
                 }
                 (_, keys, _) => Ok(node
-                    .acquire_many(keys, token.as_str(), ttl_ms, deadline)
+                    .acquire_many(keys, token.as_str(), ttl, deadline)
                     .await?
                     .into()),
             }
@@ -144,7 +143,7 @@ impl Acquire for Request {
         // Owned requests: the granting nodes still writing back at the
         // decision are followed, so that their counters rise too.
         let (writeback, stragglers) = fan_out(
-            &core.nodes,
+            core.nodes(),
             Rule::Quorum,
             "fence",
             deadline,
@@ -155,7 +154,7 @@ impl Acquire for Request {
                     if !granted {
                         return Ok(false);
                     }
-                    let node = nth(&core.nodes, i)?;
+                    let node = core.node(i)?;
                     node.fence_writeback(&fence_key, fence, deadline).await
                 }
             },

@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Extension, Node, Release, Resend, Shape, ShapeRef, unexpected};
-use crate::request::channel;
+use crate::request::{Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -81,13 +81,13 @@ pub(crate) struct Single<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SingleOp<'a> {
     /// `SET key token NX PX ttl`: 1 granted, 0 refused.
-    Acquire { ttl_ms: u64 },
+    Acquire { ttl: Ttl },
     /// Token-checked delete, announced with this release id on the key's
     /// channel when given: 1 deleted, 0 not ours.
     Release { announce: Option<&'a str> },
     /// Token-checked extension (or restore): 1 extended, 2 restored, 0
     /// refused.
-    Extend { ttl_ms: u64 },
+    Extend { ttl: Ttl },
 }
 
 impl SingleOp<'_> {
@@ -108,7 +108,7 @@ impl Node {
         &self,
         key: &str,
         token: &str,
-        ttl_ms: u64,
+        ttl: Ttl,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
@@ -118,7 +118,7 @@ impl Node {
             .arg(token)
             .arg("NX")
             .arg("PX")
-            .arg(ttl_ms);
+            .arg(ttl.ms());
         // Never sent twice: a SET that landed before the connection dropped
         // would answer "no" the second time, and a node that said "no" is
         // skipped by the cleanup of a failed attempt.
@@ -137,11 +137,11 @@ impl Node {
         key: &str,
         fence_key: &str,
         token: &str,
-        ttl_ms: u64,
+        ttl: Ttl,
         deadline: impl Into<Deadline>,
     ) -> Result<Option<u64>, NodeError> {
         let deadline: Deadline = deadline.into();
-        let ttl_ms = ttl_ms.to_string();
+        let ttl_ms = ttl.ms().to_string();
         let keys = [key, fence_key];
         match self
             .script(
@@ -179,11 +179,11 @@ impl Node {
         &self,
         keys: &[Arc<str>],
         token: &str,
-        ttl_ms: u64,
+        ttl: Ttl,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let ttl_ms = ttl_ms.to_string();
+        let ttl_ms = ttl.ms().to_string();
         let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         self.flag_script(&ACQUIRE_MANY, &keys, &[token, &ttl_ms], &[token], deadline)
             .await
@@ -221,16 +221,16 @@ impl Node {
     ) -> Result<u8, NodeError> {
         let Single { key, token, .. } = request;
         match request.op {
-            SingleOp::Acquire { ttl_ms } => {
-                let granted = self.acquire(key, token, ttl_ms, deadline).await?;
+            SingleOp::Acquire { ttl } => {
+                let granted = self.acquire(key, token, ttl, deadline).await?;
                 Ok(u8::from(granted))
             }
             SingleOp::Release { announce } => {
                 let released = self.release_lock(key, token, announce, deadline).await?;
                 Ok(u8::from(released))
             }
-            SingleOp::Extend { ttl_ms } => {
-                let ttl = ttl_ms.to_string();
+            SingleOp::Extend { ttl } => {
+                let ttl = ttl.ms().to_string();
                 let args = [token, ttl.as_str(), "1", "0"];
                 match self
                     .script(&EXTEND, &[key], &args, &[token], deadline)
@@ -304,8 +304,8 @@ impl Node {
                 let request = &requests[i];
                 cmd.arg(request.op.code()).arg(request.token);
                 match request.op {
-                    SingleOp::Acquire { ttl_ms } | SingleOp::Extend { ttl_ms } => {
-                        cmd.arg(ttl_ms).arg("");
+                    SingleOp::Acquire { ttl } | SingleOp::Extend { ttl } => {
+                        cmd.arg(ttl.ms()).arg("");
                     }
                     SingleOp::Release { announce: None } => {
                         cmd.arg("").arg("");
@@ -372,7 +372,7 @@ impl Shape for LockShape {
     /// Token, ttl, how many keys, and the fence (0 for none).
     fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
         cmd.arg(lock.token)
-            .arg(lock.ttl_ms)
+            .arg(lock.ttl.ms())
             .arg(lock.keys.len())
             .arg(lock.fence.map_or(0, |(_, fence)| fence));
     }
@@ -426,21 +426,21 @@ mod tests {
         let plain = Extension {
             keys: &keys[..1],
             token: "t1",
-            ttl_ms: 1500,
+            ttl: Ttl::from_millis(1500),
             fence: None,
             shape: &LockShape,
         };
         let fenced = Extension {
             keys: &keys[..1],
             token: "t2",
-            ttl_ms: 2000,
+            ttl: Ttl::from_millis(2000),
             fence: Some(("a:fence", 7)),
             shape: &LockShape,
         };
         let many = Extension {
             keys: &keys,
             token: "t3",
-            ttl_ms: 3000,
+            ttl: Ttl::from_millis(3000),
             fence: None,
             shape: &LockShape,
         };

@@ -15,6 +15,7 @@ use redis::{Cmd, Value};
 use super::*;
 use crate::error::NodeError;
 use crate::quorum::{Answer, Vote};
+use crate::request::Ttl;
 use crate::scripts::Lua;
 
 /// What a holding is on the nodes beyond its keys and token: how a node
@@ -91,7 +92,7 @@ impl<S: Shape> From<Arc<S>> for ShapeRef {
 pub(crate) struct Extension<'a> {
     pub(crate) keys: &'a [Arc<str>],
     pub(crate) token: &'a str,
-    pub(crate) ttl_ms: u64,
+    pub(crate) ttl: Ttl,
     pub(crate) fence: Option<(&'a str, u64)>,
     pub(crate) shape: &'a dyn Shape,
 }

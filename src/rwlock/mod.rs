@@ -21,10 +21,10 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef, nth};
+use crate::node::{Deadline, ShapeRef};
 use crate::quorum::Window;
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, same_slot};
+use crate::request::{Fencing, Keys, Ttl, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
 
@@ -300,7 +300,6 @@ impl RwLock {
             }),
             mode,
             ttl: lock.ttl,
-            ttl_ms: lock.ttl_ms,
         })
     }
 }
@@ -311,7 +310,7 @@ fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
         op,
         rwlock = %request.name,
         mode = ?request.mode,
-        ttl_ms = request.ttl_ms
+        ttl_ms = request.ttl.ms()
     )
 }
 
@@ -349,8 +348,7 @@ struct RwAttempt {
     /// Its keys and mode.
     shape: Arc<RwShape>,
     mode: Mode,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
 }
 
 impl Acquire for RwAttempt {
@@ -364,8 +362,8 @@ impl Acquire for RwAttempt {
         &self.keys
     }
 
-    fn ttl(&self) -> (Duration, u64) {
-        (self.ttl, self.ttl_ms)
+    fn ttl(&self) -> Ttl {
+        self.ttl
     }
 
     fn shape(&self) -> ShapeRef {
@@ -380,12 +378,12 @@ impl Acquire for RwAttempt {
         deadline: Deadline,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
         let (core, token) = (core.clone(), token.clone());
-        let (shape, ttl_ms) = (self.shape.clone(), self.ttl_ms);
+        let (shape, ttl) = (self.shape.clone(), self.ttl);
         async move {
-            let server = nth(&core.nodes, node)?;
+            let server = core.node(node)?;
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
-            acquire_hold(server, &shape, token.as_str(), ttl_ms, ttl_ms, deadline).await
+            acquire_hold(server, &shape, token.as_str(), ttl, ttl, deadline).await
         }
     }
 

@@ -8,7 +8,7 @@ use redis::{Cmd, Value};
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
-use crate::request::channel;
+use crate::request::{Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 
 /// Admit a reader or a writer, with writer preference.
@@ -70,19 +70,19 @@ impl RwShape {
 /// A reader-writer lock's acquire on `node` (see `acquire.lua`): whether
 /// it admitted the hold `shape` describes (a reader or the writer). A
 /// refused writer's mark (its call's id, across its attempts) lives
-/// `mark_ms`.
+/// `mark`.
 pub(crate) async fn acquire_hold(
     node: &Node,
     shape: &RwShape,
     token: &str,
-    ttl_ms: u64,
-    mark_ms: u64,
+    ttl: Ttl,
+    mark: Ttl,
     deadline: impl Into<Deadline>,
 ) -> Result<bool, NodeError> {
     let deadline: Deadline = deadline.into();
     let rw = &shape.rw;
     let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
-    let (ttl, mark) = (ttl_ms.to_string(), mark_ms.to_string());
+    let (ttl, mark) = (ttl.ms().to_string(), mark.ms().to_string());
     let args = [
         shape.mode(),
         token,
@@ -107,7 +107,7 @@ impl Shape for RwShape {
 
     /// Mode, token and ttl.
     fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
-        cmd.arg(self.mode()).arg(lock.token).arg(lock.ttl_ms);
+        cmd.arg(self.mode()).arg(lock.token).arg(lock.ttl.ms());
     }
 
     /// `release.lua`.
@@ -166,7 +166,7 @@ mod tests {
         let read = Extension {
             keys: &keys,
             token: "r",
-            ttl_ms: 1000,
+            ttl: Ttl::from_millis(1000),
             fence: None,
             shape: &reader,
         };

@@ -25,10 +25,10 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef, nth};
+use crate::node::{Deadline, ShapeRef};
 use crate::quorum::{Answer, Vote, Window};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, same_slot};
+use crate::request::{Fencing, Keys, Ttl, same_slot};
 use crate::round::{Acquire, Core, Round};
 use crate::token::Token;
 
@@ -317,7 +317,6 @@ impl Semaphore {
             }),
             count: self.permits,
             ttl: lock.ttl,
-            ttl_ms: lock.ttl_ms,
         }))
     }
 
@@ -393,7 +392,7 @@ fn span(request: &PermitRequest, op: &'static str) -> tracing::Span {
         op,
         semaphore = %request.name,
         permits = request.count,
-        ttl_ms = request.ttl_ms
+        ttl_ms = request.ttl.ms()
     )
 }
 
@@ -441,8 +440,7 @@ struct PermitRequest {
     name: Arc<str>,
     permits: Arc<Permits>,
     count: u32,
-    ttl: Duration,
-    ttl_ms: u64,
+    ttl: Ttl,
 }
 
 /// A node's vote on one slot (the detail goes to the attempt's reports).
@@ -503,8 +501,8 @@ impl Acquire for SlotAttempt {
         &self.keys
     }
 
-    fn ttl(&self) -> (Duration, u64) {
-        (self.request.ttl, self.request.ttl_ms)
+    fn ttl(&self) -> Ttl {
+        self.request.ttl
     }
 
     fn shape(&self) -> ShapeRef {
@@ -519,13 +517,12 @@ impl Acquire for SlotAttempt {
         deadline: Deadline,
     ) -> impl Future<Output = Result<SlotVote, NodeError>> + Send + 'static + use<> {
         let (core, token) = (core.clone(), token.clone());
-        let (permits, slot, ttl_ms) =
-            (self.request.permits.clone(), self.slot, self.request.ttl_ms);
+        let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.request.ttl);
         let reports = self.reports.clone();
         async move {
-            let server = nth(&core.nodes, node)?;
+            let server = core.node(node)?;
             let reply =
-                acquire_permit(server, &permits, slot, token.as_str(), ttl_ms, deadline).await?;
+                acquire_permit(server, &permits, slot, token.as_str(), ttl, deadline).await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,
@@ -588,8 +585,7 @@ mod tests {
                 count: "1".into(),
             }),
             count: 1,
-            ttl: Duration::from_secs(1),
-            ttl_ms: 1000,
+            ttl: Ttl::from_millis(1000),
         };
         let none = [taken(&[]), Some(PermitReply::Granted), None];
         assert!(mismatch(&request, &none).is_none());

@@ -8,7 +8,7 @@ use redis::{Cmd, Value};
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
-use crate::request::{Keys, channel};
+use crate::request::{Keys, Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 
 /// Take one permit slot if free (and the permit count agrees), else report
@@ -70,14 +70,14 @@ pub(crate) async fn acquire_permit(
     permits: &Permits,
     slot: u32,
     token: &str,
-    ttl_ms: u64,
+    ttl: Ttl,
     deadline: impl Into<Deadline>,
 ) -> Result<PermitReply, NodeError> {
     let deadline: Deadline = deadline.into();
     let mut keys: Vec<&str> = Vec::with_capacity(1 + permits.slots.len());
     keys.push(&permits.limit_key);
     keys.extend(permits.slots.iter().map(|k| &**k));
-    let (slot_arg, ttl) = (slot.to_string(), ttl_ms.to_string());
+    let (slot_arg, ttl) = (slot.to_string(), ttl.ms().to_string());
     let args = [slot_arg.as_str(), token, ttl.as_str(), &permits.count];
     // Sent again if the connection dropped (as every script): the
     // script finds a grant that had landed and grants it again, so a
@@ -124,7 +124,7 @@ impl Shape for Permits {
 
     /// Token, ttl, and the permit count.
     fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
-        cmd.arg(lock.token).arg(lock.ttl_ms).arg(&*self.count);
+        cmd.arg(lock.token).arg(lock.ttl.ms()).arg(&*self.count);
     }
 
     /// `release.lua`.
@@ -179,7 +179,7 @@ mod tests {
         let extension = Extension {
             keys: &slot,
             token: "t",
-            ttl_ms: 1500,
+            ttl: Ttl::from_millis(1500),
             fence: None,
             shape: &permits,
         };

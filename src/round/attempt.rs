@@ -1,0 +1,222 @@
+//! One attempt to acquire, for every primitive: a primitive describes its
+//! acquisition ([`Acquire`]), and [`attempt`] fans it out, decides it,
+//! completes it and either grants it or cleans up after it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::{Core, Holding, Round, fan_out, release_in_background};
+use crate::calls::Requests;
+use crate::error::{Error, NodeError};
+use crate::node::{Deadline, ShapeRef};
+use crate::quorum::{Answer, Decision, Rule, Window};
+use crate::request::{Keys, Ttl};
+use crate::token::Token;
+
+/// One primitive's acquisition, as [`attempt`] runs it: what each node is
+/// asked, how its answer votes, and what a grant still needs once a quorum
+/// said yes.
+pub(crate) trait Acquire: Sync {
+    /// A node's answer to the request.
+    type Answer: Answer + Send + 'static;
+
+    /// The resource, for errors and logs.
+    fn resource(&self) -> &Arc<str>;
+
+    /// The keys a grant holds (and a failed attempt releases).
+    fn keys(&self) -> &Keys;
+
+    /// The requested ttl.
+    fn ttl(&self) -> Ttl;
+
+    /// What a grant is on the nodes beyond its keys: a lock unless said
+    /// otherwise.
+    fn shape(&self) -> ShapeRef {
+        ShapeRef::LOCK
+    }
+
+    /// Node `node`'s request in the attempt with `token`. Owned, so that a
+    /// request still in flight at the decision can be followed.
+    fn call(
+        &self,
+        core: &Arc<Core>,
+        node: usize,
+        token: &Token,
+        deadline: Deadline,
+    ) -> impl Future<Output = Result<Self::Answer, NodeError>> + Send + 'static + use<Self>;
+
+    /// After a quorum said yes (with validity left): whatever the grant
+    /// still needs, within `window` — the fence write-back of a fenced
+    /// lock. Returns the lock's fence counter key and fence, if any.
+    fn complete(
+        &self,
+        core: &Arc<Core>,
+        round: &Round<Self::Answer>,
+        window: &Window,
+    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send;
+}
+
+/// A successful attempt: what is now held, its window, and the round that
+/// granted it with the requests still in flight.
+pub(crate) struct Grant<T, F> {
+    pub(crate) holding: Holding,
+    pub(crate) window: Window,
+    pub(crate) round: Round<T>,
+    pub(crate) stragglers: Requests<F>,
+}
+
+/// One attempt: fan out, decide, complete, and either grant or clean up.
+///
+/// A failed (or cancelled) attempt removes its token from every node that
+/// may hold it, in the background: its requests are on their way to the
+/// nodes when this returns, ahead of whatever the caller sends next.
+pub(crate) async fn attempt<A: Acquire>(
+    core: &Arc<Core>,
+    acquire: &A,
+) -> Result<
+    Grant<A::Answer, impl Future<Output = Result<A::Answer, NodeError>> + Send + 'static>,
+    Error,
+> {
+    let start = Instant::now();
+    let token = Token::generate()?;
+    let ttl = acquire.ttl();
+    let window = core.window(start, ttl);
+    // Never wait for a node past the point where no validity would be left.
+    let deadline = core.timeout_within(start, window.deadline());
+
+    // Armed until the attempt ends: if this future is dropped mid-flight,
+    // the token is removed from every node in the background.
+    let cleanup = Cleanup {
+        core: Some(core.clone()),
+        lock: Holding {
+            keys: acquire.keys().clone(),
+            token: token.clone(),
+            fence: None,
+            shape: acquire.shape(),
+        },
+    };
+    let (round, stragglers) = fan_out(
+        core.nodes(),
+        Rule::Quorum,
+        "acquire",
+        deadline,
+        |i, _, deadline| acquire.call(core, i, &token, deadline),
+    )
+    .await;
+    // Only a failed round needs it (see the cleanup below).
+    let refused = round.refused_unless_reached();
+    let granted = match granted(acquire.resource(), round, &window, start, ttl) {
+        Ok(round) => match acquire.complete(core, &round, &window).await {
+            // Checked again: completing took time out of the validity.
+            Ok(fence) => match window.validity_at(Instant::now()) {
+                Some(_) => Ok((round, fence)),
+                None => Err(validity_expired(acquire.resource(), start, ttl)),
+            },
+            Err(error) => Err(error),
+        },
+        Err(error) => Err(error),
+    };
+    match granted {
+        Ok((round, fence)) => {
+            cleanup.disarm();
+            Ok(Grant {
+                holding: Holding {
+                    keys: acquire.keys().clone(),
+                    token,
+                    fence,
+                    shape: acquire.shape(),
+                },
+                window,
+                round,
+                stragglers,
+            })
+        }
+        Err(error) => {
+            tracing::debug!(error = %error, "attempt failed, cleaning up");
+            // Not followed: the cleanup releases those nodes anyway. Dropped
+            // first, since a node's lone request holds its queue (see
+            // `lock::batch`) until it is polled to its answer or dropped, and
+            // the cleanup's release may be queued behind it.
+            drop(stragglers);
+            // A node that answered "no" certainly did not store our token,
+            // and nothing else will: skip it. Every other node — granted,
+            // failed, timed out or never heard from — may hold it.
+            cleanup.run(refused);
+            Err(error)
+        }
+    }
+}
+
+/// Whether a round grants the lock: a quorum said yes and validity is
+/// left, measured from the attempt's start.
+fn granted<T: Answer>(
+    resource: &str,
+    round: Round<T>,
+    window: &Window,
+    start: Instant,
+    ttl: Ttl,
+) -> Result<Round<T>, Error> {
+    if round.decision != Decision::Reached {
+        return Err(round.failure(resource));
+    }
+    match window.validity_at(Instant::now()) {
+        Some(validity) => {
+            tracing::debug!(granted = round.tally.yes(), ?validity, "quorum reached");
+            Ok(round)
+        }
+        None => Err(validity_expired(resource, start, ttl)),
+    }
+}
+
+fn validity_expired(resource: &str, start: Instant, ttl: Ttl) -> Error {
+    Error::ValidityExpired {
+        resource: resource.to_owned(),
+        elapsed: start.elapsed(),
+        ttl: ttl.duration(),
+    }
+}
+
+/// Removes an attempt's token from the nodes, even if the attempt's future
+/// is dropped halfway.
+struct Cleanup {
+    /// `None` once disarmed.
+    core: Option<Arc<Core>>,
+    lock: Holding,
+}
+
+impl Cleanup {
+    /// The attempt succeeded: the guard now owns the token.
+    fn disarm(mut self) {
+        self.core = None;
+    }
+
+    /// Releases on every node except the ones `skip` marks, in the
+    /// background: neither the caller's error nor its next attempt waits
+    /// for a node (the next attempt's requests go out behind these).
+    fn run(mut self, skip: Option<Vec<bool>>) {
+        let Some(core) = self.core.take() else {
+            return;
+        };
+        if skip
+            .as_ref()
+            .is_some_and(|s| s.iter().all(|&refused| refused))
+        {
+            return;
+        }
+        let lock = Arc::new(self.lock.clone());
+        release_in_background(&core, lock, skip.as_deref());
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(core) = self.core.take() else {
+            return;
+        };
+        // Cancelled mid-attempt: we do not know which nodes refused, so
+        // release everywhere. Without a runtime the keys expire by ttl.
+        release_in_background(&core, Arc::new(self.lock.clone()), None);
+    }
+}

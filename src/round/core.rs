@@ -1,0 +1,170 @@
+//! What every round of a manager holds ([`Core`]) and what a held lock is
+//! on the nodes ([`Holding`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, NodeError};
+use crate::lock::batch::Lanes;
+use crate::node::{Extension, Node, ShapeRef, nth};
+use crate::quorum::{Window, drift};
+use crate::request::{Keys, Ttl};
+use crate::tasks::Background;
+use crate::token::Token;
+
+/// What every round of a manager needs: the nodes, how long each may take,
+/// the drift allowance, and the tasks that outlive a caller (cleanups,
+/// releases of dropped guards, requests still in flight after a decision).
+/// Guards, the renewer and the wake-ups hold it (`Arc` or `Weak`) rather
+/// than the manager. Read through its methods: the nodes and one node
+/// ([`node`](Self::node)), the deadlines of requests
+/// ([`timeout_from`](Self::timeout_from)), a lock's validity
+/// ([`window`](Self::window)).
+#[derive(Debug)]
+pub(crate) struct Core {
+    nodes: Arc<[Node]>,
+    /// Each node's queue of plain lock requests (group commit).
+    lanes: Arc<Lanes>,
+    node_timeout: Duration,
+    drift_factor: f64,
+    /// Whether releases announce themselves on the keys' channels, for the
+    /// waiters of [`WakeOnRelease::Subscribe`](crate::WakeOnRelease).
+    announce: bool,
+    background: Arc<Background>,
+}
+
+impl Core {
+    pub(crate) fn new(
+        nodes: Vec<Node>,
+        node_timeout: Duration,
+        drift_factor: f64,
+        announce: bool,
+    ) -> Self {
+        let nodes: Arc<[Node]> = nodes.into();
+        let background: Arc<Background> = Arc::default();
+        Self {
+            lanes: Lanes::new(nodes.clone(), background.clone()),
+            nodes,
+            node_timeout,
+            drift_factor,
+            announce,
+            background,
+        }
+    }
+
+    /// The nodes, in the order the manager was given them: node `i` of a
+    /// round is `nodes()[i]`.
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// How many nodes there are: `N`.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Node `i`, for a request to it (an error, for a request to fail with,
+    /// if there is none).
+    pub(crate) fn node(&self, i: usize) -> Result<&Node, NodeError> {
+        nth(&self.nodes, i)
+    }
+
+    /// How many nodes must agree: `N / 2 + 1`.
+    pub(crate) fn quorum(&self) -> usize {
+        crate::quorum::quorum(self.len())
+    }
+
+    /// How long one request to a node may take.
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The clock drift allowance, as a share of a ttl (see
+    /// [`drift`](crate::quorum::drift)): for the configuration's reports and
+    /// for checking a ttl against it.
+    pub(crate) fn drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// A caller's `ttl`, checked against this manager's drift allowance
+    /// (see [`Ttl::new`]).
+    pub(crate) fn ttl(&self, ttl: Duration) -> Result<Ttl, Error> {
+        Ttl::new(ttl, self.drift_factor)
+    }
+
+    /// The validity window of a lock with `ttl` whose request began at
+    /// `start`: the ttl less the drift allowance.
+    pub(crate) fn window(&self, start: Instant, ttl: Ttl) -> Window {
+        Window::new(start, ttl.duration(), self.drift_factor)
+    }
+
+    /// The most validity a lock with `ttl` can have: the ttl less the drift
+    /// allowance, the length of its [`window`](Self::window).
+    pub(crate) fn validity(&self, ttl: Ttl) -> Duration {
+        let ttl = ttl.duration();
+        ttl.saturating_sub(drift(ttl, self.drift_factor))
+    }
+
+    /// Each node's queue of plain lock requests (group commit).
+    pub(crate) fn lanes(&self) -> &Arc<Lanes> {
+        &self.lanes
+    }
+
+    /// Whether releases announce themselves on the keys' channels.
+    pub(crate) fn announces(&self) -> bool {
+        self.announce
+    }
+
+    /// The tasks that outlive a caller.
+    pub(crate) fn background(&self) -> &Arc<Background> {
+        &self.background
+    }
+
+    /// When a request to the nodes begun at `start` stops waiting for
+    /// them: the node timeout after it.
+    pub(crate) fn timeout_from(&self, start: Instant) -> Instant {
+        start + self.node_timeout
+    }
+
+    /// [`timeout_from`](Self::timeout_from), or `cap` (the deadline of
+    /// the lock the request is about) if that comes first.
+    pub(crate) fn timeout_within(&self, start: Instant, cap: Instant) -> Instant {
+        self.timeout_from(start).min(cap)
+    }
+
+    /// Node `i`'s label, for logs.
+    pub(crate) fn label(&self, node: usize) -> &str {
+        self.node(node).map_or("?", |n| &**n.label())
+    }
+}
+
+/// What a held (or half-acquired) lock is on the nodes: its keys and token,
+/// and for a fenced lock its counter's key and fence. Extending and
+/// releasing a lock are described here, for every primitive.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    pub(crate) keys: Keys,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<(Arc<str>, u64)>,
+    pub(crate) shape: ShapeRef,
+}
+
+impl Holding {
+    /// What an extension (or renewal) with `ttl` asks of a node.
+    pub(crate) fn extension(&self, ttl: Ttl) -> Extension<'_> {
+        Extension {
+            keys: &self.keys,
+            token: self.token.as_str(),
+            ttl,
+            fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
+            shape: &*self.shape,
+        }
+    }
+
+    /// The fence of a fenced lock.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        self.fence.as_ref().map(|&(_, fence)| fence)
+    }
+}

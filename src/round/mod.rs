@@ -1,0 +1,45 @@
+//! The round layer: the one fan-out ([`fan_out_with`]) that every call to
+//! every node runs on — one request per node, decided by a rule
+//! ([`Decide`](crate::decide::Decide): one lock's votes, a [`Round`]; a renewal's batch; a leader
+//! read), with the nodes' health, failure metrics and logs, and the
+//! requests still in flight after it [followed](follow) — and the release
+//! of every node that may hold a token, with the [`Core`] that guards,
+//! renewals and wake-ups hold instead of the manager. A primitive plugs its
+//! acquisition into [`attempt`] by describing it ([`Acquire`]); nothing
+//! here knows guards, renewals or the manager.
+
+mod attempt;
+mod core;
+mod engine;
+mod release;
+
+pub(crate) use self::core::{Core, Holding};
+pub(crate) use attempt::{Acquire, Grant, attempt};
+pub(crate) use engine::{Round, Traced, fan_out, fan_out_with, follow};
+pub(crate) use release::{InFlight, OnNodes, release, release_again, release_in_background};
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::node::{Node, NodeOptions};
+
+    /// `n` nodes that are never connected to: the tests' fan-outs run fake
+    /// requests.
+    pub(crate) fn nodes(n: usize) -> Vec<Node> {
+        (0..n)
+            .map(|i| {
+                Node::parse(
+                    &format!("redis://127.0.0.1:{}", 1000 + i),
+                    &NodeOptions::default(),
+                )
+                .expect("a node URL")
+            })
+            .collect()
+    }
+
+    /// Makes `node` unresponsive: its last requests timed out.
+    pub(crate) fn freeze(node: &Node) {
+        while !node.unresponsive() {
+            node.note(true);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The release of a lock on every node that may hold its token, and the
+//! race of that release against the lock's requests still in flight
+//! ([`InFlight`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use tokio::time::Instant;
+
+use super::{Core, Holding, Round, fan_out, follow};
+use crate::calls::Requests;
+use crate::error::NodeError;
+use crate::lock::batch::Op;
+use crate::metrics;
+use crate::node::Deadline;
+use crate::quorum::Rule;
+
+/// A held lock's requests that were still in flight when their round
+/// decided (the acquire's, or an extension's), raced per node against the
+/// lock's release.
+///
+/// A release does not wait for them: it goes out at once, behind them on
+/// the node's connection, and Redis runs one connection's calls in order,
+/// so it runs after them and removes what they set. Where that order is
+/// not certain (a connection being set up or made anew, a request sent
+/// again after its connection dropped, the group-commit queue's ACL
+/// fallback), the two answers tell: a late "yes" that may have landed
+/// after the release deleted nothing there — or, for a request that
+/// restores missing keys (an extension), after any release — calls for the
+/// release to go out once more on that node. Neither answer waits for the
+/// other; whichever of a node's two answers comes second decides, from
+/// both.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    /// Per node: the bits below.
+    nodes: Box<[AtomicU8]>,
+    /// The requests set the key again where it is missing (extensions):
+    /// their "yes" may follow a release that deleted it.
+    restores: bool,
+}
+
+/// The node's request (of an [`InFlight`]) has answered…
+const ANSWERED: u8 = 1;
+/// …that it holds the token;
+const YES: u8 = 2;
+/// the lock's release has answered on the node…
+const RELEASED: u8 = 4;
+/// …that it deleted the token.
+const DELETED: u8 = 8;
+
+impl InFlight {
+    /// The requests of a round still in flight to the nodes `in_flight`,
+    /// out of `nodes`; `restores` for an extension's.
+    pub(crate) fn new(nodes: usize, in_flight: &[usize], restores: bool) -> Self {
+        let nodes: Box<[AtomicU8]> = (0..nodes)
+            .map(|node| {
+                AtomicU8::new(if in_flight.contains(&node) {
+                    0
+                } else {
+                    ANSWERED
+                })
+            })
+            .collect();
+        Self { nodes, restores }
+    }
+
+    /// Whether `node`'s request has not answered yet.
+    pub(crate) fn pending(&self, node: usize) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|slot| slot.load(Ordering::Acquire) & ANSWERED == 0)
+    }
+
+    /// `node`'s request answered (`yes`: the node holds the token). Returns
+    /// whether the lock's release must go out on that node again.
+    pub(crate) fn answered(&self, node: usize, yes: bool) -> bool {
+        let Some(slot) = self.nodes.get(node) else {
+            return false;
+        };
+        let before = slot.fetch_or(ANSWERED | if yes { YES } else { 0 }, Ordering::AcqRel);
+        before & RELEASED != 0 && self.again(yes, before & DELETED != 0)
+    }
+
+    /// The lock's release answered on `node` (`deleted`: it deleted the
+    /// token there), having been sent while the node's request was
+    /// [`pending`](Self::pending). Returns whether the release must go out
+    /// on that node again.
+    pub(crate) fn released(&self, node: usize, deleted: bool) -> bool {
+        let Some(slot) = self.nodes.get(node) else {
+            return false;
+        };
+        let before = slot.fetch_or(
+            RELEASED | if deleted { DELETED } else { 0 },
+            Ordering::AcqRel,
+        );
+        before & ANSWERED != 0 && self.again(before & YES != 0, deleted)
+    }
+
+    /// With both answers: whether the request may have set the key after
+    /// the release ran. A grant (`SET NX`) that the release found deleted
+    /// ran before it; one it did not find may have come after. A restore
+    /// may follow a release that deleted the key.
+    fn again(&self, yes: bool, deleted: bool) -> bool {
+        yes && (self.restores || !deleted)
+    }
+}
+
+/// What a lock's release asks of the nodes: a held lock's [`LockState`] or
+/// a failed attempt's [`Holding`], shared by every node's request.
+///
+/// [`LockState`]: crate::lease::LockState
+pub(crate) trait OnNodes: Send + Sync + 'static {
+    fn holding(&self) -> &Holding;
+}
+
+impl OnNodes for Holding {
+    fn holding(&self) -> &Holding {
+        self
+    }
+}
+
+/// The token-checked release of `lock` on node `node`, owned, so that it
+/// can be followed after its caller returned. A one-key lock goes with
+/// whatever else is bound for the node meanwhile (see [`Op::batched`]).
+async fn release_request<L: OnNodes>(
+    core: Arc<Core>,
+    lock: Arc<L>,
+    node: usize,
+    announce: Option<Arc<str>>,
+    deadline: Deadline,
+) -> Result<bool, NodeError> {
+    let holding = lock.holding();
+    let op = Op::Release {
+        announce: announce.clone(),
+    };
+    if let Some(key) = op.batched(&*holding.shape, &holding.keys, holding.fence.is_some()) {
+        let status = core
+            .lanes()
+            .send(node, op, key, &holding.token, deadline)
+            .await?;
+        return Ok(status == 1);
+    }
+    let target = core.node(node)?;
+    let announce = announce.as_deref();
+    let token = holding.token.as_str();
+    target
+        .release(&holding.keys, &*holding.shape, token, announce, deadline)
+        .await
+}
+
+/// Token-checked release of `lock` on every node, decided at a quorum:
+/// returns as soon as a quorum deleted the token, or as soon as that has
+/// become impossible, with the requests still in flight for the caller to
+/// [`follow`]. Each request is bounded by the node timeout.
+pub(crate) async fn release<L: OnNodes>(
+    core: &Arc<Core>,
+    lock: &Arc<L>,
+) -> (
+    Round,
+    Requests<impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<L>>,
+) {
+    let deadline = core.timeout_from(Instant::now());
+    let announce: Option<Arc<str>> = core.announces().then(|| release_id().into());
+    fan_out(
+        core.nodes(),
+        Rule::Release,
+        "release",
+        deadline,
+        |i, _, deadline| release_request(core.clone(), lock.clone(), i, announce.clone(), deadline),
+    )
+    .await
+}
+
+/// Token-checked release of `lock` on every node but those `skip` marks,
+/// followed entirely in the background: the caller waits for no node. The
+/// requests are handed to the nodes' connections before this returns, so
+/// whatever the caller sends those nodes next goes out behind them.
+pub(crate) fn release_in_background<L: OnNodes>(
+    core: &Arc<Core>,
+    lock: Arc<L>,
+    skip: Option<&[bool]>,
+) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        // Nothing can send them: the keys expire by ttl.
+        return;
+    }
+    let deadline = core.timeout_from(Instant::now());
+    let shared = Deadline::timed_by_caller(deadline);
+    let announce: Option<Arc<str>> = core.announces().then(|| release_id().into());
+    let skipped = |i: usize| skip.and_then(|s| s.get(i).copied()).unwrap_or(false);
+    let requests = (0..core.len()).filter(|&i| !skipped(i)).map(|i| {
+        let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
+        (i, request)
+    });
+    let stragglers = Requests::new(requests, Some(deadline));
+    follow(core, "release", stragglers, |_, _| {});
+}
+
+/// Sends `lock`'s release to node `node` once more, in the background: a
+/// late answer says the lock's key may have been set there after the
+/// release ran (see [`InFlight`]).
+pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: usize) {
+    metrics::released_again();
+    tracing::debug!(
+        node = %core.label(node),
+        "a late grant may have landed after the release: releasing there again"
+    );
+    let deadline = core.timeout_from(Instant::now());
+    let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
+    core.background().spawn(async move {
+        let _ = request.await;
+    });
+}
+
+/// What a release announces: a random id, so that the waiters can tell one
+/// release announced by several nodes from several releases.
+fn release_id() -> String {
+    // Never 0, which stands for "no id".
+    format!("{:016x}", rand::random::<u64>().max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Node 1's request is in flight (of three nodes); `restores` for an
+    /// extension's.
+    fn racing(restores: bool) -> InFlight {
+        let requests = InFlight::new(3, &[1], restores);
+        assert!(requests.pending(1));
+        assert!(!requests.pending(0) && !requests.pending(2));
+        requests
+    }
+
+    #[test]
+    fn a_grant_the_release_deleted_ran_before_it() {
+        // In order on the connection: the grant, then the release that
+        // deletes it — whichever answer is handled first.
+        let requests = racing(false);
+        assert!(!requests.answered(1, true));
+        assert!(!requests.released(1, true));
+        let requests = racing(false);
+        assert!(!requests.released(1, true));
+        assert!(!requests.answered(1, true));
+    }
+
+    #[test]
+    fn a_grant_the_release_did_not_find_is_released_again() {
+        // The release overtook the grant (found nothing), or failed: the
+        // grant may have landed after it. Whichever answer comes second
+        // says so, once.
+        let requests = racing(false);
+        assert!(!requests.released(1, false));
+        assert!(requests.answered(1, true));
+        let requests = racing(false);
+        assert!(!requests.answered(1, true));
+        assert!(requests.released(1, false));
+    }
+
+    #[test]
+    fn a_refused_or_failed_request_needs_nothing_more() {
+        for deleted in [true, false] {
+            let requests = racing(false);
+            assert!(!requests.released(1, deleted));
+            assert!(!requests.answered(1, false));
+            let requests = racing(true);
+            assert!(!requests.answered(1, false));
+            assert!(!requests.released(1, deleted));
+        }
+    }
+
+    #[test]
+    fn a_restore_may_follow_any_release() {
+        // An extension that restored the key may have run after a release
+        // that deleted it.
+        let requests = racing(true);
+        assert!(!requests.released(1, true));
+        assert!(requests.answered(1, true));
+        let requests = racing(true);
+        assert!(!requests.answered(1, true));
+        assert!(requests.released(1, true));
+    }
+
+    #[test]
+    fn nodes_not_in_flight_never_race() {
+        let requests = racing(true);
+        for node in [0, 2, 7] {
+            assert!(!requests.released(node, false));
+            assert!(!requests.released(node, true));
+        }
+    }
+}
