@@ -28,7 +28,6 @@ pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use redact::redact;
 pub(crate) use run::Resend;
-#[cfg(feature = "tls")]
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
 

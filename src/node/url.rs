@@ -58,8 +58,9 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
+/// Without TLS there is no provider to install.
 #[cfg(not(feature = "tls"))]
-fn install_crypto_provider() {}
+pub(crate) fn install_crypto_provider() {}
 
 /// `host:port`, with `/db` when not 0: never credentials.
 pub(super) fn label(info: &ConnectionInfo) -> String {
