@@ -544,7 +544,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lease", &self.lease)
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.ttl.duration())
             .finish_non_exhaustive()
     }
 }
