@@ -184,7 +184,9 @@
 //!    - `keys` — the key layout: every key and channel named after a
 //!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
-//!    - `scripts` — the Lua scripts and the Functions library.
+//!    - `scripts` — a Lua script as the nodes run it ([`ScriptMode`]), and
+//!      the Functions library of every primitive's scripts (each in its
+//!      primitive's folder).
 //!    - `check` — the node check's [`Report`](check::Report) and its
 //!      judgement of what the nodes showed.
 //! 2. **Wire**
