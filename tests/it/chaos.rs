@@ -753,7 +753,8 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
     totals.print();
 
     let failed = !verdict.is_ok() || leaked > 0 || stalled.is_some();
-    let saved = std::env::var_os(HISTORY_ENV).map(|dir| write_history(Path::new(&dir), seed, &history));
+    let saved =
+        std::env::var_os(HISTORY_ENV).map(|dir| write_history(Path::new(&dir), seed, &history));
     match &saved {
         Some(Ok(path)) => println!("history written to {}", path.display()),
         Some(Err(e)) => println!("history not written: {e}"),
@@ -777,10 +778,13 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
     };
     assert!(
         verdict.is_ok(),
-        "seed {seed}: {verdict}\n{}\n{saved}",
+        "seed {seed}: {saved}\n{verdict}\n{}",
         renewals_before_losses(start, &verdict)
     );
-    assert_eq!(leaked, 0, "seed {seed}: lock keys left after their ttl; {saved}");
+    assert_eq!(
+        leaked, 0,
+        "seed {seed}: lock keys left after their ttl; {saved}"
+    );
     if let Some((grants, since)) = stalled {
         panic!(
             "seed {seed}: no grant for {:?} after {grants} grants (at {:?} into the run); {saved}",

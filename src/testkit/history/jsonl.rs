@@ -30,7 +30,9 @@ pub enum HistoryError {
         source: serde_json::Error,
     },
     /// The file is of another version of the format.
-    #[error("history line {line}: format version {version}, but this checker reads version {FORMAT_VERSION}")]
+    #[error(
+        "history line {line}: format version {version}, but this checker reads version {FORMAT_VERSION}"
+    )]
     Version {
         /// The line of the `meta` record.
         line: usize,
@@ -96,10 +98,14 @@ impl History {
         .chain(self.faults.iter().cloned().map(Record::Fault))
         .chain(self.stalls.iter().copied().map(Record::Stall))
         .chain(self.starved.iter().copied().map(Record::Starved))
-        .chain(self.counters.iter().map(|(resource, &value)| Record::Counter {
-            resource: resource.clone(),
-            value,
-        }))
+        .chain(
+            self.counters
+                .iter()
+                .map(|(resource, &value)| Record::Counter {
+                    resource: resource.clone(),
+                    value,
+                }),
+        )
         .chain(std::iter::once(Record::Verdict {
             ok: verdict.is_ok(),
             violations: verdict.violations.iter().map(|v| v.to_string()).collect(),

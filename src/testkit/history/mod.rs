@@ -103,7 +103,11 @@
 //!     &verdict.violations[..],
 //!     [Violation::Overlap { resource, .. }] if resource == "jobs:b"
 //! ));
-//! println!("{verdict}"); // "1 violation: overlapping windows on jobs:b: client 2 …"
+//! // 1 violation:
+//! //   overlapping windows on jobs:b:
+//! //     client 2 token … fence None: invoked 0.0ms, granted 0.0ms, deadline 150.0ms, …
+//! //     client 3 token … fence None: invoked 100.0ms, granted 100.0ms, deadline 200.0ms, …
+//! println!("{verdict}");
 //! ```
 //!
 //! Check a saved history again (the chaos tests save theirs when
@@ -586,7 +590,9 @@ impl Recorder {
 }
 
 /// An attempt being recorded; say what came of it with
-/// [`granted`](Attempt::granted) or [`failed`](Attempt::failed).
+/// [`granted`](Attempt::granted) or [`failed`](Attempt::failed). Dropped
+/// without an outcome, it records nothing (an attempt you do not want
+/// judged).
 #[derive(Debug)]
 #[must_use = "an attempt is recorded only once its outcome is"]
 pub struct Attempt {
@@ -712,15 +718,16 @@ impl Section {
         self.close();
     }
 
-    /// Closes the window now, releases `guard` and records how that went.
+    /// Closes the window now, releases `guard` (a [`LockGuard`], or a
+    /// permit, read or write guard) and records how that went.
     ///
     /// # Errors
     ///
     /// As [`LockGuard::release`].
-    pub async fn release(mut self, guard: LockGuard) -> Result<ReleaseSummary, Error> {
+    pub async fn release(mut self, guard: impl Into<LockGuard>) -> Result<ReleaseSummary, Error> {
         self.close();
         let start = self.grant.release_called;
-        let result = guard.release().await;
+        let result = guard.into().release().await;
         self.recorder.op(Op {
             client: self.grant.client,
             kind: OpKind::Release,

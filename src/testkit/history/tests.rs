@@ -33,7 +33,11 @@ fn with_counter(mut history: History, value: u64) -> History {
 }
 
 fn kinds(history: &History) -> Vec<&'static str> {
-    check(history).violations.iter().map(Violation::kind).collect()
+    check(history)
+        .violations
+        .iter()
+        .map(Violation::kind)
+        .collect()
 }
 
 const HOLD_TTL: Duration = Duration::from_secs(2);
@@ -66,18 +70,26 @@ fn sections_one_after_another_pass() {
 fn an_overlap_is_flagged_with_both_clients_and_times() {
     let overlap = history(vec![g(0, 0, 150, None, true), g(1, 100, 200, None, true)]);
     let verdict = check(&overlap);
-    let [Violation::Overlap {
-        resource,
-        first,
-        second,
-    }] = &verdict.violations[..]
+    let [
+        Violation::Overlap {
+            resource,
+            first,
+            second,
+        },
+    ] = &verdict.violations[..]
     else {
         panic!("{verdict:?}");
     };
-    assert_eq!((resource.as_str(), first.client, second.client), ("r", 0, 1));
+    assert_eq!(
+        (resource.as_str(), first.client, second.client),
+        ("r", 0, 1)
+    );
     let text = verdict.to_string();
     assert!(text.contains("overlapping windows on r"), "{text}");
-    assert!(text.contains("client 0") && text.contains("client 1"), "{text}");
+    assert!(
+        text.contains("client 0") && text.contains("client 1"),
+        "{text}"
+    );
     assert!(text.contains("granted 100.0ms"), "{text}");
 }
 
@@ -348,8 +360,15 @@ fn a_history_written_and_read_back_is_the_same_and_judged_the_same() {
     let mut file = Vec::new();
     history.write_jsonl(&mut file).expect("write");
     let text = String::from_utf8(file.clone()).expect("utf-8");
-    assert!(text.lines().all(|l| l.starts_with("{\"type\":\"")), "{text}");
-    assert!(text.lines().last().is_some_and(|l| l.contains("\"verdict\"")));
+    assert!(
+        text.lines().all(|l| l.starts_with("{\"type\":\"")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .last()
+            .is_some_and(|l| l.contains("\"verdict\""))
+    );
     let read = History::read_jsonl(&file[..]).expect("read");
     assert_eq!(read, history);
     assert_eq!(check(&read), verdict);
@@ -372,8 +391,14 @@ fn a_malformed_line_is_a_typed_error_naming_it() {
         ("{\"type\":\"grant\",\"client\":0}", "a missing field"),
         ("{\"type\":\"teleport\"}", "an unknown type"),
         ("not json", "not JSON"),
-        ("{\"type\":\"loss\",\"client\":0,\"resource\":\"r\",\"at_ns\":1,\"reason\":\"bored\",\"ttl_ns\":1}", "an unknown loss reason"),
-        ("{\"type\":\"stall\",\"from_ns\":-1,\"to_ns\":1}", "a negative time"),
+        (
+            "{\"type\":\"loss\",\"client\":0,\"resource\":\"r\",\"at_ns\":1,\"reason\":\"bored\",\"ttl_ns\":1}",
+            "an unknown loss reason",
+        ),
+        (
+            "{\"type\":\"stall\",\"from_ns\":-1,\"to_ns\":1}",
+            "a negative time",
+        ),
     ] {
         let mut text = lines[..3].join("\n");
         text.push('\n');
@@ -418,7 +443,13 @@ async fn the_recorder_records_attempts_sections_and_faults_on_its_clock() {
     assert_eq!(h.ops.len(), 1);
     assert_eq!((h.ops[0].start, h.ops[0].end), (ms(10), ms(10)));
     assert_eq!(h.faults[0].from, ms(5));
-    assert_eq!(h.stalls[0], Span { from: ms(1), to: ms(2) });
+    assert_eq!(
+        h.stalls[0],
+        Span {
+            from: ms(1),
+            to: ms(2)
+        }
+    );
     assert_eq!(h.seed, Some(9));
     assert!(check(&h).is_ok());
     assert_eq!(recorder.take(), History::default());
