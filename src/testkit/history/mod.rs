@@ -27,16 +27,18 @@
 //!   windows ends at the number of writes: two overlapping sections would
 //!   lose one ([`Violation::LostUpdate`]).
 //! - **Fences increase.** Fenced grants of one resource, in grant order,
-//!   carry strictly increasing fences: each grant increments a counter on a
-//!   majority, which shares a node with the previous grant's majority
-//!   ([`Violation::FenceBackwards`]).
+//!   carry strictly increasing fences: a grant's fence is the largest
+//!   counter of its granting majority, written back to a majority before
+//!   the grant counts, and the next grant's majority shares a node with
+//!   that one ([`Violation::FenceBackwards`]).
 //! - **No grant while a majority is down.** Within a recorded majority
 //!   outage no attempt may succeed: a grant needs a majority's answers
 //!   ([`Violation::GrantDuringMajorityOutage`]).
 //! - **Honest deadlines.** A grant's deadline lies within `started + ttl`,
-//!   and `started` within the call, since the nodes' keys expire a ttl
-//!   after the request at the latest ([`Violation::DeadlinePastTtl`],
-//!   [`Violation::StartOutsideCall`]).
+//!   and `started` within the call before any request was sent: a node
+//!   sets the key for a ttl when the request arrives, so a deadline
+//!   measured from `started` ends before any node's key can expire
+//!   ([`Violation::DeadlinePastTtl`], [`Violation::StartOutsideCall`]).
 //! - **Documented errors only**, and single attempts that fail do so
 //!   within a bound if one is set ([`Violation::UndocumentedError`],
 //!   [`Violation::SlowFailure`]).
