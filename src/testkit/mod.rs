@@ -17,6 +17,11 @@
 //! With the `tls` feature too, [`ServerOptions::tls`] starts servers that
 //! speak TLS only, with certificates signed by [`test_ca`].
 //!
+//! [`history`] records what a test's lock holders believed, on one clock,
+//! and checks it: no overlapping critical sections, no lost update, fences
+//! increasing, no grant while a majority is down. Histories are saved as
+//! JSON Lines and checked again offline, without servers.
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -92,6 +97,7 @@ macro_rules! server_set {
 
 mod clock;
 mod cluster;
+pub mod history;
 mod proxy;
 #[cfg(feature = "tls")]
 mod tls;

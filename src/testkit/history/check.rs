@@ -1,0 +1,484 @@
+//! The checker: a pure function of a [`History`], judged by the rules the
+//! module docs state.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use super::{Fault, Grant, History, Loss, Op, OpKind, Outage, Outcome, Share, Span};
+
+/// What the checker found in a history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Verdict {
+    /// Every broken rule, in the order the checker found them.
+    pub violations: Vec<Violation>,
+    /// Counted, not judged: grants whose deadline lies past `invoked +
+    /// ttl` on the client's own clock (the client thread was preempted
+    /// between reading its clock and calling the library for longer than
+    /// the drift allowance; the deadline is still within `started + ttl`).
+    pub preempted: usize,
+    /// Counted, not judged: losses with a majority up that followed a
+    /// stall of the client process or a starved majority of nodes.
+    pub losses_after_stalls: usize,
+}
+
+impl Verdict {
+    /// Whether no rule was broken.
+    pub fn is_ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.violations.len() {
+            0 => f.write_str("no violation")?,
+            1 => f.write_str("1 violation:")?,
+            n => write!(f, "{n} violations:")?,
+        }
+        for violation in &self.violations {
+            write!(f, "\n  {violation}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One broken rule, with what a person needs to find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// Two believed-held windows of one resource overlap.
+    Overlap {
+        /// The resource.
+        resource: String,
+        /// The grant made first.
+        first: Grant,
+        /// The grant whose window opened inside `first`'s.
+        second: Grant,
+    },
+    /// More holders at once than a semaphore's permits or a reader-writer
+    /// lock's rule allow (at the moment `opening`'s window opened).
+    TooManyHolders {
+        /// The resource.
+        resource: String,
+        /// The grant whose window opened.
+        opening: Grant,
+        /// The grants whose windows were open then.
+        open: Vec<Grant>,
+    },
+    /// A counter kept under the lock ended below (or above) the number of
+    /// writes made under it.
+    LostUpdate {
+        /// The resource.
+        resource: String,
+        /// The counter's final value.
+        counter: u64,
+        /// How many grants wrote.
+        writes: u64,
+    },
+    /// A fence not greater than the one granted before it.
+    FenceBackwards {
+        /// The resource.
+        resource: String,
+        /// The grant made first.
+        earlier: Grant,
+        /// The next fenced grant, with a fence not above `earlier`'s.
+        later: Grant,
+    },
+    /// An attempt asked for and granted inside a majority outage.
+    GrantDuringMajorityOutage {
+        /// The grant.
+        grant: Grant,
+        /// The outage.
+        outage: Outage,
+    },
+    /// A deadline later than the attempt's start plus the ttl.
+    DeadlinePastTtl {
+        /// The grant.
+        grant: Grant,
+    },
+    /// The library's start of the attempt lies outside the call.
+    StartOutsideCall {
+        /// The grant.
+        grant: Grant,
+    },
+    /// An auto-extended lock lost with no majority outage, stall or
+    /// starved majority in the ttl before.
+    LossWithMajorityUp {
+        /// The loss.
+        loss: Loss,
+        /// The faults in the ttl before it.
+        faults: Vec<Fault>,
+    },
+    /// An error the library does not document for the call.
+    UndocumentedError {
+        /// The call.
+        op: Op,
+    },
+    /// A failed single attempt that took longer than the failure bound.
+    SlowFailure {
+        /// The call.
+        op: Op,
+        /// The bound.
+        bound: Duration,
+    },
+}
+
+impl Violation {
+    /// The rule broken, as a short stable name (`overlap`, `lost_update`,
+    /// …), e.g. for a summary line per run.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Violation::Overlap { .. } => "overlap",
+            Violation::TooManyHolders { .. } => "too_many_holders",
+            Violation::LostUpdate { .. } => "lost_update",
+            Violation::FenceBackwards { .. } => "fence_backwards",
+            Violation::GrantDuringMajorityOutage { .. } => "grant_during_majority_outage",
+            Violation::DeadlinePastTtl { .. } => "deadline_past_ttl",
+            Violation::StartOutsideCall { .. } => "start_outside_call",
+            Violation::LossWithMajorityUp { .. } => "loss_with_majority_up",
+            Violation::UndocumentedError { .. } => "undocumented_error",
+            Violation::SlowFailure { .. } => "slow_failure",
+        }
+    }
+}
+
+/// A time as milliseconds from the origin.
+struct Ms(Duration);
+
+impl fmt::Display for Ms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.1}ms", self.0.as_secs_f64() * 1000.0)
+    }
+}
+
+/// A grant as one line.
+struct Show<'a>(&'a Grant);
+
+impl fmt::Display for Show<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = self.0;
+        write!(
+            f,
+            "client {} token {}… fence {:?}: invoked {}, granted {}, deadline {}, release called {}, wrote {}",
+            g.client,
+            g.token,
+            g.fence,
+            Ms(g.invoked),
+            Ms(g.granted),
+            Ms(g.deadline),
+            Ms(g.release_called),
+            g.wrote
+        )
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Overlap {
+                resource,
+                first,
+                second,
+            } => write!(
+                f,
+                "overlapping windows on {resource}:\n    {}\n    {}",
+                Show(first),
+                Show(second)
+            ),
+            Violation::TooManyHolders {
+                resource,
+                opening,
+                open,
+            } => {
+                write!(
+                    f,
+                    "{} holders at once on {resource} ({:?} opening):\n    {}",
+                    open.len() + 1,
+                    opening.share,
+                    Show(opening)
+                )?;
+                for g in open {
+                    write!(f, "\n    {:?} {}", g.share, Show(g))?;
+                }
+                Ok(())
+            }
+            Violation::LostUpdate {
+                resource,
+                counter,
+                writes,
+            } => write!(
+                f,
+                "counter of {resource} is {counter} but {writes} grants wrote: an update was lost"
+            ),
+            Violation::FenceBackwards {
+                resource,
+                earlier,
+                later,
+            } => write!(
+                f,
+                "fences on {resource} not increasing in grant order: {:?} then {:?}\n    {}\n    {}",
+                earlier.fence,
+                later.fence,
+                Show(earlier),
+                Show(later)
+            ),
+            Violation::GrantDuringMajorityOutage { grant, outage } => write!(
+                f,
+                "granted on {} during a majority outage ({}..{}): {}",
+                grant.resource,
+                Ms(outage.from),
+                Ms(outage.to),
+                Show(grant)
+            ),
+            Violation::DeadlinePastTtl { grant } => write!(
+                f,
+                "deadline overstated on {} (started {}, ttl {:?}): {}",
+                grant.resource,
+                Ms(grant.started),
+                grant.ttl,
+                Show(grant)
+            ),
+            Violation::StartOutsideCall { grant } => write!(
+                f,
+                "start outside the call on {} (started {}): {}",
+                grant.resource,
+                Ms(grant.started),
+                Show(grant)
+            ),
+            Violation::LossWithMajorityUp { loss, faults } => {
+                write!(
+                    f,
+                    "holder {} lost its lock on {} ({}) at {} while a majority of nodes was up; faults in the ttl before:",
+                    loss.client,
+                    loss.resource,
+                    loss.reason,
+                    Ms(loss.at)
+                )?;
+                for (i, fault) in faults.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(
+                        f,
+                        "{sep}{} on {:?} {}..{}",
+                        fault.kind,
+                        fault.nodes,
+                        Ms(fault.from),
+                        Ms(fault.to)
+                    )?;
+                }
+                Ok(())
+            }
+            Violation::UndocumentedError { op } => {
+                let error = match &op.outcome {
+                    Outcome::Undocumented(e) => e.as_str(),
+                    _ => "",
+                };
+                write!(
+                    f,
+                    "client {} {} {} at {}: undocumented error: {error}",
+                    op.client,
+                    op.kind,
+                    op.resource,
+                    Ms(op.start)
+                )
+            }
+            Violation::SlowFailure { op, bound } => write!(
+                f,
+                "client {} {} {} failed only after {:?} (bound {bound:?}), called at {}",
+                op.client,
+                op.kind,
+                op.resource,
+                op.end.saturating_sub(op.start),
+                Ms(op.start)
+            ),
+        }
+    }
+}
+
+/// Judges a history by the rules of the [module docs](super): per grant,
+/// the start lies within the call and the deadline within `started +
+/// ttl`; per resource, believed-held windows never overlap (or share by
+/// their rule), the counter equals the writes, fences increase in grant
+/// order; no grant inside a majority outage; no loss while a majority was
+/// up; every failure a documented one, in time.
+pub fn check(history: &History) -> Verdict {
+    let mut verdict = Verdict::default();
+    let flag = &mut verdict.violations;
+    for g in &history.grants {
+        // The stricter `deadline <= invoked + ttl` on the client's own
+        // clock also needs the client thread not to be preempted between
+        // its clock read and the library's: counted, not judged.
+        if g.started < g.invoked || g.started > g.granted {
+            flag.push(Violation::StartOutsideCall { grant: g.clone() });
+        }
+        if g.deadline > g.started.saturating_add(g.ttl) {
+            flag.push(Violation::DeadlinePastTtl { grant: g.clone() });
+        }
+    }
+    let resources: BTreeSet<&str> = history
+        .grants
+        .iter()
+        .map(|g| g.resource.as_str())
+        .chain(history.counters.keys().map(String::as_str))
+        .collect();
+    for resource in resources {
+        let mut grants: Vec<&Grant> = history
+            .grants
+            .iter()
+            .filter(|g| g.resource == resource)
+            .collect();
+        grants.sort_by_key(|g| g.granted);
+        if grants.iter().all(|g| g.share == Share::Alone) {
+            overlaps(resource, &grants, flag);
+        } else {
+            sharing(resource, &grants, flag);
+        }
+        if let Some(&counter) = history.counters.get(resource) {
+            let writes = grants.iter().filter(|g| g.wrote).count() as u64;
+            if counter != writes {
+                flag.push(Violation::LostUpdate {
+                    resource: resource.to_owned(),
+                    counter,
+                    writes,
+                });
+            }
+        }
+        let fenced: Vec<&&Grant> = grants.iter().filter(|g| g.fence.is_some()).collect();
+        if let Some(w) = fenced.windows(2).find(|w| w[0].fence >= w[1].fence) {
+            flag.push(Violation::FenceBackwards {
+                resource: resource.to_owned(),
+                earlier: (*w[0]).clone(),
+                later: (*w[1]).clone(),
+            });
+        }
+    }
+    for outage in &history.outages {
+        for g in &history.grants {
+            if g.invoked >= outage.from && g.granted <= outage.to {
+                flag.push(Violation::GrantDuringMajorityOutage {
+                    grant: g.clone(),
+                    outage: *outage,
+                });
+            }
+        }
+    }
+    for loss in unexcused_by_outages(history) {
+        if stalled_before(history, loss) {
+            verdict.losses_after_stalls += 1;
+            continue;
+        }
+        let faults = history
+            .faults
+            .iter()
+            .filter(|f| f.to.saturating_add(loss.ttl) >= loss.at && f.from <= loss.at)
+            .cloned()
+            .collect();
+        verdict.violations.push(Violation::LossWithMajorityUp {
+            loss: loss.clone(),
+            faults,
+        });
+    }
+    for op in &history.ops {
+        if let Outcome::Undocumented(_) = &op.outcome {
+            verdict
+                .violations
+                .push(Violation::UndocumentedError { op: op.clone() });
+        }
+        if let Some(bound) = history.failure_bound
+            && op.kind == OpKind::TryLock
+            && matches!(op.outcome, Outcome::Failed(_))
+            && op.end.saturating_sub(op.start) > bound
+        {
+            verdict.violations.push(Violation::SlowFailure {
+                op: op.clone(),
+                bound,
+            });
+        }
+    }
+    verdict.preempted = history
+        .grants
+        .iter()
+        .filter(|g| g.deadline > g.invoked.saturating_add(g.ttl))
+        .count();
+    verdict
+}
+
+/// Plain locks: no two windows of `grants` (sorted by grant) overlap.
+fn overlaps(resource: &str, grants: &[&Grant], flag: &mut Vec<Violation>) {
+    for (i, a) in grants.iter().enumerate() {
+        let (a_from, a_to) = a.window();
+        for b in grants.iter().skip(i + 1) {
+            let (b_from, b_to) = b.window();
+            if b_from >= a_to {
+                break; // sorted by start: no later window can overlap `a`
+            }
+            if a_from < b_to && b_from < a_to {
+                flag.push(Violation::Overlap {
+                    resource: resource.to_owned(),
+                    first: (*a).clone(),
+                    second: (*b).clone(),
+                });
+            }
+        }
+    }
+}
+
+/// Semaphores and reader-writer locks: at the moment each window opens,
+/// the windows open then (including it) must be allowed side by side — at
+/// most `n` permits; a writer alone; readers among readers. (The most
+/// crowded moment of any set of windows is the opening of one.)
+fn sharing(resource: &str, grants: &[&Grant], flag: &mut Vec<Violation>) {
+    for (i, a) in grants.iter().enumerate() {
+        let (a_from, a_to) = a.window();
+        if a_from >= a_to {
+            continue;
+        }
+        let open: Vec<&Grant> = grants
+            .iter()
+            .enumerate()
+            .filter(|&(j, b)| {
+                let (b_from, b_to) = b.window();
+                j != i && b_from <= a_from && a_from < b_to
+            })
+            .map(|(_, b)| *b)
+            .collect();
+        let broken = match a.share {
+            Share::Permit(limit) => open.len() + 1 > limit,
+            Share::Alone => !open.is_empty(),
+            Share::Reader => open.iter().any(|b| b.share == Share::Alone),
+        };
+        if broken {
+            flag.push(Violation::TooManyHolders {
+                resource: resource.to_owned(),
+                opening: (*a).clone(),
+                open: open.into_iter().cloned().collect(),
+            });
+        }
+    }
+}
+
+/// Losses with no majority outage in the lock's ttl before them: renewals
+/// need a quorum within the validity, so a loss is excused when an outage
+/// overlapped the last ttl before it (until a ttl after the quorum was
+/// certainly back).
+fn unexcused_by_outages(history: &History) -> impl Iterator<Item = &Loss> {
+    history.losses.iter().filter(|loss| {
+        !history
+            .outages
+            .iter()
+            .any(|o| o.from <= loss.at && loss.at <= o.back.saturating_add(loss.ttl))
+    })
+}
+
+/// Whether the client process stalled, or a majority of the nodes was
+/// starved, within the lock's ttl before `loss`: a renewal then needs
+/// answers no node gives within the node timeout, whatever the library
+/// does (the "bounded pauses" assumption, for clients and servers alike).
+fn stalled_before(history: &History, loss: &Loss) -> bool {
+    history
+        .stalls
+        .iter()
+        .chain(&history.starved)
+        .any(|&Span { from, to }| to.saturating_add(loss.ttl) >= loss.at && from <= loss.at)
+}

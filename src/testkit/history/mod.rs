@@ -1,0 +1,810 @@
+//! Record what your lock holders believed, and check it (feature `testkit`).
+//!
+//! A [`Recorder`] is shared by the tasks of a test (it is `Clone + Send +
+//! Sync`); each records, on one monotonic clock (tokio's, as offsets from
+//! the recorder's origin), the attempts it made and what came of them, the
+//! critical sections it ran under a granted lock, the counter it kept there
+//! if any, and the faults the test injected. [`check`] then judges the
+//! [`History`] and returns a [`Verdict`]: each [`Violation`] names the
+//! resource, the clients and the times a person needs to find it.
+//! [`History::write_jsonl`] saves a history as JSON Lines, and
+//! [`History::read_jsonl`] reads it back, so a saved run can be checked
+//! again offline, without servers.
+//!
+//! # What is checked, and why a correct Redlock passes
+//!
+//! - **No overlap.** A client *believes* it holds a lock from when the call
+//!   returned its guard until the earlier of its deadline and when it
+//!   called `release` (an auto-extended lock: until `lost()` resolved, or
+//!   release). Two such windows on one resource never overlap: the grant
+//!   needs a majority of nodes to hold the token, two majorities share a
+//!   node, and a node holds one token at a time for at most its ttl; the
+//!   deadline (`started + ttl - drift`) ends before any node's key can
+//!   expire ([`Violation::Overlap`]). Semaphores and reader-writer locks
+//!   share by their own rule instead: at most `n` permits, readers only
+//!   among readers, a writer alone ([`Violation::TooManyHolders`]).
+//! - **No lost update.** A counter read and written back inside the
+//!   windows ends at the number of writes: two overlapping sections would
+//!   lose one ([`Violation::LostUpdate`]).
+//! - **Fences increase.** Fenced grants of one resource, in grant order,
+//!   carry strictly increasing fences: a grant's fence is the largest
+//!   counter of its granting majority, written back to a majority before
+//!   the grant counts, and the next grant's majority shares a node with
+//!   that one ([`Violation::FenceBackwards`]).
+//! - **No grant while a majority is down.** Within a recorded majority
+//!   outage no attempt may succeed: a grant needs a majority's answers
+//!   ([`Violation::GrantDuringMajorityOutage`]).
+//! - **Honest deadlines.** A grant's deadline lies within `started + ttl`,
+//!   and `started` within the call before any request was sent: a node
+//!   sets the key for a ttl when the request arrives, so a deadline
+//!   measured from `started` ends before any node's key can expire
+//!   ([`Violation::DeadlinePastTtl`], [`Violation::StartOutsideCall`]).
+//! - **Documented errors only**, and single attempts that fail do so
+//!   within a bound if one is set ([`Violation::UndocumentedError`],
+//!   [`Violation::SlowFailure`]).
+//! - **No loss while a majority was up.** An auto-extended lock lost
+//!   ([`Loss`]) with no majority outage in the ttl before it: renewals need
+//!   only a quorum ([`Violation::LossWithMajorityUp`]).
+//!
+//! Some things break a lock whatever the library does, and are counted,
+//! not judged: a loss after the client process stalled ([`Span`] in
+//! [`History::stalls`]) or after a majority of the nodes starved
+//! ([`History::starved`]) — the "bounded pauses" assumption — and a grant
+//! whose deadline lies past `invoked + ttl` because the client thread was
+//! preempted between reading its clock and calling the library
+//! ([`Verdict::preempted`], [`Verdict::losses_after_stalls`]).
+//!
+//! # Examples
+//!
+//! Record a critical section around a real lock:
+//!
+//! ```no_run
+//! use quorumlock::testkit::history::{Recorder, check};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+//! let recorder = Recorder::new(); // clone it into every task
+//! let ttl = Duration::from_secs(2);
+//! let attempt = recorder.try_lock(7, "jobs:a"); // client 7
+//! match locks.try_lock("jobs:a", ttl).await {
+//!     Ok(guard) => {
+//!         let mut section = attempt.granted(&guard.lease(), ttl);
+//!         // ... the critical section; if it updates a counter:
+//!         section.wrote();
+//!         section.release(guard).await?; // the window ends here
+//!     }
+//!     Err(error) => attempt.failed(&error),
+//! }
+//! let verdict = check(&recorder.take());
+//! assert!(verdict.is_ok(), "{verdict}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The checker needs no servers: two sections one after the other pass,
+//! an overlapping pair does not.
+//!
+//! ```
+//! use quorumlock::testkit::history::{Grant, History, Violation, check};
+//! use std::time::Duration;
+//!
+//! let ms = Duration::from_millis;
+//! let mut history = History::default();
+//! // Client 0 holds "jobs:a" over 0..100 ms, client 1 over 100..200 ms.
+//! history.grants.push(Grant::new(0, "jobs:a", ms(0), ms(100)));
+//! history.grants.push(Grant::new(1, "jobs:a", ms(100), ms(200)));
+//! assert!(check(&history).is_ok());
+//!
+//! // Client 2 believes it holds "jobs:b" over 0..150 ms, client 3 over 100..200 ms.
+//! history.grants.push(Grant::new(2, "jobs:b", ms(0), ms(150)));
+//! history.grants.push(Grant::new(3, "jobs:b", ms(100), ms(200)));
+//! let verdict = check(&history);
+//! assert!(matches!(
+//!     &verdict.violations[..],
+//!     [Violation::Overlap { resource, .. }] if resource == "jobs:b"
+//! ));
+//! // 1 violation:
+//! //   overlapping windows on jobs:b:
+//! //     client 2 token … fence None: invoked 0.0ms, granted 0.0ms, deadline 150.0ms, …
+//! //     client 3 token … fence None: invoked 100.0ms, granted 100.0ms, deadline 200.0ms, …
+//! println!("{verdict}");
+//! ```
+//!
+//! Check a saved history again (the chaos tests save theirs when
+//! `QUORUMLOCK_CHAOS_HISTORY` names a directory):
+//!
+//! ```no_run
+//! use quorumlock::testkit::history::{History, check};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let file = std::io::BufReader::new(std::fs::File::open("chaos-42.jsonl")?);
+//! let verdict = check(&History::read_jsonl(file)?);
+//! println!("{verdict}");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::{Error, Lease, LockGuard, LossReason, ReleaseSummary};
+
+mod check;
+mod jsonl;
+#[cfg(test)]
+mod tests;
+
+pub use check::{Verdict, Violation, check};
+pub use jsonl::{FORMAT_VERSION, HistoryError};
+
+/// One grant the library made, as its client saw it: times are offsets
+/// from the recorder's origin.
+///
+/// The fields are the history file's format (a new field is a new
+/// [`FORMAT_VERSION`]); build one by hand with [`Grant::new`] and struct
+/// update syntax, or let [`Attempt::granted`] build it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The client (your numbering).
+    pub client: usize,
+    /// The resource name.
+    pub resource: String,
+    /// The token's first four characters: enough to tell grants apart in a
+    /// report, never the whole token.
+    pub token: String,
+    /// The fencing token, for fenced locks.
+    pub fence: Option<u64>,
+    /// The ttl requested.
+    #[serde(rename = "ttl_ns", with = "nanos")]
+    pub ttl: Duration,
+    /// How the grant may share its resource (a plain lock: [`Share::Alone`]).
+    #[serde(default)]
+    pub share: Share,
+    /// When the call was made.
+    #[serde(rename = "invoked_ns", with = "nanos")]
+    pub invoked: Duration,
+    /// When the call returned the guard.
+    #[serde(rename = "granted_ns", with = "nanos")]
+    pub granted: Duration,
+    /// When the library says the attempt began ([`Lease::started`]): the
+    /// deadline is measured from here.
+    #[serde(rename = "started_ns", with = "nanos")]
+    pub started: Duration,
+    /// The library's deadline for the grant ([`Lease::deadline`]).
+    #[serde(rename = "deadline_ns", with = "nanos")]
+    pub deadline: Duration,
+    /// Until when the client trusted the lock: its deadline, or for an
+    /// auto-extended lock when `lost()` resolved (or its release).
+    #[serde(rename = "believed_until_ns", with = "nanos")]
+    pub believed_until: Duration,
+    /// When the client called `release` (its window ends at the earlier of
+    /// this and `believed_until`).
+    #[serde(rename = "release_called_ns", with = "nanos")]
+    pub release_called: Duration,
+    /// Whether the critical section wrote the counter.
+    pub wrote: bool,
+}
+
+impl Grant {
+    /// A plain lock on `resource` believed held over `from..to`: invoked,
+    /// granted and started at `from`; deadline, trust and release at `to`;
+    /// the window's length as its ttl; no fence, no write. Change what a
+    /// case needs with struct update syntax.
+    pub fn new(client: usize, resource: impl Into<String>, from: Duration, to: Duration) -> Self {
+        Grant {
+            client,
+            resource: resource.into(),
+            token: String::new(),
+            fence: None,
+            ttl: to.saturating_sub(from),
+            share: Share::Alone,
+            invoked: from,
+            granted: from,
+            started: from,
+            deadline: to,
+            believed_until: to,
+            release_called: to,
+            wrote: false,
+        }
+    }
+
+    /// The window the client believed it held the lock in:
+    /// `[granted, min(believed_until, release_called))`.
+    pub fn window(&self) -> (Duration, Duration) {
+        (self.granted, self.believed_until.min(self.release_called))
+    }
+}
+
+/// How a grant may share its resource with others held at the same time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Share {
+    /// A lock, or a reader-writer lock's writer: with nobody.
+    #[default]
+    Alone,
+    /// A reader-writer lock's reader: with readers only.
+    Reader,
+    /// A permit of a semaphore of this many permits: with fewer others.
+    Permit(usize),
+}
+
+/// What kind of call an operation was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OpKind {
+    /// One attempt (`try_lock` and its kin): a failure must come within
+    /// [`History::failure_bound`].
+    TryLock,
+    /// An acquisition that retries (`lock`): it may wait as long as its
+    /// retry policy says.
+    Lock,
+    /// A release.
+    Release,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::TryLock => "try_lock",
+            OpKind::Lock => "lock",
+            OpKind::Release => "release",
+        })
+    }
+}
+
+/// What came of one operation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// It did what was asked.
+    Ok,
+    /// A documented failure, by kind.
+    Failed(String),
+    /// The effect is unknown (e.g. a release that could not reach every
+    /// node): its keys must be gone within their ttl.
+    Ambiguous(String),
+    /// An error the library does not document for this call.
+    Undocumented(String),
+}
+
+impl Outcome {
+    /// A failed acquisition sorted into a documented kind
+    /// (contended, unavailable, fence unconfirmed, validity expired, wait
+    /// timeout), or [`Outcome::Undocumented`] with its message.
+    pub fn of_lock_error(error: &Error) -> Outcome {
+        let kind = match error {
+            Error::Contended { .. } => "contended",
+            Error::Unavailable { .. } => "unavailable",
+            Error::FenceUnconfirmed { .. } => "fence unconfirmed",
+            Error::ValidityExpired { .. } => "validity expired",
+            Error::WaitTimeout { .. } => "wait timeout",
+            other => return Outcome::Undocumented(other.to_string()),
+        };
+        Outcome::Failed(kind.to_owned())
+    }
+
+    /// A release's result: ok when every node answered, ambiguous when some
+    /// failed, failed when the lock was already lost, else undocumented.
+    pub fn of_release(result: &Result<ReleaseSummary, Error>) -> Outcome {
+        match result {
+            Ok(summary) if summary.failures().is_empty() => Outcome::Ok,
+            Ok(_) => Outcome::Ambiguous("partial release".to_owned()),
+            // Known not to be held any more: nothing left behind.
+            Err(Error::Lost { .. }) => Outcome::Failed("lost before release".to_owned()),
+            Err(other) => Outcome::Undocumented(other.to_string()),
+        }
+    }
+}
+
+/// One call and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// The client.
+    pub client: usize,
+    /// The call.
+    pub kind: OpKind,
+    /// The resource name.
+    pub resource: String,
+    /// When it was called.
+    #[serde(rename = "start_ns", with = "nanos")]
+    pub start: Duration,
+    /// When it returned.
+    #[serde(rename = "end_ns", with = "nanos")]
+    pub end: Duration,
+    /// What came of it.
+    pub outcome: Outcome,
+}
+
+/// A window during which a majority of the nodes was down (or answered
+/// only after the ttl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outage {
+    /// When the majority went down.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// Until when a quorum was certainly missing: no grant may be asked
+    /// for and granted within `from..to`.
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+    /// When a quorum was certainly back (`to` or later): a holder's loss
+    /// until its ttl after this is excused, since its renewals may have
+    /// needed the nodes until then.
+    #[serde(rename = "back_ns", with = "nanos")]
+    pub back: Duration,
+}
+
+/// An auto-extended lock that `lost()` declared lost before its release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loss {
+    /// The holder.
+    pub client: usize,
+    /// The resource name.
+    pub resource: String,
+    /// When `lost()` resolved.
+    #[serde(rename = "at_ns", with = "nanos")]
+    pub at: Duration,
+    /// What it resolved to.
+    #[serde(with = "loss_reason")]
+    pub reason: LossReason,
+    /// The lock's ttl: how far back an outage or a stall excuses the loss.
+    #[serde(rename = "ttl_ns", with = "nanos")]
+    pub ttl: Duration,
+}
+
+/// A fault a test injected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    /// The nodes it hit, by index (none for a fault of no node).
+    pub nodes: Vec<usize>,
+    /// What it was, e.g. `KillRestart`.
+    pub kind: String,
+    /// When it began.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// When it was healed.
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+}
+
+/// A stretch of time: a stall of the client process, or nodes starved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    /// Its beginning.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// Its end.
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+}
+
+/// Everything recorded in one run; times are offsets from the recorder's
+/// origin. [`check`] judges it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    /// Every grant, with its believed-held window.
+    pub grants: Vec<Grant>,
+    /// Every call and its outcome.
+    pub ops: Vec<Op>,
+    /// Majority outages.
+    pub outages: Vec<Outage>,
+    /// Auto-extended locks lost before their release.
+    pub losses: Vec<Loss>,
+    /// When the client process's runtime stalled (a tick due at `from` ran
+    /// at `to`): a holder may lose its lock then, whatever the library does.
+    pub stalls: Vec<Span>,
+    /// When a majority of the nodes answered a direct ping only after the
+    /// node timeout: the machine starved the servers.
+    pub starved: Vec<Span>,
+    /// The faults injected.
+    pub faults: Vec<Fault>,
+    /// Each counter's final value, by resource: it must equal the number
+    /// of grants of that resource that wrote. A resource without one has
+    /// no such check.
+    pub counters: BTreeMap<String, u64>,
+    /// The seed of the run's fault schedule, if any.
+    pub seed: Option<u64>,
+    /// How long a failed [`OpKind::TryLock`] may take; `None`: no bound.
+    pub failure_bound: Option<Duration>,
+}
+
+/// The shared recorder: clone it into every task of a test. Times are taken
+/// on tokio's clock (so a test with a paused clock records its virtual
+/// times) and kept as offsets from the recorder's origin; an instant
+/// before the origin counts as the origin.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    origin: Instant,
+    history: Mutex<History>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    /// A recorder whose origin is now.
+    pub fn new() -> Self {
+        Self::with_origin(Instant::now())
+    }
+
+    /// A recorder whose origin is `origin`: record nothing before it.
+    pub fn with_origin(origin: Instant) -> Self {
+        Recorder {
+            inner: Arc::new(Inner {
+                origin,
+                history: Mutex::new(History::default()),
+            }),
+        }
+    }
+
+    /// The origin of the recorder's times.
+    pub fn origin(&self) -> Instant {
+        self.inner.origin
+    }
+
+    /// `t` as an offset from the origin (zero before it).
+    pub fn at(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.inner.origin)
+    }
+
+    /// Now, as an offset from the origin.
+    pub fn now(&self) -> Duration {
+        self.at(Instant::now())
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut History) -> R) -> R {
+        // A task that panicked while recording left a whole record or none.
+        let mut history = self
+            .inner
+            .history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut history)
+    }
+
+    /// Starts recording one attempt (`try_lock`, `try_lock_fenced`, a
+    /// semaphore's `try_acquire`, …) by `client` on `resource`, now.
+    pub fn try_lock(&self, client: usize, resource: impl Into<String>) -> Attempt {
+        self.attempt(client, resource.into(), OpKind::TryLock)
+    }
+
+    /// Starts recording an acquisition that retries (`lock`, `acquire`,
+    /// `read`, `write`, …) by `client` on `resource`, now.
+    pub fn lock(&self, client: usize, resource: impl Into<String>) -> Attempt {
+        self.attempt(client, resource.into(), OpKind::Lock)
+    }
+
+    fn attempt(&self, client: usize, resource: String, kind: OpKind) -> Attempt {
+        Attempt {
+            recorder: self.clone(),
+            client,
+            resource,
+            kind,
+            invoked: self.now(),
+        }
+    }
+
+    /// Records a grant.
+    pub fn grant(&self, grant: Grant) {
+        self.with(|h| h.grants.push(grant));
+    }
+
+    /// Records a call and its outcome.
+    pub fn op(&self, op: Op) {
+        self.with(|h| h.ops.push(op));
+    }
+
+    /// Records a majority outage: down from `from`, certainly without a
+    /// quorum until `to`, with one certainly back at `back`.
+    pub fn outage(&self, from: Instant, to: Instant, back: Instant) {
+        let outage = Outage {
+            from: self.at(from),
+            to: self.at(to),
+            back: self.at(back),
+        };
+        self.with(|h| h.outages.push(outage));
+    }
+
+    /// Records a loss of an auto-extended lock (see [`Section::lost`]).
+    pub fn loss(&self, loss: Loss) {
+        self.with(|h| h.losses.push(loss));
+    }
+
+    /// Records a fault of `kind` on `nodes` (indices), from `from` until
+    /// healed at `to`.
+    pub fn fault(&self, nodes: Vec<usize>, kind: impl Into<String>, from: Instant, to: Instant) {
+        let fault = Fault {
+            nodes,
+            kind: kind.into(),
+            from: self.at(from),
+            to: self.at(to),
+        };
+        self.with(|h| h.faults.push(fault));
+    }
+
+    /// Records a stall of the client process: something due at `due` ran
+    /// only at `ran`.
+    pub fn stall(&self, due: Instant, ran: Instant) {
+        let span = Span {
+            from: self.at(due),
+            to: self.at(ran),
+        };
+        self.with(|h| h.stalls.push(span));
+    }
+
+    /// Records that a majority of the nodes, pinged at `from`, answered only
+    /// after the node timeout (by `to`).
+    pub fn starved(&self, from: Instant, to: Instant) {
+        let span = Span {
+            from: self.at(from),
+            to: self.at(to),
+        };
+        self.with(|h| h.starved.push(span));
+    }
+
+    /// Records the final value of the counter kept under `resource`'s lock.
+    pub fn counter(&self, resource: impl Into<String>, value: u64) {
+        let resource = resource.into();
+        self.with(|h| h.counters.insert(resource, value));
+    }
+
+    /// Records the run's seed (written into the history file).
+    pub fn seed(&self, seed: u64) {
+        self.with(|h| h.seed = Some(seed));
+    }
+
+    /// Sets how long a failed single attempt may take.
+    pub fn failure_bound(&self, bound: Duration) {
+        self.with(|h| h.failure_bound = Some(bound));
+    }
+
+    /// How many grants are recorded so far.
+    pub fn grants(&self) -> usize {
+        self.with(|h| h.grants.len())
+    }
+
+    /// A copy of everything recorded so far.
+    pub fn snapshot(&self) -> History {
+        self.with(|h| h.clone())
+    }
+
+    /// Everything recorded so far, leaving the recorder empty.
+    pub fn take(&self) -> History {
+        self.with(std::mem::take)
+    }
+}
+
+/// An attempt being recorded; say what came of it with
+/// [`granted`](Attempt::granted) or [`failed`](Attempt::failed). Dropped
+/// without an outcome, it records nothing (an attempt you do not want
+/// judged).
+#[derive(Debug)]
+#[must_use = "an attempt is recorded only once its outcome is"]
+pub struct Attempt {
+    recorder: Recorder,
+    client: usize,
+    resource: String,
+    kind: OpKind,
+    invoked: Duration,
+}
+
+impl Attempt {
+    /// The call returned a guard (now) whose lease is `lease`, asked for
+    /// `ttl`: records the call, and opens the critical section. Pass the
+    /// guard's [`lease`](LockGuard::lease).
+    pub fn granted(self, lease: &Lease, ttl: Duration) -> Section {
+        let recorder = self.recorder;
+        let granted = recorder.now();
+        recorder.op(Op {
+            client: self.client,
+            kind: self.kind,
+            resource: self.resource.clone(),
+            start: self.invoked,
+            end: granted,
+            outcome: Outcome::Ok,
+        });
+        let deadline = recorder.at(lease.deadline());
+        let grant = Grant {
+            client: self.client,
+            resource: self.resource,
+            token: lease.token().as_str().chars().take(4).collect(),
+            fence: lease.fence(),
+            ttl,
+            share: Share::Alone,
+            invoked: self.invoked,
+            granted,
+            started: recorder.at(lease.started()),
+            deadline,
+            believed_until: deadline,
+            release_called: deadline,
+            wrote: false,
+        };
+        Section {
+            recorder,
+            grant,
+            auto_extended: false,
+            open: true,
+        }
+    }
+
+    /// The call failed (now) with `error`.
+    pub fn failed(self, error: &Error) {
+        self.outcome(Outcome::of_lock_error(error));
+    }
+
+    /// The call ended (now) with `outcome`.
+    pub fn outcome(self, outcome: Outcome) {
+        let end = self.recorder.now();
+        self.recorder.op(Op {
+            client: self.client,
+            kind: self.kind,
+            resource: self.resource,
+            start: self.invoked,
+            end,
+            outcome,
+        });
+    }
+}
+
+/// A critical section under a granted lock, being recorded. Its window
+/// closes with [`end`](Section::end) or [`release`](Section::release) (or
+/// when it is dropped): the grant is recorded then.
+#[derive(Debug)]
+#[must_use = "the window closes when the section ends; end or release it where the critical section ends"]
+pub struct Section {
+    recorder: Recorder,
+    grant: Grant,
+    auto_extended: bool,
+    open: bool,
+}
+
+impl Section {
+    /// The critical section wrote the counter kept under this lock.
+    pub fn wrote(&mut self) {
+        self.grant.wrote = true;
+    }
+
+    /// The lock is auto-extended: the client trusts it until it is lost
+    /// ([`lost`](Section::lost)) or released, not only until its first
+    /// deadline.
+    pub fn auto_extended(&mut self) {
+        self.auto_extended = true;
+    }
+
+    /// The grant shares its resource by `share` (a semaphore's permit, a
+    /// reader); a plain lock is [`Share::Alone`].
+    pub fn share(&mut self, share: Share) {
+        self.grant.share = share;
+    }
+
+    /// `lost()` resolved now with `reason`: the client stops trusting the
+    /// lock, and the loss is recorded.
+    pub fn lost(&mut self, reason: LossReason) {
+        let at = self.recorder.now();
+        self.grant.believed_until = at;
+        self.auto_extended = false;
+        self.recorder.loss(Loss {
+            client: self.grant.client,
+            resource: self.grant.resource.clone(),
+            at,
+            reason,
+            ttl: self.grant.ttl,
+        });
+    }
+
+    /// The grant as recorded so far.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// The client calls release now: the window closes, and the grant is
+    /// recorded.
+    pub fn end(mut self) {
+        self.close();
+    }
+
+    /// Closes the window now, releases `guard` (a [`LockGuard`], or a
+    /// permit, read or write guard) and records how that went.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::release`].
+    pub async fn release(mut self, guard: impl Into<LockGuard>) -> Result<ReleaseSummary, Error> {
+        self.close();
+        let start = self.grant.release_called;
+        let result = guard.into().release().await;
+        self.recorder.op(Op {
+            client: self.grant.client,
+            kind: OpKind::Release,
+            resource: self.grant.resource.clone(),
+            start,
+            end: self.recorder.now(),
+            outcome: Outcome::of_release(&result),
+        });
+        result
+    }
+
+    fn close(&mut self) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        let now = self.recorder.now();
+        self.grant.release_called = now;
+        if self.auto_extended {
+            self.grant.believed_until = now;
+        }
+        self.recorder.grant(self.grant.clone());
+    }
+}
+
+impl Drop for Section {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Durations as whole nanoseconds (`u64`, saturating past 584 years).
+mod nanos {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_nanos)
+    }
+}
+
+/// [`LossReason`] by a stable name.
+mod loss_reason {
+    use crate::LossReason;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    fn name(reason: LossReason) -> &'static str {
+        match reason {
+            LossReason::Expired => "expired",
+            LossReason::TokenGone => "token_gone",
+            LossReason::Unreachable => "unreachable",
+            LossReason::Released => "released",
+            LossReason::Incompatible => "incompatible",
+        }
+    }
+
+    pub(super) fn serialize<S: Serializer>(r: &LossReason, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(name(*r))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LossReason, D::Error> {
+        let text = String::deserialize(d)?;
+        [
+            LossReason::Expired,
+            LossReason::TokenGone,
+            LossReason::Unreachable,
+            LossReason::Released,
+            LossReason::Incompatible,
+        ]
+        .into_iter()
+        .find(|r| name(*r) == text)
+        .ok_or_else(|| D::Error::custom(format!("unknown loss reason `{text}`")))
+    }
+}
