@@ -298,6 +298,9 @@ pub enum Skip {
     NoFunctions,
     /// The server was built without TLS: `no-tls`.
     NoTls,
+    /// No headless browser to open a report in (report tests, outside
+    /// CI): `no-chromium`.
+    NoChromium,
 }
 
 impl Skip {
@@ -306,6 +309,7 @@ impl Skip {
         match self {
             Self::NoFunctions => "no-functions",
             Self::NoTls => "no-tls",
+            Self::NoChromium => "no-chromium",
         }
     }
 }
