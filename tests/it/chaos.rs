@@ -879,9 +879,11 @@ async fn chaos_soak() {
         .unwrap_or(600);
     let until = Instant::now() + Duration::from_secs(secs);
     let mut totals = Totals::default();
-    // The worst seed so far: (how bad, seed, history, verdict). A seed
-    // with a violation fails the soak at once, its report written.
-    let mut worst: Option<((usize, usize, usize), u64, History, Verdict)> = None;
+    // The worst seed so far: how bad (violations, then locks lost, then
+    // stalls and preemptions counted), the seed, its history and verdict.
+    // A seed with a violation fails the soak at once, its report written.
+    type Worst = ((usize, usize, usize), u64, History, Verdict);
+    let mut worst: Option<Worst> = None;
     while Instant::now() < until {
         let seed = rand::random();
         let (history, verdict) = chaos_run(seed, 10_000, &mut totals).await;

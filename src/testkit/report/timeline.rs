@@ -249,11 +249,11 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
         for (name, class) in &extra {
             let _ = write!(page, "<div class=\"{class}\">{}</div>", esc(name));
         }
-        let _ = write!(
+        let _ = writeln!(
             page,
             "</div><div class=\"scroller\"><div class=\"track\">{axis}\
              <svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {height}\" \
-             preserveAspectRatio=\"none\" height=\"{height}\" data-resource=\"{}\">\n",
+             preserveAspectRatio=\"none\" height=\"{height}\" data-resource=\"{}\">",
             esc(resource)
         );
         for (i, _) in clients.iter().enumerate() {
