@@ -76,10 +76,13 @@ impl Slices {
     }
 }
 
-/// The `q` quantile of sorted `values`.
+/// The `q` quantile of sorted `values` (0 for none).
 fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let at = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
-    sorted[at - 1]
+    let at = (sorted.len() as f64 * q).ceil() as usize;
+    sorted
+        .get(at.saturating_sub(1).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// A series: its name, colour, style and points; each run of slices

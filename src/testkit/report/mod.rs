@@ -533,7 +533,7 @@ svg.timeline rect.window.alt { fill: #7aa6d2; }
 svg.timeline rect.window.violating { fill: #e53935; stroke: #b71c1c; }
 svg.timeline rect.window:hover { fill: #ffb300; }
 svg.timeline path.fails { stroke-width: 1px; vector-effect: non-scaling-stroke; fill: none; }
-svg.timeline path.contended { stroke: #9e9e9e; }
+svg.timeline path.contended { stroke: #c4c4c4; }
 svg.timeline path.unavailable { stroke: #ef6c00; }
 svg.timeline path.other { stroke: #6a1b9a; }
 svg.timeline path.loss { stroke: #000; stroke-width: 2px; vector-effect: non-scaling-stroke; fill: none; }

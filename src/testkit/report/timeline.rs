@@ -21,9 +21,9 @@ const BAR: u32 = 10;
 /// A node lane's height (faults, stalls, starved nodes).
 const NODE_LANE: u32 = 10;
 /// Colours of the fault kinds, in the order of their names.
-const PALETTE: [&str; 10] = [
+const PALETTE: [&str; 14] = [
     "#8e24aa", "#f4511e", "#00897b", "#fdd835", "#6d4c41", "#3949ab", "#c0ca33", "#d81b60",
-    "#00acc1", "#757575",
+    "#00acc1", "#757575", "#5e35b1", "#7cb342", "#ffb74d", "#f06292",
 ];
 
 /// Where a violation shows on its resource's timeline.
@@ -166,7 +166,7 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          <button type=\"button\" data-zoom=\"fit\">fit</button><span class=\"legend\">\
          <span><i style=\"background:#4f7cac\"></i>held window</span>\
          <span><i style=\"background:#e53935\"></i>window in a violation</span>\
-         <span><i style=\"background:#9e9e9e\"></i>contended</span>\
+         <span><i style=\"background:#c4c4c4\"></i>contended</span>\
          <span><i style=\"background:#ef6c00\"></i>unavailable</span>\
          <span><i style=\"background:#6a1b9a\"></i>other failure</span>\
          <span><i style=\"background:#000\"></i>lock lost</span>\
@@ -331,6 +331,27 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
             }
             next += 1;
         }
+        // Failed attempts: one path per client and kind of failure, under
+        // the windows.
+        let mut ticks: BTreeMap<(usize, &'static str), (String, usize)> = BTreeMap::new();
+        for op in &failed {
+            let entry = ticks
+                .entry((op.client, failure_class(&op.outcome)))
+                .or_default();
+            let _ = write!(
+                entry.0,
+                "M{} {}v{BAR}",
+                X(op.end),
+                top(op.client) + (LANE - BAR) / 2
+            );
+            entry.1 += 1;
+        }
+        for ((client, class), (d, count)) in &ticks {
+            let _ = writeln!(
+                page,
+                "<path class=\"fails {class}\" data-client=\"{client}\" data-count=\"{count}\" d=\"{d}\"><title>client {client}: {count} attempts failed ({class})</title></path>"
+            );
+        }
         // The windows.
         for g in &grants {
             let (from, to) = g.window();
@@ -353,26 +374,6 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
                 ms(from),
                 ms(to),
                 ms(g.deadline)
-            );
-        }
-        // Failed attempts: one path per client and kind of failure.
-        let mut ticks: BTreeMap<(usize, &'static str), (String, usize)> = BTreeMap::new();
-        for op in &failed {
-            let entry = ticks
-                .entry((op.client, failure_class(&op.outcome)))
-                .or_default();
-            let _ = write!(
-                entry.0,
-                "M{} {}v{BAR}",
-                X(op.end),
-                top(op.client) + (LANE - BAR) / 2
-            );
-            entry.1 += 1;
-        }
-        for ((client, class), (d, count)) in &ticks {
-            let _ = writeln!(
-                page,
-                "<path class=\"fails {class}\" data-client=\"{client}\" data-count=\"{count}\" d=\"{d}\"><title>client {client}: {count} attempts failed ({class})</title></path>"
             );
         }
         for loss in &losses {
