@@ -8,12 +8,23 @@
 //! it persisted, or receives late writes it was sent while paused, from
 //! locks already released elsewhere; they wait out their ttl.
 //!
+//! Every attempt, critical section and fault is also recorded
+//! (`quorumlock::testkit::history`) and checked when the run ends; with
+//! `--report FILE` (or `QUORUMLOCK_CHAOS_REPORT=FILE`) the run is drawn as
+//! one self-contained HTML page (`quorumlock::testkit::report`): each
+//! worker's held windows, the faults per node, latency and rates. A run
+//! the checker finds a violation in writes its report in any case (to the
+//! temp dir if no file was named).
+//!
 //!     cargo run --example chaos --features testkit
+//!     cargo run --example chaos --features testkit -- --report chaos.html
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use quorumlock::testkit::history::{Recorder, check};
+use quorumlock::testkit::report::Report;
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
 use tokio::time::Instant;
@@ -23,6 +34,8 @@ const PHASE: Duration = Duration::from_millis(450);
 /// Far above any scheduling stall, so that an overlap could only mean a
 /// broken lock, not a holder paused past its deadline.
 const TTL: Duration = Duration::from_secs(2);
+/// The one resource the workers lock.
+const RESOURCE: &str = "chaos:job";
 
 #[derive(Default)]
 struct Stats {
@@ -49,6 +62,7 @@ impl Stats {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let report_to = report_path()?;
     // Persistent nodes: a restarted node comes back with its keys, as the
     // README's limits section asks of production nodes.
     let nodes = RedisNodes::start_with(5, ServerOptions::new().persistent())?;
@@ -63,8 +77,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let stats = Arc::new(Stats::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let recorder = Recorder::new();
     let workers: Vec<_> = (0..WORKERS)
-        .map(|_| tokio::spawn(work(locks.clone(), stats.clone(), stop.clone())))
+        .map(|id| {
+            let worker = Worker {
+                id,
+                locks: locks.clone(),
+                stats: stats.clone(),
+                stop: stop.clone(),
+                recorder: recorder.clone(),
+            };
+            tokio::spawn(worker.run())
+        })
         .collect();
 
     let started = Instant::now();
@@ -89,26 +113,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tokio::time::sleep(PHASE).await;
     report("all 5 nodes up");
+    let killed0 = Instant::now();
     nodes[0].kill();
     tokio::time::sleep(PHASE).await;
     report("node 0 killed (4 up)");
+    let paused1 = Instant::now();
     chaos(&|| nodes[1].pause())?;
     tokio::time::sleep(PHASE).await;
     report("node 1 paused too (3 answer)");
     chaos(&|| nodes[1].resume())?;
+    recorder.fault(vec![1], "Pause", paused1, Instant::now());
     chaos(&|| nodes[0].restart())?;
+    recorder.fault(vec![0], "KillRestart", killed0, Instant::now());
     tokio::time::sleep(PHASE).await;
     report("node 1 resumed, node 0 restarted (5 up)");
+    let killed34 = Instant::now();
     nodes[3].kill();
     nodes[4].kill();
     tokio::time::sleep(PHASE).await;
     report("nodes 3 and 4 killed (3 up)");
+    let killed2 = Instant::now();
     nodes[2].kill();
     tokio::time::sleep(PHASE).await;
     report("node 2 killed too (2 up: no quorum)");
+    let restarting = Instant::now();
     for i in 2..5 {
         chaos(&|| nodes[i].restart())?;
     }
+    // No quorum from node 2's kill until the restarts began; one certainly
+    // back once they are done.
+    let back = Instant::now();
+    recorder.outage(killed2, restarting, back);
+    recorder.fault(vec![2], "KillRestart", killed2, back);
+    recorder.fault(vec![3, 4], "KillRestart", killed34, back);
     // The restarted nodes come back with the keys they persisted, some of
     // locks released while they were down: those block until their ttl
     // runs out, as Redlock requires.
@@ -136,37 +173,86 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "total: {} critical sections, {overlaps} overlapping",
         stats.acquired.load(Ordering::Relaxed)
     );
+    let history = recorder.take();
+    let verdict = check(&history);
+    println!("checker: {verdict}");
+    // A run with a violation leaves its report behind in any case.
+    let report_to = match report_to {
+        Some(path) => Some(path),
+        None if !verdict.is_ok() => Some(std::env::temp_dir().join("quorumlock-chaos-report.html")),
+        None => None,
+    };
+    if let Some(path) = report_to {
+        Report::new(&history, &verdict)
+            .title("examples/chaos.rs: eight workers, five nodes killed, paused and restarted")
+            .replay("cargo run --example chaos --features testkit -- --report chaos.html")
+            .write(&path)?;
+        println!("report written to {}", path.display());
+    }
     if overlaps > 0 {
         return Err(format!("{overlaps} critical sections overlapped").into());
+    }
+    if !verdict.is_ok() {
+        return Err(format!("the checker found {verdict}").into());
     }
     Ok(())
 }
 
-async fn work(locks: Redlock, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        match locks.lock("chaos:job", TTL).await {
-            Ok(guard) => {
-                if stats.inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    stats.overlaps.fetch_add(1, Ordering::SeqCst);
+/// Where to write the report: `--report FILE`, else
+/// `$QUORUMLOCK_CHAOS_REPORT`, else nowhere.
+fn report_path() -> Result<Option<std::path::PathBuf>, Box<dyn std::error::Error>> {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next(), args.next()) {
+        (None, ..) => Ok(std::env::var_os("QUORUMLOCK_CHAOS_REPORT").map(Into::into)),
+        (Some(flag), Some(path), None) if flag == "--report" => Ok(Some(path.into())),
+        _ => Err("usage: chaos [--report FILE]".into()),
+    }
+}
+
+/// One worker: locks, runs a short critical section, releases, again.
+struct Worker {
+    id: usize,
+    locks: Redlock,
+    stats: Arc<Stats>,
+    stop: Arc<AtomicBool>,
+    recorder: Recorder,
+}
+
+impl Worker {
+    async fn run(self) {
+        let stats = &self.stats;
+        while !self.stop.load(Ordering::Relaxed) {
+            let attempt = self.recorder.lock(self.id, RESOURCE);
+            match self.locks.lock(RESOURCE, TTL).await {
+                Ok(guard) => {
+                    let section = attempt.granted(&guard.lease(), TTL);
+                    if stats.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        stats.overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    stats.acquired.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    stats.inside.fetch_sub(1, Ordering::SeqCst);
+                    // A release that finds the token gone is counted as "other".
+                    if section.release(guard).await.is_err() {
+                        stats.other.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                stats.acquired.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                stats.inside.fetch_sub(1, Ordering::SeqCst);
-                // A release that finds the token gone is counted as "other".
-                if guard.release().await.is_err() {
-                    stats.other.fetch_add(1, Ordering::Relaxed);
+                Err(error) => {
+                    attempt.failed(&error);
+                    match error {
+                        Error::Contended { .. } => {
+                            stats.contended.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Error::Unavailable { .. } => {
+                            stats.unavailable.fetch_add(1, Ordering::Relaxed);
+                            // No quorum: back off a little instead of spinning.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        _ => {
+                            stats.other.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
-            }
-            Err(Error::Contended { .. }) => {
-                stats.contended.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(Error::Unavailable { .. }) => {
-                stats.unavailable.fetch_add(1, Ordering::Relaxed);
-                // No quorum: back off a little instead of spinning.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(_) => {
-                stats.other.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

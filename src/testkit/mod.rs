@@ -20,7 +20,8 @@
 //! [`history`] records what a test's lock holders believed, on one clock,
 //! and checks it: no overlapping critical sections, no lost update, fences
 //! increasing, no grant while a majority is down. Histories are saved as
-//! JSON Lines and checked again offline, without servers.
+//! JSON Lines and checked again offline, without servers. [`report`] draws
+//! a history and its verdict as one self-contained HTML page.
 //!
 //! # Examples
 //!
@@ -99,6 +100,7 @@ mod clock;
 mod cluster;
 pub mod history;
 mod proxy;
+pub mod report;
 #[cfg(feature = "tls")]
 mod tls;
 

@@ -35,6 +35,13 @@
 //! - `QUORUMLOCK_CHAOS_REPLAY=<file> cargo test --all-features --test it
 //!   chaos_replay -- --ignored --nocapture` checks a saved history again,
 //!   without servers (a few milliseconds).
+//! - Beside each history file, its report (`chaos-<seed>.html`,
+//!   `quorumlock::testkit::report`): one self-contained page with every
+//!   client's held windows per resource, the faults per node, latency,
+//!   rates and the violations marked. The soak writes the report of its
+//!   worst seed (most violations, then most locks lost, then most stalls
+//!   and preemptions counted) when it ends, and `chaos_replay` writes
+//!   `<file>.html` beside the file it checked.
 
 use crate::support;
 
@@ -48,6 +55,7 @@ use std::time::Duration;
 use quorumlock::testkit::history::{
     Grant, History, Recorder, Section, Share, Verdict, Violation, check,
 };
+use quorumlock::testkit::report::Report;
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions};
 use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use rand::seq::SliceRandom;
@@ -171,6 +179,25 @@ fn write_history(dir: &Path, seed: u64, history: &History) -> Result<PathBuf, St
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     history
         .write_jsonl(std::io::BufWriter::new(file))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Writes the report of `history` as `chaos-<seed>.html` in `dir`, and
+/// returns its path.
+fn write_report(
+    dir: &Path,
+    seed: u64,
+    history: &History,
+    verdict: &Verdict,
+) -> Result<PathBuf, String> {
+    let path = dir.join(format!("chaos-{seed}.html"));
+    Report::new(history, verdict)
+        .title(format!("chaos run, seed {seed}"))
+        .replay(format!(
+            "QUORUMLOCK_CHAOS_SEED={seed} cargo test --all-features --test it chaos_ci_profile -- --nocapture"
+        ))
+        .write(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
@@ -605,7 +632,8 @@ fn seed() -> u64 {
 /// injected, until at least `min_grants` grants and every fault kind. How long that takes depends on the
 /// machine's load: the run is not timed, but fails if no grant at all
 /// comes for [`support::HANG_GUARD`] (a hang, not a slow machine).
-async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
+/// Returns the run's history and its verdict.
+async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (History, Verdict) {
     println!("chaos seed = {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed})");
     RenewLog::get();
     // appendonly with `appendfsync no`: the tests kill processes, not
@@ -760,17 +788,34 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
         Some(Err(e)) => println!("history not written: {e}"),
         None => {}
     }
-    if !failed {
-        return;
+    if let Some(dir) = std::env::var_os(HISTORY_ENV) {
+        match write_report(Path::new(&dir), seed, &history, &verdict) {
+            Ok(path) => println!("report written to {}", path.display()),
+            Err(e) => println!("report not written: {e}"),
+        }
     }
-    // A failed run always leaves its history behind, to be checked again.
+    if !failed {
+        return (history, verdict);
+    }
+    // A failed run always leaves its history behind, to be checked again,
+    // and its report beside it.
     let saved = match saved {
         Some(Ok(path)) => Ok(path),
         _ => write_history(&std::env::temp_dir(), seed, &history),
     };
+    let report = match &saved {
+        Ok(path) => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            match write_report(dir, seed, &history, &verdict) {
+                Ok(report) => format!("; its report: {}", report.display()),
+                Err(e) => format!("; report not written: {e}"),
+            }
+        }
+        Err(_) => String::new(),
+    };
     let saved = match saved {
         Ok(path) => format!(
-            "history in {}; check it again without servers: {}",
+            "history in {}; check it again without servers: {}{report}",
             path.display(),
             replay_command(&path)
         ),
@@ -792,6 +837,7 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) {
             since - start
         );
     }
+    (history, verdict)
 }
 
 /// What the renewals saw in the ttl before each loss with a majority up.
@@ -833,15 +879,36 @@ async fn chaos_soak() {
         .unwrap_or(600);
     let until = Instant::now() + Duration::from_secs(secs);
     let mut totals = Totals::default();
+    // The worst seed so far: how bad (violations, then locks lost, then
+    // stalls and preemptions counted), the seed, its history and verdict.
+    // A seed with a violation fails the soak at once, its report written.
+    type Worst = ((usize, usize, usize), u64, History, Verdict);
+    let mut worst: Option<Worst> = None;
     while Instant::now() < until {
-        chaos_run(rand::random(), 10_000, &mut totals).await;
+        let seed = rand::random();
+        let (history, verdict) = chaos_run(seed, 10_000, &mut totals).await;
+        let bad = (
+            verdict.violations.len(),
+            history.losses.len(),
+            verdict.losses_after_stalls + verdict.preempted,
+        );
+        if worst.as_ref().is_none_or(|w| bad > w.0) {
+            worst = Some((bad, seed, history, verdict));
+        }
+    }
+    if let Some((_, seed, history, verdict)) = worst {
+        let dir = std::env::var_os(HISTORY_ENV).map_or_else(std::env::temp_dir, PathBuf::from);
+        match write_report(&dir, seed, &history, &verdict) {
+            Ok(path) => println!("the worst seed's report ({seed}): {}", path.display()),
+            Err(e) => println!("the worst seed's report not written: {e}"),
+        }
     }
 }
 
 // ------------------------------------------------------- negative controls
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Restart {
+pub(crate) enum Restart {
     /// Straight back up, empty: the known way to break Redlock.
     Immediate,
     /// Kept down until the first holder's ttl has passed.
@@ -874,6 +941,11 @@ async fn until_granted(
 /// A holds the lock on all 3 nodes; 2 of them restart; B then tries. Returns
 /// what the checker says about the two grants.
 async fn restart_scenario(mode: Restart) -> Verdict {
+    check(&restart_history(mode).await)
+}
+
+/// The history of [`restart_scenario`] (the report tests draw it).
+pub(crate) async fn restart_history(mode: Restart) -> History {
     let options = match mode {
         Restart::Persistent => ServerOptions::new().persistent(),
         Restart::Immediate | Restart::Delayed => ServerOptions::new(),
@@ -919,7 +991,7 @@ async fn restart_scenario(mode: Restart) -> Verdict {
     b_section.end();
     let _ = a.release().await;
     let _ = b.release().await;
-    check(&recorder.take())
+    recorder.take()
 }
 
 fn overlapped(verdict: &Verdict) -> bool {
@@ -1335,6 +1407,14 @@ fn chaos_replay() {
         verdict.preempted,
         verdict.losses_after_stalls,
     );
+    let mut report = path.clone().into_os_string();
+    report.push(".html");
+    let report = PathBuf::from(report);
+    let title = format!("{} checked again", path.display());
+    match Report::new(&history, &verdict).title(title).write(&report) {
+        Ok(()) => println!("report written to {}", report.display()),
+        Err(e) => println!("report not written: {}: {e}", report.display()),
+    }
     assert!(verdict.is_ok(), "{}: {verdict}", path.display());
 }
 

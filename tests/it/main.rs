@@ -38,6 +38,7 @@ mod inspect;
 mod metrics;
 mod multi;
 mod replica_sync;
+mod report;
 mod rwlock;
 mod secrets;
 mod semaphore;

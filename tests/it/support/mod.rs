@@ -338,11 +338,16 @@ pub fn patient(nodes: &RedisNodes) -> Redlock {
 /// `SKIP` line, which `.ci/servers` judges against what each server of
 /// the matrix supports (a skip where the test should run fails CI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Each variant names what is missing, as its reason code does.
+#[allow(clippy::enum_variant_names)]
 pub enum Skip {
     /// The server has no Redis Functions (before 7.0): `no-functions`.
     NoFunctions,
     /// The server was built without TLS: `no-tls`.
     NoTls,
+    /// No headless browser to open a report in (report tests, outside
+    /// CI): `no-chromium`.
+    NoChromium,
 }
 
 impl Skip {
@@ -351,6 +356,7 @@ impl Skip {
         match self {
             Self::NoFunctions => "no-functions",
             Self::NoTls => "no-tls",
+            Self::NoChromium => "no-chromium",
         }
     }
 }
