@@ -1380,6 +1380,40 @@ async fn the_checker_flags_an_overlap_a_lost_update_and_a_fence_going_backwards(
     assert!(text.contains("overlapping windows on r"), "{text}");
 }
 
+/// An auto-extended lock that lapses while its holder is busy elsewhere
+/// (not watching `lost()`) is trusted until its deadline, not until the
+/// release call, and the loss is recorded: the holders of the chaos runs
+/// end each hold with a section in which they no longer watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapse_the_holder_did_not_watch_ends_its_window_at_the_deadline() {
+    let nodes = RedisNodes::start(1).expect("node");
+    let locks = support::builder(&nodes).build().expect("config");
+    let recorder = Recorder::new();
+    let ttl = Duration::from_millis(600);
+    let attempt = recorder.lock(0, "lapse");
+    let guard = locks.lock("lapse", ttl).await.expect("lock");
+    let mut section = attempt.granted(&guard.lease(), ttl);
+    section.auto_extended();
+    guard.auto_extend();
+    // Renewals fail from here on; the holder is busy until the lock lapsed.
+    nodes[0].kill();
+    support::no_hang("the deadline", async {
+        while !guard.validity().is_zero() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = recorder.at(guard.deadline());
+    let _ = section.release(guard).await;
+    let history = recorder.take();
+    let grant = &history.grants[0];
+    assert_eq!(grant.believed_until, deadline, "{grant:?}");
+    assert!(grant.release_called > deadline, "{grant:?}");
+    assert_eq!(history.losses.len(), 1, "{history:?}");
+    assert_eq!(history.losses[0].at, deadline);
+}
+
 /// Checks a saved history again, without servers:
 /// `QUORUMLOCK_CHAOS_REPLAY=<file> cargo test --all-features --test it
 /// chaos_replay -- --ignored --nocapture`. A failed chaos run prints this

@@ -726,10 +726,32 @@ impl Section {
     /// # Errors
     ///
     /// As [`LockGuard::release`].
+    ///
+    /// An auto-extended lock is trusted until its deadline as the last
+    /// renewal left it, if that came before the release: a holder that
+    /// checks [`validity`](LockGuard::validity) before acting (as it must)
+    /// trusts it no longer. A loss the client did not watch for by then
+    /// (`lost()` resolved while it was busy) is recorded, as
+    /// [`lost`](Section::lost) would have.
     pub async fn release(mut self, guard: impl Into<LockGuard>) -> Result<ReleaseSummary, Error> {
+        let guard = guard.into();
+        if self.open && self.auto_extended {
+            let until = self.recorder.now().min(self.recorder.at(guard.deadline()));
+            self.grant.believed_until = until;
+            self.auto_extended = false;
+            if let Some(reason) = guard.loss_reason() {
+                self.recorder.loss(Loss {
+                    client: self.grant.client,
+                    resource: self.grant.resource.clone(),
+                    at: until,
+                    reason,
+                    ttl: self.grant.ttl,
+                });
+            }
+        }
         self.close();
         let start = self.grant.release_called;
-        let result = guard.into().release().await;
+        let result = guard.release().await;
         self.recorder.op(Op {
             client: self.grant.client,
             kind: OpKind::Release,
