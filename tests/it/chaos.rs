@@ -7,9 +7,11 @@
 //!   16 clients, every fault kind, however long a loaded machine takes for
 //!   them (no grant for a minute fails it: a hang). `QUORUMLOCK_CHAOS_SEED=N`
 //!   replays a run's fault schedule.
-//! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SECS=3600 cargo test --release
-//!   --all-features --test it chaos_soak -- --ignored --nocapture` runs seed after
-//!   seed for that long and prints totals.
+//! - `chaos_soak` (ignored): `QUORUMLOCK_SOAK_SEEDS=100 cargo test
+//!   --all-features --test it chaos_soak -- --ignored --nocapture` runs 100
+//!   seeds back to back (every fault kind in each), checks the negative
+//!   controls before and after, appends a line per seed to
+//!   `tests/it/soak-results.jsonl` and prints the totals.
 //! - Holders keep auto-extended locks for seconds at a time through the
 //!   same faults, including rolling restarts of every node; a holder that
 //!   loses its lock while a majority of nodes was up is a failure.
@@ -870,23 +872,51 @@ async fn chaos_ci_profile() {
     );
 }
 
+/// The soak: `QUORUMLOCK_SOAK_SEEDS` seeds (default 100) back to back,
+/// within `QUORUMLOCK_SOAK_SECS` (default 3600), each run until
+/// `QUORUMLOCK_SOAK_GRANTS` grants (default 1000) and every fault kind.
+/// Before the first seed and after the last, the negative controls — nodes
+/// that evict lock keys, clocks fast beyond the drift allowance — must be
+/// flagged, or the soak's zero would mean nothing. One JSON line per seed
+/// and per control is appended to `QUORUMLOCK_SOAK_RESULTS` (default
+/// `tests/it/soak-results.jsonl`, kept in the repository), and the totals
+/// are printed. The first violation stops the soak, its history and report
+/// written; otherwise the worst seed's report is written at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak: set QUORUMLOCK_SOAK_SECS and run with --ignored"]
+#[ignore = "soak: QUORUMLOCK_SOAK_SEEDS=100 cargo test --all-features --test it chaos_soak -- --ignored --nocapture"]
 async fn chaos_soak() {
-    let secs = std::env::var("QUORUMLOCK_SOAK_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(600);
-    let until = Instant::now() + Duration::from_secs(secs);
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let seeds = env("QUORUMLOCK_SOAK_SEEDS", 100);
+    let until = Instant::now() + Duration::from_secs(env("QUORUMLOCK_SOAK_SECS", 3600));
+    let min_grants = usize::try_from(env("QUORUMLOCK_SOAK_GRANTS", 1000)).expect("grants");
+    let results = std::env::var_os("QUORUMLOCK_SOAK_RESULTS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/soak-results.jsonl"),
+        PathBuf::from,
+    );
+    let soak = Soak::new(&results);
+    println!(
+        "soak: {seeds} seeds, results appended to {}",
+        results.display()
+    );
+    soak.controls("before").await;
     let mut totals = Totals::default();
     // The worst seed so far: how bad (violations, then locks lost, then
     // stalls and preemptions counted), the seed, its history and verdict.
     // A seed with a violation fails the soak at once, its report written.
     type Worst = ((usize, usize, usize), u64, History, Verdict);
     let mut worst: Option<Worst> = None;
-    while Instant::now() < until {
+    let mut ran = 0;
+    while ran < seeds && Instant::now() < until {
         let seed = rand::random();
-        let (history, verdict) = chaos_run(seed, 10_000, &mut totals).await;
+        let began = Instant::now();
+        let (history, verdict) = chaos_run(seed, min_grants, &mut totals).await;
+        soak.seed(seed, &history, &verdict, began.elapsed());
+        ran += 1;
         let bad = (
             verdict.violations.len(),
             history.losses.len(),
@@ -896,12 +926,97 @@ async fn chaos_soak() {
             worst = Some((bad, seed, history, verdict));
         }
     }
+    soak.controls("after").await;
     if let Some((_, seed, history, verdict)) = worst {
         let dir = std::env::var_os(HISTORY_ENV).map_or_else(std::env::temp_dir, PathBuf::from);
         match write_report(&dir, seed, &history, &verdict) {
             Ok(path) => println!("the worst seed's report ({seed}): {}", path.display()),
             Err(e) => println!("the worst seed's report not written: {e}"),
         }
+    }
+    println!(
+        "soak: {ran} of {seeds} seeds, {} grants, {} violations",
+        totals.grants, totals.violations
+    );
+    assert_eq!(ran, seeds, "the time budget ran out first");
+}
+
+/// The soak's results file: one JSON line per seed and per negative
+/// control, with the commit and the server they ran on.
+struct Soak {
+    file: PathBuf,
+    commit: String,
+    server: String,
+}
+
+impl Soak {
+    fn new(file: &Path) -> Self {
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map_or_else(
+                || "unknown".to_owned(),
+                |out| String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            );
+        let server = quorumlock::testkit::RedisServer::start()
+            .map(|server| server.version().to_string())
+            .expect("server");
+        Self {
+            file: file.to_owned(),
+            commit,
+            server,
+        }
+    }
+
+    fn append(&self, mut line: serde_json::Value) {
+        use std::io::Write as _;
+        line["commit"] = self.commit.clone().into();
+        line["server"] = self.server.clone().into();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.file)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.file.display()));
+        writeln!(file, "{line}").unwrap_or_else(|e| panic!("{}: {e}", self.file.display()));
+    }
+
+    fn seed(&self, seed: u64, history: &History, verdict: &Verdict, took: Duration) {
+        let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
+        for fault in &history.faults {
+            *faults.entry(fault.kind.as_str()).or_default() += 1;
+        }
+        let violations: Vec<&str> = verdict.violations.iter().map(Violation::kind).collect();
+        self.append(serde_json::json!({
+            "seed": seed.to_string(),
+            "secs": took.as_secs(),
+            "grants": history.grants.len(),
+            "operations": history.ops.len(),
+            "faults": faults,
+            "losses": history.losses.len(),
+            "losses_after_stalls": verdict.losses_after_stalls,
+            "preempted": verdict.preempted,
+            "stalls": history.stalls.len(),
+            "violations": violations,
+        }));
+    }
+
+    /// The negative controls: each must be flagged.
+    async fn controls(&self, when: &str) {
+        let (doctor, verdict, error) = eviction_scenario("allkeys-lru").await;
+        let flagged = doctor.is_unsafe() && error.is_none() && overlapped(&verdict);
+        self.append(serde_json::json!({
+            "control": "eviction allkeys-lru", "when": when, "flagged": flagged,
+        }));
+        assert!(flagged, "eviction not flagged: {doctor}\n{verdict}");
+        let (doctor, verdict) = clock_scenario(1.5).await;
+        let flagged = doctor.is_unsafe() && overlapped(&verdict);
+        self.append(serde_json::json!({
+            "control": "clocks 50% fast on 2 of 3", "when": when, "flagged": flagged,
+        }));
+        assert!(flagged, "fast clocks not flagged: {doctor}\n{verdict}");
     }
 }
 
