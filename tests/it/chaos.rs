@@ -914,7 +914,25 @@ async fn chaos_soak() {
     while ran < seeds && Instant::now() < until {
         let seed = rand::random();
         let began = Instant::now();
-        let (history, verdict) = chaos_run(seed, min_grants, &mut totals).await;
+        // A failed seed is recorded too, with what failed, before the soak
+        // stops on it.
+        let run = std::panic::AssertUnwindSafe(chaos_run(seed, min_grants, &mut totals));
+        let (history, verdict) = match futures::FutureExt::catch_unwind(run).await {
+            Ok(run) => run,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic");
+                soak.append(serde_json::json!({
+                    "seed": seed.to_string(),
+                    "secs": began.elapsed().as_secs(),
+                    "failed": what.lines().take(3).collect::<Vec<_>>().join(" / "),
+                }));
+                std::panic::resume_unwind(panic);
+            }
+        };
         soak.seed(seed, &history, &verdict, began.elapsed());
         ran += 1;
         let bad = (

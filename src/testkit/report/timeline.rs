@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{esc, failed_acquisition, ms, resources};
-use crate::testkit::history::{Grant, History, Outcome, Verdict, Violation};
+use crate::testkit::history::{Grant, History, Loss, Op, Outcome, Verdict, Violation};
 
 /// A client lane's height, and its bar's.
 const LANE: u32 = 14;
@@ -130,27 +130,70 @@ fn failure_class(outcome: &Outcome) -> &'static str {
     }
 }
 
+/// What every resource's timeline shares: the history and its verdict,
+/// the fault kinds' colours, the grants a violation names, how many node
+/// lanes, and the span across.
+struct Timelines<'a> {
+    history: &'a History,
+    verdict: &'a Verdict,
+    colour: BTreeMap<&'a str, &'static str>,
+    violating: BTreeSet<GrantKey<'a>>,
+    nodes: usize,
+    span: Duration,
+}
+
+/// One resource's timeline: what it shows, and where its lanes are.
+struct Timeline<'a> {
+    resource: &'a str,
+    grants: Vec<&'a Grant>,
+    failed: Vec<&'a Op>,
+    losses: Vec<&'a Loss>,
+    /// Each client's lane, top to bottom.
+    lane: BTreeMap<usize, u32>,
+    /// Below the clients: a lane per node, one for faults of no node, one
+    /// for the client's stalls, one for starved nodes.
+    extra: Vec<String>,
+    client_height: u32,
+    height: u32,
+}
+
+impl Timeline<'_> {
+    /// The top of a client's lane.
+    fn top(&self, client: usize) -> u32 {
+        self.lane.get(&client).copied().unwrap_or(0) * LANE
+    }
+
+    /// The top of the `n`th lane below the clients.
+    fn below(&self, n: usize) -> u32 {
+        self.client_height + u32::try_from(n).unwrap_or(0) * NODE_LANE
+    }
+}
+
 /// Writes the timelines section.
 pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, span: Duration) {
     let kinds: BTreeSet<&str> = history.faults.iter().map(|f| f.kind.as_str()).collect();
-    let colour: BTreeMap<&str, &str> = kinds
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (*k, PALETTE[i % PALETTE.len()]))
-        .collect();
-    let violating: BTreeSet<GrantKey<'_>> = verdict
-        .violations
-        .iter()
-        .flat_map(named_grants)
-        .map(key)
-        .collect();
-    let nodes = history
-        .faults
-        .iter()
-        .flat_map(|f| f.nodes.iter().map(|n| n + 1))
-        .max()
-        .unwrap_or(0);
-
+    let all = Timelines {
+        history,
+        verdict,
+        colour: kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, PALETTE[i % PALETTE.len()]))
+            .collect(),
+        violating: verdict
+            .violations
+            .iter()
+            .flat_map(named_grants)
+            .map(key)
+            .collect(),
+        nodes: history
+            .faults
+            .iter()
+            .flat_map(|f| f.nodes.iter().map(|n| n + 1))
+            .max()
+            .unwrap_or(0),
+        span,
+    };
     page.push_str("<section id=\"timelines\"><h2>Timelines</h2>\n");
     page.push_str(
         "<p class=\"note\">A bar is a window in which a client believed it held the lock: \
@@ -159,6 +202,21 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          Ticks are failed attempts; black ticks, locks lost. \
          Node lanes are shaded while a fault hit the node; a light red band is a majority outage.</p>\n",
     );
+    controls(page, &all.colour);
+    let axis = axis(span);
+    let resources = resources(history);
+    if resources.is_empty() {
+        page.push_str("<p>Nothing was recorded.</p>\n");
+    }
+    for (index, resource) in resources.into_iter().enumerate() {
+        let timeline = all.timeline(resource);
+        all.write_resource(page, &timeline, index, &axis);
+    }
+    page.push_str("</section>\n");
+}
+
+/// The zoom buttons and the legend.
+fn controls(page: &mut String, colour: &BTreeMap<&str, &str>) {
     page.push_str(
         "<div class=\"controls\"><button type=\"button\" data-zoom=\"out\" title=\"zoom out\">\u{2212}</button> \
          <span id=\"zoom-level\">1\u{d7}</span> \
@@ -172,7 +230,7 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          <span><i style=\"background:#000\"></i>lock lost</span>\
          <span><i style=\"background:rgba(198,40,40,.25)\"></i>majority outage</span>",
     );
-    for (kind, c) in &colour {
+    for (kind, c) in colour {
         let _ = write!(
             page,
             "<span><i style=\"background:{c}\"></i>fault {}</span>",
@@ -180,24 +238,23 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
         );
     }
     page.push_str("</span></div>\n");
+}
 
-    let axis = axis(span);
-    let resources = resources(history);
-    if resources.is_empty() {
-        page.push_str("<p>Nothing was recorded.</p>\n");
-    }
-    for (index, resource) in resources.into_iter().enumerate() {
+impl<'a> Timelines<'a> {
+    /// What `resource`'s timeline shows, and its lanes.
+    fn timeline(&self, resource: &'a str) -> Timeline<'a> {
+        let history = self.history;
         let grants: Vec<&Grant> = history
             .grants
             .iter()
             .filter(|g| g.resource == resource)
             .collect();
-        let failed: Vec<_> = history
+        let failed: Vec<&Op> = history
             .ops
             .iter()
             .filter(|o| o.resource == resource && failed_acquisition(o.kind, &o.outcome))
             .collect();
-        let losses: Vec<_> = history
+        let losses: Vec<&Loss> = history
             .losses
             .iter()
             .filter(|l| l.resource == resource)
@@ -213,73 +270,95 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
             .enumerate()
             .map(|(i, c)| (*c, u32::try_from(i).unwrap_or(u32::MAX)))
             .collect();
-        let top = |client: usize| lane.get(&client).copied().unwrap_or(0) * LANE;
-        let client_height = u32::try_from(clients.len()).unwrap_or(u32::MAX) * LANE;
-        // Below the clients: a lane per node, one for faults of no node,
-        // one for the client's stalls, one for starved nodes.
-        let mut extra: Vec<(String, &'static str)> =
-            (0..nodes).map(|n| (format!("node {n}"), "node")).collect();
-        let unplaced = history.faults.iter().any(|f| f.nodes.is_empty());
-        if unplaced {
-            extra.push(("other faults".to_owned(), "node"));
+        let mut extra: Vec<String> = (0..self.nodes).map(|n| format!("node {n}")).collect();
+        if history.faults.iter().any(|f| f.nodes.is_empty()) {
+            extra.push("other faults".to_owned());
         }
         if !history.stalls.is_empty() {
-            extra.push(("client stalls".to_owned(), "node"));
+            extra.push("client stalls".to_owned());
         }
         if !history.starved.is_empty() {
-            extra.push(("nodes starved".to_owned(), "node"));
+            extra.push("nodes starved".to_owned());
         }
+        let client_height = u32::try_from(clients.len()).unwrap_or(u32::MAX) * LANE;
         let height = client_height + u32::try_from(extra.len()).unwrap_or(0) * NODE_LANE;
-        let width = X(span);
+        Timeline {
+            resource,
+            grants,
+            failed,
+            losses,
+            lane,
+            extra,
+            client_height,
+            height,
+        }
+    }
 
+    /// One resource's section: its lane labels, then its SVG, bottom layer
+    /// first (lanes, outages, faults, stalls, failed attempts, windows,
+    /// losses, and the violations on top).
+    fn write_resource(&self, page: &mut String, t: &Timeline<'_>, index: usize, axis: &str) {
+        let resource = esc(t.resource);
         let _ = write!(
             page,
-            "<section class=\"resource\" id=\"resource-{index}\" data-resource=\"{}\">\
-             <h3>{} <small class=\"note\">{} grants, {} failed attempts, {} locks lost</small></h3>\n\
+            "<section class=\"resource\" id=\"resource-{index}\" data-resource=\"{resource}\">\
+             <h3>{resource} <small class=\"note\">{} grants, {} failed attempts, {} locks lost</small></h3>\n\
              <div class=\"lanes\"><div class=\"labels\">",
-            esc(resource),
-            esc(resource),
-            grants.len(),
-            failed.len(),
-            losses.len()
+            t.grants.len(),
+            t.failed.len(),
+            t.losses.len()
         );
-        for client in &clients {
+        for client in t.lane.keys() {
             let _ = write!(page, "<div>client {client}</div>");
         }
-        for (name, class) in &extra {
-            let _ = write!(page, "<div class=\"{class}\">{}</div>", esc(name));
+        for name in &t.extra {
+            let _ = write!(page, "<div class=\"node\">{}</div>", esc(name));
         }
+        let (width, height) = (X(self.span), t.height);
         let _ = writeln!(
             page,
             "</div><div class=\"scroller\"><div class=\"track\">{axis}\
              <svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {height}\" \
-             preserveAspectRatio=\"none\" height=\"{height}\" data-resource=\"{}\">",
-            esc(resource)
+             preserveAspectRatio=\"none\" height=\"{height}\" data-resource=\"{resource}\">"
         );
-        for (i, _) in clients.iter().enumerate() {
-            if i % 2 == 1 {
-                let y = u32::try_from(i).unwrap_or(0) * LANE;
-                let _ = write!(
-                    page,
-                    "<rect class=\"lane-bg\" x=\"0\" y=\"{y}\" width=\"{width}\" height=\"{LANE}\"/>"
-                );
-            }
+        for i in (1..t.lane.len()).step_by(2) {
+            let y = u32::try_from(i).unwrap_or(0) * LANE;
+            let _ = write!(
+                page,
+                "<rect class=\"lane-bg\" x=\"0\" y=\"{y}\" width=\"{width}\" height=\"{LANE}\"/>"
+            );
         }
-        for outage in &history.outages {
+        self.outages(page, t);
+        self.faults(page, t);
+        self.spans(page, t);
+        fail_ticks(page, t);
+        self.windows(page, t);
+        losses(page, t);
+        self.violations(page, t);
+        page.push_str("</svg></div></div></div></section>\n");
+    }
+
+    fn outages(&self, page: &mut String, t: &Timeline<'_>) {
+        for outage in &self.history.outages {
             let _ = writeln!(
                 page,
-                "<rect class=\"outage\" x=\"{}\" y=\"0\" width=\"{}\" height=\"{height}\">\
+                "<rect class=\"outage\" x=\"{}\" y=\"0\" width=\"{}\" height=\"{}\">\
                  <title>majority outage {:.1}\u{2013}{:.1} ms (a quorum back at {:.1} ms)</title></rect>",
                 X(outage.from),
                 X(outage.to.saturating_sub(outage.from)),
+                t.height,
                 ms(outage.from),
                 ms(outage.to),
                 ms(outage.back)
             );
         }
-        // Faults, per node lane.
-        for fault in &history.faults {
-            let fill = colour
+    }
+
+    /// Faults, per node lane (a fault of no node in its own lane).
+    fn faults(&self, page: &mut String, t: &Timeline<'_>) {
+        for fault in &self.history.faults {
+            let fill = self
+                .colour
                 .get(fault.kind.as_str())
                 .copied()
                 .unwrap_or("#757575");
@@ -291,24 +370,29 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
                 ms(fault.to)
             );
             let lanes: Vec<usize> = if fault.nodes.is_empty() {
-                vec![nodes]
+                vec![self.nodes]
             } else {
                 fault.nodes.clone()
             };
             for n in lanes {
-                let y = client_height + u32::try_from(n).unwrap_or(0) * NODE_LANE;
                 let _ = writeln!(
                     page,
                     "<rect class=\"fault\" data-kind=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{fill}\"><title>{title}</title></rect>",
                     esc(&fault.kind),
                     X(fault.from),
-                    y + 1,
+                    t.below(n) + 1,
                     X(fault.to.saturating_sub(fault.from)),
                     NODE_LANE - 2
                 );
             }
         }
-        let mut next = nodes + usize::from(unplaced);
+    }
+
+    /// The client's stalls and the nodes' starvation, each in its lane.
+    fn spans(&self, page: &mut String, t: &Timeline<'_>) {
+        let history = self.history;
+        let unplaced = history.faults.iter().any(|f| f.nodes.is_empty());
+        let mut next = self.nodes + usize::from(unplaced);
         for (spans, class, what) in [
             (&history.stalls, "stall", "client stalled"),
             (&history.starved, "starved", "a majority of nodes starved"),
@@ -316,7 +400,7 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
             if spans.is_empty() {
                 continue;
             }
-            let y = client_height + u32::try_from(next).unwrap_or(0) * NODE_LANE;
+            let y = t.below(next);
             for s in spans {
                 let _ = writeln!(
                     page,
@@ -331,31 +415,13 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
             }
             next += 1;
         }
-        // Failed attempts: one path per client and kind of failure, under
-        // the windows.
-        let mut ticks: BTreeMap<(usize, &'static str), (String, usize)> = BTreeMap::new();
-        for op in &failed {
-            let entry = ticks
-                .entry((op.client, failure_class(&op.outcome)))
-                .or_default();
-            let _ = write!(
-                entry.0,
-                "M{} {}v{BAR}",
-                X(op.end),
-                top(op.client) + (LANE - BAR) / 2
-            );
-            entry.1 += 1;
-        }
-        for ((client, class), (d, count)) in &ticks {
-            let _ = writeln!(
-                page,
-                "<path class=\"fails {class}\" data-client=\"{client}\" data-count=\"{count}\" d=\"{d}\"><title>client {client}: {count} attempts failed ({class})</title></path>"
-            );
-        }
-        // The windows.
-        for g in &grants {
+    }
+
+    /// The believed-held windows, red when a violation names them.
+    fn windows(&self, page: &mut String, t: &Timeline<'_>) {
+        for g in &t.grants {
             let (from, to) = g.window();
-            let class = if violating.contains(&key(g)) {
+            let class = if self.violating.contains(&key(g)) {
                 "window violating"
             } else {
                 "window"
@@ -367,7 +433,7 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
                  <title>client {}, token {}\u{2026}{fence}: held {:.3}\u{2013}{:.3} ms (deadline {:.3})</title></rect>",
                 g.client,
                 X(from),
-                top(g.client) + (LANE - BAR) / 2,
+                t.top(g.client) + (LANE - BAR) / 2,
                 X(to.saturating_sub(from)),
                 g.client,
                 esc(&g.token),
@@ -376,21 +442,13 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
                 ms(g.deadline)
             );
         }
-        for loss in &losses {
-            let _ = writeln!(
-                page,
-                "<path class=\"loss\" data-client=\"{}\" d=\"M{} {}v{LANE}\"><title>client {} lost its lock ({}) at {:.1} ms</title></path>",
-                loss.client,
-                X(loss.at),
-                top(loss.client),
-                loss.client,
-                loss.reason,
-                ms(loss.at)
-            );
-        }
-        // The violations, on top.
-        for (i, v) in verdict.violations.iter().enumerate() {
-            let Some(mark) = mark_of(v).filter(|m| m.resource == resource) else {
+    }
+
+    /// The violations with a time on this resource, across every lane.
+    fn violations(&self, page: &mut String, t: &Timeline<'_>) {
+        let height = t.height;
+        for (i, v) in self.verdict.violations.iter().enumerate() {
+            let Some(mark) = mark_of(v).filter(|m| m.resource == t.resource) else {
                 continue;
             };
             let first_line = v.to_string();
@@ -408,9 +466,47 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
                 X(mark.from)
             );
         }
-        page.push_str("</svg></div></div></div></section>\n");
     }
-    page.push_str("</section>\n");
+}
+
+/// Failed attempts: one path per client and kind of failure, under the
+/// windows.
+fn fail_ticks(page: &mut String, t: &Timeline<'_>) {
+    let mut ticks: BTreeMap<(usize, &'static str), (String, usize)> = BTreeMap::new();
+    for op in &t.failed {
+        let entry = ticks
+            .entry((op.client, failure_class(&op.outcome)))
+            .or_default();
+        let _ = write!(
+            entry.0,
+            "M{} {}v{BAR}",
+            X(op.end),
+            t.top(op.client) + (LANE - BAR) / 2
+        );
+        entry.1 += 1;
+    }
+    for ((client, class), (d, count)) in &ticks {
+        let _ = writeln!(
+            page,
+            "<path class=\"fails {class}\" data-client=\"{client}\" data-count=\"{count}\" d=\"{d}\"><title>client {client}: {count} attempts failed ({class})</title></path>"
+        );
+    }
+}
+
+/// Lost locks, as black ticks across their client's lane.
+fn losses(page: &mut String, t: &Timeline<'_>) {
+    for loss in &t.losses {
+        let _ = writeln!(
+            page,
+            "<path class=\"loss\" data-client=\"{}\" d=\"M{} {}v{LANE}\"><title>client {} lost its lock ({}) at {:.1} ms</title></path>",
+            loss.client,
+            X(loss.at),
+            t.top(loss.client),
+            loss.client,
+            loss.reason,
+            ms(loss.at)
+        );
+    }
 }
 
 /// The time axis above a timeline: about ten labels at round times, placed
