@@ -339,33 +339,44 @@ impl Cluster {
         let hold = Duration::from_millis(rng.random_range(50..400));
         match fault {
             Fault::KillRestart => {
-                self.nodes[victim].kill();
+                let before = self.keys_on(victim).await;
+                let from = self.kill(victim);
                 tokio::time::sleep(hold).await;
                 self.restart(victim).await;
+                self.back(victim, from, before, recorder).await;
                 vec![victim]
             }
             Fault::Pause => {
                 self.nodes[victim].pause().expect("pause");
+                let from = Instant::now();
                 tokio::time::sleep(hold).await;
                 self.nodes[victim].resume().expect("resume");
+                recorder.down(victim, from, Instant::now());
                 vec![victim]
             }
             Fault::Slow => {
                 // The node itself stalls (DEBUG SLEEP), connections stay up.
                 let mut admin = support::conn(&self.nodes[victim].url()).await;
+                let from = Instant::now();
                 let _: redis::RedisResult<()> = redis::cmd("DEBUG")
                     .arg("SLEEP")
                     .arg(hold.as_secs_f64())
                     .query_async(&mut admin)
                     .await;
+                recorder.down(victim, from, Instant::now());
                 vec![victim]
             }
             Fault::MajorityLoss => {
                 let mut all: Vec<usize> = (0..NODES).collect();
                 all.shuffle(rng);
                 let majority = &all[..NODES / 2 + 1];
+                let mut before = Vec::new();
                 for &i in majority {
-                    self.nodes[i].kill();
+                    before.push(self.keys_on(i).await);
+                }
+                let mut killed = Vec::new();
+                for &i in majority {
+                    killed.push(self.kill(i));
                 }
                 let from = Instant::now();
                 tokio::time::sleep(hold + Duration::from_millis(300)).await;
@@ -375,9 +386,10 @@ impl Cluster {
                 // and for this task to be scheduled), and certainly back
                 // once it returned.
                 let survivors = NODES - majority.len();
-                for (k, &i) in majority.iter().enumerate() {
+                for (k, (&i, before)) in majority.iter().zip(before).enumerate() {
                     let to = Instant::now();
                     self.restart(i).await;
+                    self.back(i, killed[k], before, recorder).await;
                     if survivors + k + 1 == NODES / 2 + 1 {
                         let back = Instant::now();
                         recorder.outage(from, to, back);
@@ -402,8 +414,10 @@ impl Cluster {
             }
             Fault::Blackhole => {
                 self.proxies[victim].set(Faults::blackhole());
+                let from = Instant::now();
                 tokio::time::sleep(hold + NODE_TIMEOUT).await;
                 self.proxies[victim].heal();
+                recorder.down(victim, from, Instant::now());
                 vec![victim]
             }
             Fault::HoldReplies => {
@@ -425,6 +439,9 @@ impl Cluster {
                 // its lock (replies held past its renewal's timeout).
                 let to = Instant::now();
                 recorder.outage(from, to, to);
+                for &i in majority {
+                    recorder.down(i, from, to);
+                }
                 majority.to_vec()
             }
             Fault::SlowMinority => {
@@ -442,19 +459,69 @@ impl Cluster {
                 // holder's ttl, with requests piling up behind it: renewals
                 // and releases decide without it.
                 self.nodes[victim].pause().expect("pause");
+                let from = Instant::now();
                 tokio::time::sleep(HOLD_TTL + hold).await;
                 self.nodes[victim].resume().expect("resume");
+                recorder.down(victim, from, Instant::now());
                 vec![victim]
             }
             Fault::RollingRestart => {
                 // Every node, one at a time, back at once with its data
                 // (the nodes persist), a renewal period apart.
                 for i in 0..NODES {
-                    self.nodes[i].kill();
+                    let before = self.keys_on(i).await;
+                    let from = self.kill(i);
                     self.restart(i).await;
+                    self.back(i, from, before, recorder).await;
                     tokio::time::sleep(HOLD_TTL / 2).await;
                 }
                 (0..NODES).collect()
+            }
+        }
+    }
+
+    /// Kills node `i`; returns when.
+    fn kill(&self, i: usize) -> Instant {
+        self.nodes[i].kill();
+        Instant::now()
+    }
+
+    /// The lock keys node `i` holds now, read past its proxy: (resource,
+    /// token). A node that cannot be read holds none we could lose track of.
+    async fn keys_on(&self, i: usize) -> Vec<(&'static str, String)> {
+        let Ok(client) = redis::Client::open(self.nodes[i].url()) else {
+            return Vec::new();
+        };
+        let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            return Vec::new();
+        };
+        let mut keys = Vec::new();
+        for resource in RESOURCES {
+            let value: redis::RedisResult<Option<String>> =
+                redis::cmd("GET").arg(resource).query_async(&mut c).await;
+            if let Ok(Some(token)) = value {
+                keys.push((resource, token));
+            }
+        }
+        keys
+    }
+
+    /// Node `i`, killed at `from` while holding `before`, is back: records
+    /// it down meanwhile, and each key it came back without (restarted
+    /// later than the key's remaining ttl). A key a renewal set again
+    /// before this read does not count as lost.
+    async fn back(
+        &self,
+        i: usize,
+        from: Instant,
+        before: Vec<(&'static str, String)>,
+        recorder: &Recorder,
+    ) {
+        recorder.down(i, from, Instant::now());
+        let after = self.keys_on(i).await;
+        for (resource, token) in before {
+            if !after.iter().any(|(r, t)| *r == resource && *t == token) {
+                recorder.key_lost(i, resource, &token, from);
             }
         }
     }
@@ -587,6 +654,7 @@ struct Totals {
     losses: u64,
     losses_with_majority_up: u64,
     losses_after_stalls: u64,
+    losses_without_keys: u64,
     stalls: u64,
     starved: u64,
 }
@@ -616,6 +684,11 @@ impl Totals {
             out,
             "  client stalls of {STALL:?} or more: {}; pings a majority of nodes answered after the node timeout: {}; followed by {} holder losses (not judged)",
             self.stalls, self.starved, self.losses_after_stalls
+        );
+        let _ = writeln!(
+            out,
+            "  holder losses after a majority of nodes lost the holder's key to restarts or was down: {} (not judged)",
+            self.losses_without_keys
         );
         let _ = writeln!(out, "  violations: {}", self.violations);
         let _ = write!(out, "  leaked keys: {}", self.leaked_keys);
@@ -670,6 +743,7 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (Histor
         counters: RESOURCES.iter().map(|_| AtomicU64::new(0)).collect(),
         stop: AtomicBool::new(false),
     });
+    shared.recorder.nodes(NODES);
     let start = shared.recorder.origin();
     let mut clients: Vec<_> = managers
         .iter()
@@ -778,6 +852,7 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (Histor
         .filter(|v| matches!(v, Violation::LossWithMajorityUp { .. }))
         .count() as u64;
     totals.losses_after_stalls += verdict.losses_after_stalls as u64;
+    totals.losses_without_keys += verdict.losses_without_keys as u64;
     totals.stalls += history.stalls.len() as u64;
     totals.starved += history.starved.len() as u64;
     totals.print();
@@ -1015,6 +1090,8 @@ impl Soak {
             "faults": faults,
             "losses": history.losses.len(),
             "losses_after_stalls": verdict.losses_after_stalls,
+            "losses_without_keys": verdict.losses_without_keys,
+            "key_losses": history.key_losses.len(),
             "preempted": verdict.preempted,
             "stalls": history.stalls.len(),
             "violations": violations,

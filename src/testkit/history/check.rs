@@ -21,6 +21,13 @@ pub struct Verdict {
     /// Counted, not judged: losses with a majority up that followed a
     /// stall of the client process or a starved majority of nodes.
     pub losses_after_stalls: usize,
+    /// Counted, not judged: losses after a majority of the nodes had lost
+    /// the holder's key to a restart or was down (see the
+    /// [module docs](super)).
+    pub losses_without_keys: usize,
+    /// Counted, not judged: failed single attempts slower than the bound
+    /// that a stall of the client process overlapped.
+    pub failures_after_stalls: usize,
 }
 
 impl Verdict {
@@ -368,6 +375,10 @@ pub fn check(history: &History) -> Verdict {
             verdict.losses_after_stalls += 1;
             continue;
         }
+        if majority_without_key(history, loss) {
+            verdict.losses_without_keys += 1;
+            continue;
+        }
         let faults = history
             .faults
             .iter()
@@ -390,6 +401,10 @@ pub fn check(history: &History) -> Verdict {
             && matches!(op.outcome, Outcome::Failed(_))
             && op.end.saturating_sub(op.start) > bound
         {
+            if stalled_during(history, op.start, op.end) {
+                verdict.failures_after_stalls += 1;
+                continue;
+            }
             verdict.violations.push(Violation::SlowFailure {
                 op: op.clone(),
                 bound,
@@ -469,6 +484,67 @@ fn unexcused_by_outages(history: &History) -> impl Iterator<Item = &Loss> {
             .iter()
             .any(|o| o.from <= loss.at && loss.at <= o.back.saturating_add(loss.ttl))
     })
+}
+
+/// Whether, at one moment of the ttl before `loss`, a majority of the
+/// nodes did not hold the holder's key: they had lost it to a restart
+/// during the holding (and count as without it from then on), or were
+/// down then. Needs at least one key loss: a majority down at once is an
+/// outage, judged by its own rule.
+fn majority_without_key(history: &History, loss: &Loss) -> bool {
+    let Some(nodes) = history.nodes else {
+        return false;
+    };
+    // The holding that was lost: the holder's last grant of the resource.
+    let Some(holding) = history
+        .grants
+        .iter()
+        .filter(|g| g.client == loss.client && g.resource == loss.resource && g.granted <= loss.at)
+        .max_by_key(|g| g.granted)
+    else {
+        return false;
+    };
+    let emptied: Vec<(usize, Duration)> = history
+        .key_losses
+        .iter()
+        .filter(|k| {
+            k.resource == loss.resource
+                && k.token == holding.token
+                && holding.granted <= k.at
+                && k.at <= loss.at
+        })
+        .map(|k| (k.node, k.at))
+        .collect();
+    if emptied.is_empty() {
+        return false;
+    }
+    let since = loss.at.saturating_sub(loss.ttl);
+    // The set only grows at a key loss or when a node goes down: one of
+    // those moments (or the ttl's start) is the most crowded.
+    let moments = std::iter::once(since)
+        .chain(emptied.iter().map(|&(_, at)| at.max(since)))
+        .chain(history.down.iter().map(|d| d.from.max(since)))
+        .filter(|&t| t <= loss.at);
+    moments.into_iter().any(|t| {
+        let without: BTreeSet<usize> = emptied
+            .iter()
+            .filter(|&&(_, at)| at <= t)
+            .map(|&(node, _)| node)
+            .chain(
+                history
+                    .down
+                    .iter()
+                    .filter(|d| d.from <= t && t <= d.to)
+                    .map(|d| d.node),
+            )
+            .collect();
+        without.len() > nodes / 2
+    })
+}
+
+/// Whether the client process stalled within `from..=to`.
+fn stalled_during(history: &History, from: Duration, to: Duration) -> bool {
+    history.stalls.iter().any(|s| s.from <= to && from <= s.to)
 }
 
 /// Whether the client process stalled, or a majority of the nodes was

@@ -1,17 +1,18 @@
 //! The history file: JSON Lines, one record a line, each with a `"type"`
-//! (`meta`, `grant`, `op`, `outage`, `loss`, `fault`, `stall`, `starved`,
-//! `counter`, `verdict`); times in nanoseconds from the recorder's origin
+//! (`meta`, `grant`, `op`, `outage`, `loss`, `fault`, `down`, `key_loss`,
+//! `stall`, `starved`, `counter`, `verdict`); times in nanoseconds from the recorder's origin
 //! (fields ending in `_ns`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Fault, Grant, History, Loss, Op, Outage, Span, check};
+use super::{Down, Fault, Grant, History, KeyLoss, Loss, Op, Outage, Span, check};
 
 /// The version of the history file's format, written in its `meta` record.
-/// [`History::read_jsonl`] reads this version only.
-pub const FORMAT_VERSION: u32 = 1;
+/// [`History::read_jsonl`] reads this version and the earlier ones (version
+/// 2 added the `down` and `key_loss` records and the node count).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// What went wrong writing or reading a history file.
 #[derive(Debug, thiserror::Error)]
@@ -29,9 +30,9 @@ pub enum HistoryError {
         #[source]
         source: serde_json::Error,
     },
-    /// The file is of another version of the format.
+    /// The file is of a version of the format this checker does not read.
     #[error(
-        "history line {line}: format version {version}, but this checker reads version {FORMAT_VERSION}"
+        "history line {line}: format version {version}, but this checker reads versions 1 to {FORMAT_VERSION}"
     )]
     Version {
         /// The line of the `meta` record.
@@ -51,12 +52,16 @@ enum Record {
         seed: Option<u64>,
         #[serde(default)]
         failure_bound_ns: Option<u64>,
+        #[serde(default)]
+        nodes: Option<usize>,
     },
     Grant(Grant),
     Op(Op),
     Outage(Outage),
     Loss(Loss),
     Fault(Fault),
+    Down(Down),
+    KeyLoss(KeyLoss),
     Stall(Span),
     Starved(Span),
     Counter {
@@ -70,6 +75,10 @@ enum Record {
         violations: Vec<String>,
         preempted: usize,
         losses_after_stalls: usize,
+        #[serde(default)]
+        losses_without_keys: usize,
+        #[serde(default)]
+        failures_after_stalls: usize,
     },
 }
 
@@ -90,12 +99,15 @@ impl History {
             failure_bound_ns: self
                 .failure_bound
                 .map(|b| u64::try_from(b.as_nanos()).unwrap_or(u64::MAX)),
+            nodes: self.nodes,
         })
         .chain(self.grants.iter().cloned().map(Record::Grant))
         .chain(self.ops.iter().cloned().map(Record::Op))
         .chain(self.outages.iter().copied().map(Record::Outage))
         .chain(self.losses.iter().cloned().map(Record::Loss))
         .chain(self.faults.iter().cloned().map(Record::Fault))
+        .chain(self.down.iter().copied().map(Record::Down))
+        .chain(self.key_losses.iter().cloned().map(Record::KeyLoss))
         .chain(self.stalls.iter().copied().map(Record::Stall))
         .chain(self.starved.iter().copied().map(Record::Starved))
         .chain(
@@ -111,6 +123,8 @@ impl History {
             violations: verdict.violations.iter().map(|v| v.to_string()).collect(),
             preempted: verdict.preempted,
             losses_after_stalls: verdict.losses_after_stalls,
+            losses_without_keys: verdict.losses_without_keys,
+            failures_after_stalls: verdict.failures_after_stalls,
         }));
         for record in records {
             serde_json::to_writer(&mut out, &record).map_err(std::io::Error::from)?;
@@ -166,8 +180,9 @@ impl History {
                     version,
                     seed,
                     failure_bound_ns,
+                    nodes,
                 } => {
-                    if version != FORMAT_VERSION {
+                    if !(1..=FORMAT_VERSION).contains(&version) {
                         return Err(HistoryError::Version {
                             line: line_no,
                             version,
@@ -175,12 +190,15 @@ impl History {
                     }
                     history.seed = seed;
                     history.failure_bound = failure_bound_ns.map(std::time::Duration::from_nanos);
+                    history.nodes = nodes;
                 }
                 Record::Grant(grant) => history.grants.push(grant),
                 Record::Op(op) => history.ops.push(op),
                 Record::Outage(outage) => history.outages.push(outage),
                 Record::Loss(loss) => history.losses.push(loss),
                 Record::Fault(fault) => history.faults.push(fault),
+                Record::Down(down) => history.down.push(down),
+                Record::KeyLoss(loss) => history.key_losses.push(loss),
                 Record::Stall(span) => history.stalls.push(span),
                 Record::Starved(span) => history.starved.push(span),
                 Record::Counter { resource, value } => {

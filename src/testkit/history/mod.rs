@@ -47,12 +47,23 @@
 //!   only a quorum ([`Violation::LossWithMajorityUp`]).
 //!
 //! Some things break a lock whatever the library does, and are counted,
-//! not judged: a loss after the client process stalled ([`Span`] in
-//! [`History::stalls`]) or after a majority of the nodes starved
-//! ([`History::starved`]) — the "bounded pauses" assumption — and a grant
-//! whose deadline lies past `invoked + ttl` because the client thread was
-//! preempted between reading its clock and calling the library
-//! ([`Verdict::preempted`], [`Verdict::losses_after_stalls`]).
+//! not judged:
+//! - a loss after the client process stalled ([`Span`] in
+//!   [`History::stalls`]) or after a majority of the nodes starved
+//!   ([`History::starved`]) — the "bounded pauses" assumption
+//!   ([`Verdict::losses_after_stalls`]); likewise a single attempt that
+//!   failed slowly across a stall ([`Verdict::failures_after_stalls`]);
+//! - a loss after a majority of the nodes no longer held the holder's key:
+//!   some restarted without it ([`KeyLoss`]: later than its remaining ttl,
+//!   and a contender took the empty key before the holder set it again),
+//!   and the others that made up the majority were down at one moment of
+//!   the ttl before the loss ([`Down`]). This needs [`History::nodes`]; a
+//!   node counts as without the key from its key loss to the end of the
+//!   holding, since the history cannot show whether a renewal set it again
+//!   ([`Verdict::losses_without_keys`]);
+//! - a grant whose deadline lies past `invoked + ttl` because the client
+//!   thread was preempted between reading its clock and calling the
+//!   library ([`Verdict::preempted`]).
 //!
 //! # Examples
 //!
@@ -387,6 +398,39 @@ pub struct Span {
     pub to: Duration,
 }
 
+/// A node that could not answer in time over a stretch of time: killed
+/// until restarted, paused, frozen, blackholed, asleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Down {
+    /// The node, by index.
+    pub node: usize,
+    /// When it stopped answering.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// When it answered again.
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+}
+
+/// A node that lost a holder's key: it restarted later than the key's
+/// remaining ttl (or without persistence) and came back without the
+/// holder's token. Until the holder sets the key there again (which a
+/// contender racing for the key may keep it from), the holding rests on
+/// the other nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyLoss {
+    /// The node, by index.
+    pub node: usize,
+    /// The resource whose key it lost.
+    pub resource: String,
+    /// The lost token's first four characters (as in [`Grant::token`]):
+    /// whose holding it was.
+    pub token: String,
+    /// When the key was lost (the node went down).
+    #[serde(rename = "at_ns", with = "nanos")]
+    pub at: Duration,
+}
+
 /// Everything recorded in one run; times are offsets from the recorder's
 /// origin. [`check`] judges it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -407,6 +451,14 @@ pub struct History {
     pub starved: Vec<Span>,
     /// The faults injected.
     pub faults: Vec<Fault>,
+    /// When single nodes could not answer (the faults' effect per node).
+    pub down: Vec<Down>,
+    /// Holders' keys that nodes lost to a restart.
+    pub key_losses: Vec<KeyLoss>,
+    /// How many nodes the locks ran on, if known: with it, a loss after a
+    /// majority of them lost the holder's key or was down is counted, not
+    /// judged.
+    pub nodes: Option<usize>,
     /// Each counter's final value, by resource: it must equal the number
     /// of grants of that resource that wrote. A resource without one has
     /// no such check.
@@ -537,6 +589,34 @@ impl Recorder {
             to: self.at(to),
         };
         self.with(|h| h.faults.push(fault));
+    }
+
+    /// Records that `node` could not answer from `from` until `to`.
+    pub fn down(&self, node: usize, from: Instant, to: Instant) {
+        let down = Down {
+            node,
+            from: self.at(from),
+            to: self.at(to),
+        };
+        self.with(|h| h.down.push(down));
+    }
+
+    /// Records that `node` lost the key of `resource` holding `token`
+    /// (the whole token or its first four characters) at `at`: it went
+    /// down then and came back without it.
+    pub fn key_lost(&self, node: usize, resource: impl Into<String>, token: &str, at: Instant) {
+        let loss = KeyLoss {
+            node,
+            resource: resource.into(),
+            token: token.chars().take(4).collect(),
+            at: self.at(at),
+        };
+        self.with(|h| h.key_losses.push(loss));
+    }
+
+    /// Records how many nodes the locks run on.
+    pub fn nodes(&self, n: usize) {
+        self.with(|h| h.nodes = Some(n));
     }
 
     /// Records a stall of the client process: something due at `due` ran

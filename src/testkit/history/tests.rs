@@ -290,6 +290,125 @@ fn a_loss_is_excused_only_by_an_outage_a_stall_or_starved_nodes_before_it() {
     assert_eq!(verdict.losses_after_stalls, 1);
 }
 
+/// The holder of "held" (client 0, token "abcd", granted at 0) lost it at
+/// 7 s, its ttl 2 s: nodes 0 and 1 of 5 lost its key to restarts at 1 s
+/// and 2.2 s, node 2 was frozen over 5 s..7.5 s.
+fn without_keys() -> History {
+    let key_loss = |node, at| KeyLoss {
+        node,
+        resource: "held".into(),
+        token: "abcd".into(),
+        at,
+    };
+    History {
+        grants: vec![Grant {
+            token: "abcd".into(),
+            ..Grant::new(0, "held", ms(0), ms(7000))
+        }],
+        losses: vec![loss(ms(7000))],
+        key_losses: vec![key_loss(0, ms(1000)), key_loss(1, ms(2200))],
+        down: vec![Down {
+            node: 2,
+            from: ms(5000),
+            to: ms(7500),
+        }],
+        nodes: Some(5),
+        ..History::default()
+    }
+}
+
+#[test]
+fn a_loss_after_a_majority_lost_the_key_or_was_down_is_counted_not_judged() {
+    let verdict = check(&without_keys());
+    assert!(verdict.is_ok(), "{verdict}");
+    assert_eq!(verdict.losses_without_keys, 1);
+    // The same moment from its other side: node 2 down first, a key lost
+    // inside the ttl.
+    let mut later = without_keys();
+    later.key_losses[1].at = ms(5500);
+    later.down[0] = Down {
+        node: 2,
+        from: ms(4000),
+        to: ms(6000),
+    };
+    assert_eq!(check(&later).losses_without_keys, 1, "{}", check(&later));
+
+    // Each of these leaves the holder's key on a majority at every moment
+    // of the ttl before the loss: the loss is the library's.
+    let mut cases: Vec<(&str, History)> = Vec::new();
+    let mut h = without_keys();
+    h.nodes = None;
+    cases.push(("the node count unknown", h));
+    let mut h = without_keys();
+    h.key_losses.pop();
+    cases.push(("one key lost, one node down", h));
+    let mut h = without_keys();
+    h.key_losses[1].token = "wxyz".into();
+    cases.push(("a key of another holding lost", h));
+    let mut h = without_keys();
+    h.key_losses[1].resource = "other".into();
+    cases.push(("a key of another resource lost", h));
+    let mut h = without_keys();
+    h.grants[0].granted = ms(1500);
+    cases.push(("a key lost before the holding began", h));
+    let mut h = without_keys();
+    h.down[0] = Down {
+        node: 2,
+        from: ms(3000),
+        to: ms(4900),
+    };
+    cases.push(("the node back before the ttl before the loss", h));
+    let mut h = without_keys();
+    h.down[0].node = 1;
+    cases.push(("the down node one that lost the key", h));
+    let mut h = without_keys();
+    h.key_losses[1].at = ms(6500);
+    h.down[0] = Down {
+        node: 2,
+        from: ms(5000),
+        to: ms(6000),
+    };
+    cases.push(("the key lost after the node was back", h));
+    for (what, history) in cases {
+        let verdict = check(&history);
+        assert_eq!(
+            kinds(&history),
+            ["loss_with_majority_up"],
+            "{what}: {verdict}"
+        );
+        assert_eq!(verdict.losses_without_keys, 0, "{what}");
+    }
+}
+
+#[test]
+fn a_slow_failure_across_a_stall_of_the_client_is_counted_not_judged() {
+    let mut h = History {
+        ops: vec![Op {
+            client: 0,
+            kind: OpKind::TryLock,
+            resource: "r".into(),
+            start: ms(100),
+            end: ms(3000),
+            outcome: Outcome::Failed("unreachable".into()),
+        }],
+        failure_bound: Some(ms(500)),
+        ..History::default()
+    };
+    assert_eq!(kinds(&h), ["slow_failure"]);
+    h.stalls.push(Span {
+        from: ms(3500),
+        to: ms(4000),
+    });
+    assert_eq!(kinds(&h), ["slow_failure"], "a stall after the call");
+    h.stalls.push(Span {
+        from: ms(200),
+        to: ms(2800),
+    });
+    let verdict = check(&h);
+    assert!(verdict.is_ok(), "{verdict}");
+    assert_eq!(verdict.failures_after_stalls, 1);
+}
+
 /// A history with a record of every type and a violation of every kind.
 fn everything() -> History {
     let mut h = with_counter(
@@ -347,6 +466,18 @@ fn everything() -> History {
         from: ms(1),
         to: Duration::from_nanos(1_000_001),
     });
+    h.down.push(Down {
+        node: 3,
+        from: ms(10),
+        to: ms(30),
+    });
+    h.key_losses.push(KeyLoss {
+        node: 4,
+        resource: "r".into(),
+        token: "abcd".into(),
+        at: ms(12),
+    });
+    h.nodes = Some(5);
     h.seed = Some(u64::MAX);
     h.failure_bound = Some(ms(500));
     h
@@ -420,6 +551,12 @@ fn a_malformed_line_is_a_typed_error_naming_it() {
             version: 99
         })
     ));
+    // Version 1 (before the down and key-loss records) is still read.
+    let v1 = History::read_jsonl(
+        &b"{\"type\":\"meta\",\"version\":1,\"seed\":3}\n{\"type\":\"verdict\",\"ok\":true,\"violations\":[],\"preempted\":0,\"losses_after_stalls\":0}\n"[..],
+    )
+    .expect("version 1");
+    assert_eq!((v1.seed, v1.nodes), (Some(3), None));
     let invalid_utf8 = History::read_jsonl(&b"{\"type\":\"meta\",\"version\":1}\n\xff\n"[..]);
     assert!(matches!(invalid_utf8, Err(HistoryError::Io(_))));
 }
@@ -434,6 +571,9 @@ async fn the_recorder_records_attempts_sections_and_faults_on_its_clock() {
         .outcome(Outcome::Failed("contended".into()));
     recorder.fault(vec![1], "Pause", origin + ms(5), origin + ms(20));
     recorder.stall(origin + ms(1), origin + ms(2));
+    recorder.down(3, origin + ms(6), origin + ms(8));
+    recorder.key_lost(3, "r", "abcdef-0123", origin + ms(6));
+    recorder.nodes(5);
     recorder.counter("r", 0);
     let shared = recorder.clone();
     std::thread::spawn(move || shared.seed(9))
@@ -451,6 +591,21 @@ async fn the_recorder_records_attempts_sections_and_faults_on_its_clock() {
         }
     );
     assert_eq!(h.seed, Some(9));
+    assert_eq!(
+        (h.down[0], h.nodes),
+        (
+            Down {
+                node: 3,
+                from: ms(6),
+                to: ms(8)
+            },
+            Some(5)
+        )
+    );
+    assert_eq!(
+        (h.key_losses[0].token.as_str(), h.key_losses[0].at),
+        ("abcd", ms(6))
+    );
     assert!(check(&h).is_ok());
     assert_eq!(recorder.take(), History::default());
 }

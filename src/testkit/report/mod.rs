@@ -237,9 +237,10 @@ impl<'a> Report<'a> {
         row(
             "locks lost",
             format!(
-                "{} ({} after a client stall or starved nodes: counted, not judged)",
+                "{} ({} after a client stall or starved nodes, {} after a majority lost the holder's key or was down: counted, not judged)",
                 history.losses.len(),
-                verdict.losses_after_stalls
+                verdict.losses_after_stalls,
+                verdict.losses_without_keys
             ),
         );
         row(
@@ -316,11 +317,18 @@ fn violations(page: &mut String, verdict: &Verdict) {
         }
         page.push_str("</ol>\n");
     }
-    if verdict.preempted > 0 || verdict.losses_after_stalls > 0 {
+    if verdict.preempted > 0
+        || verdict.losses_after_stalls > 0
+        || verdict.losses_without_keys > 0
+        || verdict.failures_after_stalls > 0
+    {
         let _ = writeln!(
             page,
-            "<p>Counted, not judged: {} grants counted as preempted, {} losses after a stall.</p>",
-            verdict.preempted, verdict.losses_after_stalls
+            "<p>Counted, not judged: {} grants counted as preempted, {} losses after a stall, {} losses after a majority lost the holder's key or was down, {} slow failures across a stall.</p>",
+            verdict.preempted,
+            verdict.losses_after_stalls,
+            verdict.losses_without_keys,
+            verdict.failures_after_stalls
         );
     }
     page.push_str("</section>\n");
