@@ -103,8 +103,14 @@ impl FaultProxy {
     ///
     /// [`TestkitError::Io`] if no loopback port can be bound.
     pub async fn start(target_port: u16) -> Result<Self, TestkitError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let port = listener.local_addr()?.port();
+        // Never a port a server of this process had: its clients may be
+        // reconnecting to it while it is down (see `super::claim`).
+        let (listener, port) = super::unclaimed(
+            || std::net::TcpListener::bind("127.0.0.1:0"),
+            |l| Ok(l.local_addr()?.port()),
+        )?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
         let target = SocketAddr::from(([127, 0, 0, 1], target_port));
         let (state, _) = watch::channel(State::default());
         let state = Arc::new(state);
