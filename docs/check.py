@@ -20,6 +20,7 @@ problem. `python3 docs/check.py --self-test` runs the checker on a small
 tree with known mistakes and fails unless it reports exactly those.
 """
 
+import json
 import re
 import sys
 import tempfile
@@ -94,6 +95,42 @@ def scan(text):
     return headings, anchors, links
 
 
+SOAK = Path("tests") / "it" / "soak-results.jsonl"
+
+
+def soak_runs(path):
+    """The soak runs recorded in `path`, oldest first: a run is the lines
+    from its "before" controls to its "after" controls. Each run's totals:
+    commit, seeds, grants, violations, failed seeds."""
+    runs, run = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("when") == "before" and (run is None or run["ended"]):
+            run = {"commit": record.get("commit"), "seeds": 0, "grants": 0,
+                   "violations": 0, "failed": 0, "ended": False}
+            runs.append(run)
+        if run is None:
+            continue
+        if "control" in record:
+            run["ended"] = record.get("when") == "after"
+            continue
+        run["seeds"] += 1
+        if "failed" in record:
+            run["failed"] += 1
+            continue
+        run["grants"] += record.get("grants", 0)
+        run["violations"] += len(record.get("violations", []))
+    return runs
+
+
+def soak_quote(run):
+    """What the README must say of a soak run."""
+    return [f"{run['seeds']} seeds", f"{run['grants']:,} grants",
+            f"{run['violations'] + run['failed']} violations"]
+
+
 class Site:
     """The pages of one tree (README.md and docs/*.md) and what they hold."""
 
@@ -162,6 +199,16 @@ class Site:
                                 f'#[cfg(doctest)] #[doc = include_str!("../{relative}")] item')
             if relative != "README.md" and page.resolve() not in linked_from_readme:
                 problems.append(f"{relative}: not linked from README.md")
+
+        soak = self.root / SOAK
+        readme = self.root / "README.md"
+        runs = soak_runs(soak) if soak.is_file() else []
+        if runs and readme.is_file():
+            text = readme.read_text(encoding="utf-8")
+            missing = [q for q in soak_quote(runs[-1]) if q not in text]
+            if missing:
+                problems.append(f"README.md: does not quote the latest soak in {SOAK.as_posix()} "
+                                f"(at {runs[-1]['commit']}): {', '.join(missing)}")
         return problems
 
 
@@ -190,6 +237,16 @@ def self_test():
         (root / "src").mkdir()
         (root / "tests").mkdir()
         (root / "tests" / "data.txt").write_text("x\n")
+        (root / "tests" / "it").mkdir()
+        control = '{{"commit":"{c}","control":"eviction","flagged":true,"when":"{w}"}}\n'
+        seed = '{{"commit":"{c}","grants":{g},"seed":"1","violations":{v}}}\n'
+        (root / SOAK).write_text(
+            control.format(c="old", w="before") + seed.format(c="old", g=1000, v="[]")
+            + control.format(c="old", w="after")
+            + control.format(c="new", w="before") + seed.format(c="new", g=1200, v="[]")
+            + seed.format(c="new", g=800, v='["overlap"]') + '{"commit":"new","seed":"2","failed":"x"}\n'
+            + control.format(c="new", w="after"),
+            encoding="utf-8")
         (root / "README.md").write_text(
             "# Title\n\n"
             "[good](docs/a.md) and [good anchor](docs/a.md#first-section), "
@@ -198,7 +255,8 @@ def self_test():
             "[external](https://example.com/x.md#y) ![image](tests/data.txt)\n"
             "`[in a code span](nowhere.md)`\n\n"
             "```text\n[in a fence](nowhere.md)\n```\n\n"
-            "[ref]: docs/a.md#second-section\n",
+            "[ref]: docs/a.md#second-section\n\n"
+            "The soak: 1 seeds, 1,000 grants, 0 violations; then 3 seeds, 0 violations.\n",
             encoding="utf-8")
         (root / "docs" / "a.md").write_text(
             "# A\n\n## First section\n\nSecond section\n--------------\n\n"
@@ -219,6 +277,8 @@ def self_test():
             "docs/b.md: its code blocks are not doctests: src/lib.rs has no "
             '#[cfg(doctest)] #[doc = include_str!("../docs/b.md")] item',
             "docs/b.md: not linked from README.md",
+            "README.md: does not quote the latest soak in tests/it/soak-results.jsonl "
+            "(at new): 2,000 grants, 2 violations",
         ])
         for line in expected:
             if line not in got:
@@ -232,7 +292,8 @@ def self_test():
             print(f"docs/check.py --self-test: {failure}", file=sys.stderr)
         return 1
     print(f"docs/check.py --self-test OK: {len(slugs)} slugs; a broken link, a broken anchor, "
-          f"a wrongly cased anchor, an unlinked chapter and a chapter without doctests reported")
+          f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests and a stale "
+          f"soak quote reported")
     return 0
 
 
