@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::testkit::history::{Fault, Grant, History, Op, OpKind, Outage, Outcome, check};
+use crate::testkit::history::{Fault, Grant, History, KeyLoss, Op, OpKind, Outage, Outcome, check};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -61,6 +61,12 @@ fn calm() -> History {
         to: ms(210),
         back: ms(220),
     });
+    h.key_losses.push(KeyLoss {
+        node: 4,
+        resource: "jobs:b".to_owned(),
+        token: "abcd".to_owned(),
+        at: ms(70),
+    });
     h.seed = Some(42);
     h
 }
@@ -90,6 +96,9 @@ fn every_grant_is_one_bar_and_a_calm_history_has_no_violation() {
     // The failed attempts: 10 contended ticks in one path, 1 unavailable.
     assert!(page.contains("class=\"fails contended\" data-client=\"3\" data-count=\"10\""));
     assert!(page.contains("class=\"fails unavailable\" data-client=\"5\" data-count=\"1\""));
+    // A node's lost key is ticked on its lane, on its resource's timeline
+    // only.
+    assert_eq!(count(&page, "<path class=\"key-loss\" data-node=\"4\""), 1);
     // An outage is shaded on each resource's timeline.
     assert_eq!(count(&page, "<rect class=\"outage\""), 2);
     // Both charts are drawn by plotters, none failed.

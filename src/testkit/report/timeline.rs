@@ -190,6 +190,8 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
             .faults
             .iter()
             .flat_map(|f| f.nodes.iter().map(|n| n + 1))
+            .chain(history.key_losses.iter().map(|k| k.node + 1))
+            .chain(history.nodes)
             .max()
             .unwrap_or(0),
         span,
@@ -200,7 +202,8 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          from the grant until the earlier of its deadline and its release (or, auto-extended, \
          until it was lost). Two bars of one resource must never overlap in time. \
          Ticks are failed attempts; black ticks, locks lost. \
-         Node lanes are shaded while a fault hit the node; a light red band is a majority outage.</p>\n",
+         Node lanes are shaded while a fault hit the node; a black tick on a node's lane: \
+         it came back from a restart without a holder's key. A light red band is a majority outage.</p>\n",
     );
     controls(page, &all.colour);
     let axis = axis(span);
@@ -330,6 +333,7 @@ impl<'a> Timelines<'a> {
         }
         self.outages(page, t);
         self.faults(page, t);
+        self.key_losses(page, t);
         self.spans(page, t);
         fail_ticks(page, t);
         self.windows(page, t);
@@ -385,6 +389,26 @@ impl<'a> Timelines<'a> {
                     NODE_LANE - 2
                 );
             }
+        }
+    }
+
+    /// This resource's keys that nodes lost to a restart: a tick on the
+    /// node's lane.
+    fn key_losses(&self, page: &mut String, t: &Timeline<'_>) {
+        for k in &self.history.key_losses {
+            if k.resource != t.resource {
+                continue;
+            }
+            let _ = writeln!(
+                page,
+                "<path class=\"key-loss\" data-node=\"{}\" d=\"M{} {}v{NODE_LANE}\"><title>node {} came back from a restart without the key of token {} (lost at {:.1} ms)</title></path>",
+                k.node,
+                X(k.at),
+                t.below(k.node),
+                k.node,
+                esc(&k.token),
+                ms(k.at)
+            );
         }
     }
 
