@@ -151,6 +151,21 @@ pub(super) fn library_problems(
     wrong
 }
 
+/// The names the CLI may use after `quorumlock::`: what the library's
+/// root (`lib_root`, its code) re-exports, and the modules it declares
+/// `pub mod`.
+fn public_api(lib_root: &str) -> BTreeSet<String> {
+    root_exports(lib_root, &[])
+        .into_keys()
+        .chain(
+            lib_root
+                .lines()
+                .filter(|line| line.trim().starts_with("pub mod "))
+                .flat_map(declared_modules),
+        )
+        .collect()
+}
+
 /// What is wrong with a binary's imports: `lib_root` is the library's
 /// `lib.rs`, `library_modules` the library's modules, `files` the binary's
 /// files by module (`main` for its root), `allowed` the imports allowed to
@@ -161,16 +176,7 @@ pub(super) fn binary_problems(
     files: &BTreeMap<String, String>,
     allowed: &[(&str, &str)],
 ) -> Vec<String> {
-    let lib_root = code(lib_root);
-    let public: BTreeSet<String> = root_exports(&lib_root, &[])
-        .into_keys()
-        .chain(
-            lib_root
-                .lines()
-                .filter(|line| line.trim().starts_with("pub mod "))
-                .flat_map(declared_modules),
-        )
-        .collect();
+    let public = public_api(&code(lib_root));
     let mut wrong = Vec::new();
     let mut graph = BTreeMap::new();
     for (file, source) in files {
