@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use super::{Core, Holding, Round, fan_out, release_in_background};
 use crate::calls::Requests;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, ShapeRef};
+use crate::node::{Deadline, Node, ShapeRef};
 use crate::quorum::{Answer, Decision, Rule, Window};
-use crate::request::{Keys, Ttl};
+use crate::request::{Target, Ttl};
 use crate::token::Token;
 
 /// One primitive's acquisition, as [`attempt`] runs it: what each node is
@@ -22,14 +22,9 @@ pub(crate) trait Acquire: Sync {
     /// A node's answer to the request.
     type Answer: Answer + Send + 'static;
 
-    /// The resource, for errors and logs.
-    fn resource(&self) -> &Arc<str>;
-
-    /// The keys a grant holds (and a failed attempt releases).
-    fn keys(&self) -> &Keys;
-
-    /// The requested ttl.
-    fn ttl(&self) -> Ttl;
+    /// What it is for: its resource (for errors and logs), the keys a
+    /// grant holds (and a failed attempt releases), the requested ttl.
+    fn target(&self) -> &Target;
 
     /// What a grant is on the nodes beyond its keys: a lock unless said
     /// otherwise.
@@ -37,25 +32,42 @@ pub(crate) trait Acquire: Sync {
         ShapeRef::LOCK
     }
 
-    /// Node `node`'s request in the attempt with `token`. Owned, so that a
-    /// request still in flight at the decision can be followed.
+    /// One node's request in the attempt (see [`NodeCall`]).
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<Self::Answer, NodeError>> + Send + 'static + use<Self>;
 
     /// After a quorum said yes (with validity left): whatever the grant
     /// still needs, within `window` — the fence write-back of a fenced
-    /// lock. Returns the lock's fence counter key and fence, if any.
+    /// lock. Returns the lock's fence counter key and fence, if any:
+    /// nothing to do and no fence unless said otherwise.
     fn complete(
         &self,
         core: &Arc<Core>,
         round: &Round<Self::Answer>,
         window: &Window,
-    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send;
+    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send {
+        let _ = (core, round, window);
+        async { Ok(None) }
+    }
+}
+
+/// Node `node`'s request in the attempt with `token`, owned: a request
+/// still in flight at the decision is followed, past the attempt.
+pub(crate) struct NodeCall {
+    pub(crate) core: Arc<Core>,
+    /// The node's index.
+    pub(crate) node: usize,
+    pub(crate) token: Token,
+    pub(crate) deadline: Deadline,
+}
+
+impl NodeCall {
+    /// The node asked.
+    pub(crate) fn server(&self) -> Result<&Node, NodeError> {
+        self.core.node(self.node)
+    }
 }
 
 /// A successful attempt: what is now held, its window, and the round that
@@ -81,7 +93,7 @@ pub(crate) async fn attempt<A: Acquire>(
 > {
     let start = Instant::now();
     let token = Token::generate()?;
-    let ttl = acquire.ttl();
+    let ttl = acquire.target().ttl;
     let window = core.window(start, ttl);
     // Never wait for a node past the point where no validity would be left.
     let deadline = core.timeout_within(start, window.deadline());
@@ -91,7 +103,7 @@ pub(crate) async fn attempt<A: Acquire>(
     let cleanup = Cleanup {
         core: Some(core.clone()),
         lock: Holding {
-            keys: acquire.keys().clone(),
+            keys: acquire.target().keys.clone(),
             token: token.clone(),
             fence: None,
             shape: acquire.shape(),
@@ -102,17 +114,24 @@ pub(crate) async fn attempt<A: Acquire>(
         Rule::Quorum,
         "acquire",
         deadline,
-        |i, _, deadline| acquire.call(core, i, &token, deadline),
+        |node, _, deadline| {
+            acquire.call(NodeCall {
+                core: core.clone(),
+                node,
+                token: token.clone(),
+                deadline,
+            })
+        },
     )
     .await;
     // Only a failed round needs it (see the cleanup below).
     let refused = round.refused_unless_reached();
-    let granted = match granted(acquire.resource(), round, &window, start, ttl) {
+    let granted = match granted(&acquire.target().resource, round, &window, start, ttl) {
         Ok(round) => match acquire.complete(core, &round, &window).await {
             // Checked again: completing took time out of the validity.
             Ok(fence) => match window.validity_at(Instant::now()) {
                 Some(_) => Ok((round, fence)),
-                None => Err(validity_expired(acquire.resource(), start, ttl)),
+                None => Err(validity_expired(&acquire.target().resource, start, ttl)),
             },
             Err(error) => Err(error),
         },
@@ -123,7 +142,7 @@ pub(crate) async fn attempt<A: Acquire>(
             cleanup.disarm();
             Ok(Grant {
                 holding: Holding {
-                    keys: acquire.keys().clone(),
+                    keys: acquire.target().keys.clone(),
                     token,
                     fence,
                     shape: acquire.shape(),

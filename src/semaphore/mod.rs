@@ -25,12 +25,11 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef};
-use crate::quorum::{Answer, Vote, Window};
+use crate::node::ShapeRef;
+use crate::quorum::{Answer, Vote};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Ttl, same_slot};
-use crate::round::{Acquire, Core, Round};
-use crate::token::Token;
+use crate::request::{Fencing, Keys, Target, Ttl, same_slot};
+use crate::round::{Acquire, NodeCall};
 
 use self::node::{PermitReply, Permits, acquire_permit};
 
@@ -286,7 +285,7 @@ impl Semaphore {
             .into());
         }
         // The name, prefix and ttl are checked as a lock's.
-        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?;
+        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?.target;
         let key = lock
             .keys
             .first()
@@ -464,8 +463,8 @@ impl Answer for SlotVote {
 struct SlotAttempt {
     request: Arc<PermitRequest>,
     slot: u32,
-    /// The slot's key.
-    keys: Keys,
+    /// The semaphore's name, the slot's key, the ttl.
+    target: Target,
     /// What each node answered, for choosing the next slot.
     reports: Arc<Mutex<Vec<Option<PermitReply>>>>,
 }
@@ -480,7 +479,11 @@ impl SlotAttempt {
         Self {
             request: request.clone(),
             slot,
-            keys: Arc::from([key]),
+            target: Target {
+                resource: request.name.clone(),
+                keys: Arc::from([key]),
+                ttl: request.ttl,
+            },
             reports: Arc::new(Mutex::new(vec![None; nodes])),
         }
     }
@@ -493,16 +496,8 @@ impl SlotAttempt {
 impl Acquire for SlotAttempt {
     type Answer = SlotVote;
 
-    fn resource(&self) -> &Arc<str> {
-        &self.request.name
-    }
-
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    fn ttl(&self) -> Ttl {
-        self.request.ttl
+    fn target(&self) -> &Target {
+        &self.target
     }
 
     fn shape(&self) -> ShapeRef {
@@ -511,37 +506,23 @@ impl Acquire for SlotAttempt {
 
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<SlotVote, NodeError>> + Send + 'static + use<> {
-        let (core, token) = (core.clone(), token.clone());
-        let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.request.ttl);
+        let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.target.ttl);
         let reports = self.reports.clone();
         async move {
-            let server = core.node(node)?;
-            let reply =
-                acquire_permit(server, &permits, slot, token.as_str(), ttl, deadline).await?;
+            let (server, token) = (call.server()?, call.token.as_str());
+            let reply = acquire_permit(server, &permits, slot, token, ttl, call.deadline).await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,
             };
             let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(report) = reports.get_mut(node) {
+            if let Some(report) = reports.get_mut(call.node) {
                 *report = Some(reply);
             }
             Ok(vote)
         }
-    }
-
-    async fn complete(
-        &self,
-        _core: &Arc<Core>,
-        _round: &Round<SlotVote>,
-        _window: &Window,
-    ) -> Result<Option<(Arc<str>, u64)>, Error> {
-        Ok(None)
     }
 }
 
