@@ -185,13 +185,7 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
-        let request = self.request(ttl).map(|request| Acquiring {
-            semaphore: self.clone(),
-            request,
-        });
-        self.locks
-            .acquire(request, Attempts::PerPolicy, "acquire")
-            .map(|held| held.map(Permit::new))
+        self.acquiring(ttl, Attempts::PerPolicy, "acquire")
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -224,13 +218,7 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
-        let request = self.request(ttl).map(|request| Acquiring {
-            semaphore: self.clone(),
-            request,
-        });
-        self.locks
-            .acquire(request, Attempts::Once, "try_acquire")
-            .map(|held| held.map(Permit::new))
+        self.acquiring(ttl, Attempts::Once, "try_acquire")
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry
@@ -270,6 +258,23 @@ impl Semaphore {
     {
         let permit = self.acquire(ttl).await?;
         self.locks.hold_while(permit.into(), work).await
+    }
+
+    /// [`acquire`](Self::acquire) and [`try_acquire`](Self::try_acquire):
+    /// the attempts `attempts` allows, named `op` in the tracing span.
+    fn acquiring(
+        &self,
+        ttl: Duration,
+        attempts: Attempts,
+        op: &'static str,
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks
+            .acquire(request, attempts, op)
+            .map(|held| held.map(Permit::new))
     }
 
     /// Validates the semaphore and `ttl` into a request. No I/O.
