@@ -130,7 +130,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
-        self.retrying(Mode::Read, ttl)
+        self.acquiring(Mode::Read, ttl, Attempts::PerPolicy, "wait")
             .map(|held| held.map(ReadGuard::new))
     }
 
@@ -164,7 +164,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
-        self.retrying(Mode::Write, ttl)
+        self.acquiring(Mode::Write, ttl, Attempts::PerPolicy, "wait")
             .map(|held| held.map(WriteGuard::new))
     }
 
@@ -178,7 +178,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
-        self.once(Mode::Read, ttl)
+        self.acquiring(Mode::Read, ttl, Attempts::Once, "try")
             .map(|held| held.map(ReadGuard::new))
     }
 
@@ -193,7 +193,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
-        self.once(Mode::Write, ttl)
+        self.acquiring(Mode::Write, ttl, Attempts::Once, "try")
             .map(|held| held.map(WriteGuard::new))
     }
 
@@ -244,22 +244,16 @@ impl RwLock {
         self.locks.hold_while(guard.into(), work).await
     }
 
-    fn retrying(
+    /// Reading or writing, with the attempts `attempts` allows, named `op`
+    /// in the tracing span.
+    fn acquiring(
         &self,
         mode: Mode,
         ttl: Duration,
+        attempts: Attempts,
+        op: &'static str,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.locks
-            .acquire(self.request(mode, ttl), Attempts::PerPolicy, "wait")
-    }
-
-    fn once(
-        &self,
-        mode: Mode,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.locks
-            .acquire(self.request(mode, ttl), Attempts::Once, "try")
+        self.locks.acquire(self.request(mode, ttl), attempts, op)
     }
 
     /// Validates the name and `ttl` into a request. No I/O.
