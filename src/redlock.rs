@@ -597,8 +597,8 @@ impl Redlock {
         Ok(LockGuard::new(
             core.clone(),
             self.inner.renewer.clone(),
-            acquire.resource().clone(),
-            acquire.ttl(),
+            acquire.target().resource.clone(),
+            acquire.target().ttl,
             grant,
         ))
     }
@@ -736,15 +736,16 @@ impl Acquisition for Request {
     type Guard = LockGuard;
 
     fn resource(&self) -> &str {
-        &self.resource
+        &self.target.resource
     }
 
     fn wake_keys(&self) -> Keys {
-        self.keys.clone()
+        self.target.keys.clone()
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl.ms())
+        let target = &self.target;
+        tracing::debug_span!("quorumlock", op, resource = %target.resource, ttl_ms = target.ttl.ms())
     }
 
     fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {

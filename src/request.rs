@@ -48,16 +48,26 @@ pub(crate) struct Limits<'a> {
     pub(crate) cluster: bool,
 }
 
+/// What an acquisition is for, whatever the primitive: its name, the keys
+/// a grant holds, and the ttl it asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The name errors and logs give it: a resource (the names joined by
+    /// `+` for a multi-lock), or a semaphore's or reader-writer lock's.
+    pub(crate) resource: Arc<str>,
+    /// The keys a grant holds (and a failed attempt releases).
+    pub(crate) keys: Keys,
+    pub(crate) ttl: Ttl,
+}
+
 /// One validated lock request.
 #[derive(Debug)]
 pub(crate) struct Request {
-    /// The resource name, or the names joined by `+` for a multi-lock.
-    pub(crate) resource: Arc<str>,
-    /// One key per resource: the prefix and the resource name.
-    pub(crate) keys: Keys,
+    /// The resource (or resources) and ttl; one key per resource: the
+    /// prefix and the resource name.
+    pub(crate) target: Target,
     /// The fence counter's key, for fenced locks.
     pub(crate) fence_key: Option<Arc<str>>,
-    pub(crate) ttl: Ttl,
     pub(crate) kind: Kind,
 }
 
@@ -122,10 +132,12 @@ impl Request {
             (many, _) => Arc::from(many.join("+")),
         };
         Ok(Request {
-            resource,
-            keys,
+            target: Target {
+                resource,
+                keys,
+                ttl,
+            },
             fence_key,
-            ttl,
             kind,
         })
     }
@@ -240,11 +252,11 @@ mod tests {
         };
         let one =
             Request::new(&["r"], Duration::from_secs(1), Fencing::Off, limits).expect("valid");
-        assert_eq!(&*one.resource, "r");
-        assert_eq!(&*one.keys[0], "app:r");
+        assert_eq!(&*one.target.resource, "r");
+        assert_eq!(&*one.target.keys[0], "app:r");
         let many =
             Request::new(&["r", "s"], Duration::from_secs(1), Fencing::Off, limits).expect("valid");
-        assert_eq!(&*many.resource, "r+s");
+        assert_eq!(&*many.target.resource, "r+s");
     }
 
     #[test]

@@ -485,15 +485,15 @@ impl Acquisition for Campaign {
     type Guard = Leadership;
 
     fn resource(&self) -> &str {
-        &self.lock.resource
+        &self.lock.target.resource
     }
 
     fn wake_keys(&self) -> Keys {
-        self.lock.keys.clone()
+        self.lock.target.keys.clone()
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        tracing::debug_span!("quorumlock", op, election = %self.lock.resource)
+        tracing::debug_span!("quorumlock", op, election = %self.lock.target.resource)
     }
 
     /// The lock, then the value beside it on a quorum; a failure of either
@@ -505,7 +505,7 @@ impl Acquisition for Campaign {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),
             current: Mutex::new((0, self.value.clone())),
-            value_ttl: leader::value_ttl(self.lock.ttl, core.node_timeout()),
+            value_ttl: leader::value_ttl(self.lock.target.ttl, core.node_timeout()),
         };
         inaugurate(core, guard, state, self.ttl).await
     }

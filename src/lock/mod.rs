@@ -22,11 +22,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
-use crate::node::Deadline;
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
-use crate::request::{Keys, Kind, Request, Ttl};
-use crate::round::{Acquire, Core, Round, fan_out, follow};
-use crate::token::Token;
+use crate::request::{Kind, Request, Target};
+use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow};
 
 use self::batch::Op;
 use self::node::LockShape;
@@ -62,41 +60,32 @@ impl From<bool> for Acquired {
 impl Acquire for Request {
     type Answer = Acquired;
 
-    fn resource(&self) -> &Arc<str> {
-        &self.resource
-    }
-
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    fn ttl(&self) -> Ttl {
-        self.ttl
+    fn target(&self) -> &Target {
+        &self.target
     }
 
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<Acquired, NodeError>> + Send + 'static + use<> {
-        let (core, token) = (core.clone(), token.clone());
-        let (keys, fence_key) = (self.keys.clone(), self.fence_key.clone());
-        let (kind, ttl) = (self.kind, self.ttl);
+        let (keys, fence_key) = (self.target.keys.clone(), self.fence_key.clone());
+        let (kind, ttl) = (self.kind, self.target.ttl);
         async move {
-            let i = node;
-            let node = core.node(i)?;
+            let NodeCall {
+                token, deadline, ..
+            } = &call;
+            let node = call.server()?;
             let op = Op::Acquire { ttl };
             if let Some(key) = op.batched(&LockShape, &keys, kind == Kind::Fenced) {
                 // With whatever else is bound for this node meanwhile.
-                let status = core.lanes().send(i, op, key, &token, deadline).await?;
+                let lanes = call.core.lanes();
+                let status = lanes.send(call.node, op, key, token, *deadline).await?;
                 return Ok((status == 1).into());
             }
             match (kind, &*keys, fence_key.as_deref()) {
                 (Kind::Fenced, [key], Some(fence_key)) => {
                     let counter = node
-                        .acquire_fenced(key, fence_key, token.as_str(), ttl, deadline)
+                        .acquire_fenced(key, fence_key, token.as_str(), ttl, *deadline)
                         .await?;
                     Ok(
                         counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
@@ -105,7 +94,7 @@ impl Acquire for Request {
                     )
                 }
                 (_, keys, _) => Ok(node
-                    .acquire_many(keys, token.as_str(), ttl, deadline)
+                    .acquire_many(keys, token.as_str(), ttl, *deadline)
                     .await?
                     .into()),
             }
@@ -166,7 +155,7 @@ impl Acquire for Request {
         match writeback.decision {
             Decision::Reached => Ok(Some((fence_key.clone(), fence))),
             _ => Err(Error::FenceUnconfirmed {
-                resource: self.resource.to_string(),
+                resource: self.target.resource.to_string(),
                 confirmed: writeback.tally.yes(),
                 quorum: writeback.tally.quorum(),
                 failures: writeback.failures,

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use super::{Core, Holding, Round, fan_out, release_in_background};
 use crate::calls::Requests;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, ShapeRef};
+use crate::node::{Deadline, Node, ShapeRef};
 use crate::quorum::{Answer, Decision, Rule, Window};
-use crate::request::{Keys, Ttl};
+use crate::request::Target;
 use crate::token::Token;
 
 /// One primitive's acquisition, as [`attempt`] runs it: what each node is
@@ -22,14 +22,9 @@ pub(crate) trait Acquire: Sync {
     /// A node's answer to the request.
     type Answer: Answer + Send + 'static;
 
-    /// The resource, for errors and logs.
-    fn resource(&self) -> &Arc<str>;
-
-    /// The keys a grant holds (and a failed attempt releases).
-    fn keys(&self) -> &Keys;
-
-    /// The requested ttl.
-    fn ttl(&self) -> Ttl;
+    /// What it is for: its resource (for errors and logs), the keys a
+    /// grant holds (and a failed attempt releases), the requested ttl.
+    fn target(&self) -> &Target;
 
     /// What a grant is on the nodes beyond its keys: a lock unless said
     /// otherwise.
@@ -37,25 +32,42 @@ pub(crate) trait Acquire: Sync {
         ShapeRef::LOCK
     }
 
-    /// Node `node`'s request in the attempt with `token`. Owned, so that a
-    /// request still in flight at the decision can be followed.
+    /// One node's request in the attempt (see [`NodeCall`]).
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<Self::Answer, NodeError>> + Send + 'static + use<Self>;
 
     /// After a quorum said yes (with validity left): whatever the grant
     /// still needs, within `window` — the fence write-back of a fenced
-    /// lock. Returns the lock's fence counter key and fence, if any.
+    /// lock. Returns the lock's fence counter key and fence, if any:
+    /// nothing to do and no fence unless said otherwise.
     fn complete(
         &self,
         core: &Arc<Core>,
         round: &Round<Self::Answer>,
         window: &Window,
-    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send;
+    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send {
+        let _ = (core, round, window);
+        async { Ok(None) }
+    }
+}
+
+/// Node `node`'s request in the attempt with `token`, owned: a request
+/// still in flight at the decision is followed, past the attempt.
+pub(crate) struct NodeCall {
+    pub(crate) core: Arc<Core>,
+    /// The node's index.
+    pub(crate) node: usize,
+    pub(crate) token: Token,
+    pub(crate) deadline: Deadline,
+}
+
+impl NodeCall {
+    /// The node asked.
+    pub(crate) fn server(&self) -> Result<&Node, NodeError> {
+        self.core.node(self.node)
+    }
 }
 
 /// A successful attempt: what is now held, its window, and the round that
@@ -81,53 +93,21 @@ pub(crate) async fn attempt<A: Acquire>(
 > {
     let start = Instant::now();
     let token = Token::generate()?;
-    let ttl = acquire.ttl();
-    let window = core.window(start, ttl);
-    // Never wait for a node past the point where no validity would be left.
-    let deadline = core.timeout_within(start, window.deadline());
-
+    let window = core.window(start, acquire.target().ttl);
     // Armed until the attempt ends: if this future is dropped mid-flight,
     // the token is removed from every node in the background.
     let cleanup = Cleanup {
         core: Some(core.clone()),
-        lock: Holding {
-            keys: acquire.keys().clone(),
-            token: token.clone(),
-            fence: None,
-            shape: acquire.shape(),
-        },
+        lock: holding(acquire, token.clone(), None),
     };
-    let (round, stragglers) = fan_out(
-        core.nodes(),
-        Rule::Quorum,
-        "acquire",
-        deadline,
-        |i, _, deadline| acquire.call(core, i, &token, deadline),
-    )
-    .await;
-    // Only a failed round needs it (see the cleanup below).
+    let (round, stragglers) = ask(core, acquire, &token, start, &window).await;
+    // Only a failed round needs it (see `Cleanup::run`).
     let refused = round.refused_unless_reached();
-    let granted = match granted(acquire.resource(), round, &window, start, ttl) {
-        Ok(round) => match acquire.complete(core, &round, &window).await {
-            // Checked again: completing took time out of the validity.
-            Ok(fence) => match window.validity_at(Instant::now()) {
-                Some(_) => Ok((round, fence)),
-                None => Err(validity_expired(acquire.resource(), start, ttl)),
-            },
-            Err(error) => Err(error),
-        },
-        Err(error) => Err(error),
-    };
-    match granted {
+    match confirm(core, acquire, round, &window, start).await {
         Ok((round, fence)) => {
             cleanup.disarm();
             Ok(Grant {
-                holding: Holding {
-                    keys: acquire.keys().clone(),
-                    token,
-                    fence,
-                    shape: acquire.shape(),
-                },
+                holding: holding(acquire, token, fence),
                 window,
                 round,
                 stragglers,
@@ -135,46 +115,100 @@ pub(crate) async fn attempt<A: Acquire>(
         }
         Err(error) => {
             tracing::debug!(error = %error, "attempt failed, cleaning up");
-            // Not followed: the cleanup releases those nodes anyway. Dropped
-            // first, since a node's lone request holds its queue (see
-            // `lock::batch`) until it is polled to its answer or dropped, and
-            // the cleanup's release may be queued behind it.
-            drop(stragglers);
-            // A node that answered "no" certainly did not store our token,
-            // and nothing else will: skip it. Every other node — granted,
-            // failed, timed out or never heard from — may hold it.
-            cleanup.run(refused);
+            cleanup.run(refused, stragglers);
             Err(error)
         }
+    }
+}
+
+/// Asks every node for the acquisition with `token` until the round is
+/// decided, never waiting for a node past the point where no validity
+/// would be left. Returns the round, with the requests still in flight.
+async fn ask<A: Acquire>(
+    core: &Arc<Core>,
+    acquire: &A,
+    token: &Token,
+    start: Instant,
+    window: &Window,
+) -> (
+    Round<A::Answer>,
+    Requests<impl Future<Output = Result<A::Answer, NodeError>> + Send + 'static + use<A>>,
+) {
+    let deadline = core.timeout_within(start, window.deadline());
+    fan_out(
+        core.nodes(),
+        Rule::Quorum,
+        "acquire",
+        deadline,
+        |node, _, deadline| {
+            acquire.call(NodeCall {
+                core: core.clone(),
+                node,
+                token: token.clone(),
+                deadline,
+            })
+        },
+    )
+    .await
+}
+
+/// Whether the round grants: a quorum said yes with validity left, the
+/// acquisition [completed](Acquire::complete) what the grant still needs,
+/// and validity is still left after that. Returns the round and the
+/// grant's fence, if any.
+async fn confirm<A: Acquire>(
+    core: &Arc<Core>,
+    acquire: &A,
+    round: Round<A::Answer>,
+    window: &Window,
+    start: Instant,
+) -> Result<(Round<A::Answer>, Option<(Arc<str>, u64)>), Error> {
+    let target = acquire.target();
+    let round = granted(target, round, window, start)?;
+    let fence = acquire.complete(core, &round, window).await?;
+    // Checked again: completing took time out of the validity.
+    match window.validity_at(Instant::now()) {
+        Some(_) => Ok((round, fence)),
+        None => Err(validity_expired(target, start)),
     }
 }
 
 /// Whether a round grants the lock: a quorum said yes and validity is
 /// left, measured from the attempt's start.
 fn granted<T: Answer>(
-    resource: &str,
+    target: &Target,
     round: Round<T>,
     window: &Window,
     start: Instant,
-    ttl: Ttl,
 ) -> Result<Round<T>, Error> {
     if round.decision != Decision::Reached {
-        return Err(round.failure(resource));
+        return Err(round.failure(&target.resource));
     }
     match window.validity_at(Instant::now()) {
         Some(validity) => {
             tracing::debug!(granted = round.tally.yes(), ?validity, "quorum reached");
             Ok(round)
         }
-        None => Err(validity_expired(resource, start, ttl)),
+        None => Err(validity_expired(target, start)),
     }
 }
 
-fn validity_expired(resource: &str, start: Instant, ttl: Ttl) -> Error {
+fn validity_expired(target: &Target, start: Instant) -> Error {
     Error::ValidityExpired {
-        resource: resource.to_owned(),
+        resource: target.resource.to_string(),
         elapsed: start.elapsed(),
-        ttl: ttl.duration(),
+        ttl: target.ttl.duration(),
+    }
+}
+
+/// What the attempt with `token` holds once granted (and may hold on a
+/// node until it is cleaned up).
+fn holding<A: Acquire>(acquire: &A, token: Token, fence: Option<(Arc<str>, u64)>) -> Holding {
+    Holding {
+        keys: acquire.target().keys.clone(),
+        token,
+        fence,
+        shape: acquire.shape(),
     }
 }
 
@@ -192,10 +226,18 @@ impl Cleanup {
         self.core = None;
     }
 
-    /// Releases on every node except the ones `skip` marks, in the
-    /// background: neither the caller's error nor its next attempt waits
-    /// for a node (the next attempt's requests go out behind these).
-    fn run(mut self, skip: Option<Vec<bool>>) {
+    /// The attempt failed: releases on every node except the ones `skip`
+    /// marks, in the background: neither the caller's error nor its next
+    /// attempt waits for a node (the next attempt's requests go out behind
+    /// these). A node that answered "no" certainly did not store our token,
+    /// and nothing else will: `skip` marks those. Every other node —
+    /// granted, failed, timed out or never heard from — may hold it.
+    fn run<F>(mut self, skip: Option<Vec<bool>>, stragglers: Requests<F>) {
+        // Not followed: the cleanup releases those nodes anyway. Dropped
+        // first, since a node's lone request holds its queue (see
+        // `lock::batch`) until it is polled to its answer or dropped, and
+        // the cleanup's release may be queued behind it.
+        drop(stragglers);
         let Some(core) = self.core.take() else {
             return;
         };

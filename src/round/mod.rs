@@ -14,7 +14,7 @@ mod engine;
 mod release;
 
 pub(crate) use self::core::{Core, Holding};
-pub(crate) use attempt::{Acquire, Grant, attempt};
+pub(crate) use attempt::{Acquire, Grant, NodeCall, attempt};
 pub(crate) use engine::{Round, Traced, fan_out, fan_out_with, follow};
 pub(crate) use release::{InFlight, OnNodes, release, release_again, release_in_background};
 

@@ -21,11 +21,10 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef};
-use crate::quorum::Window;
+use crate::node::ShapeRef;
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Ttl, same_slot};
-use crate::round::{Acquire, Core, Round};
+use crate::request::{Fencing, Keys, Target, same_slot};
+use crate::round::{Acquire, NodeCall};
 use crate::token::Token;
 
 use self::node::{RwKeys, RwShape, acquire_hold};
@@ -131,7 +130,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
-        self.retrying(Mode::Read, ttl)
+        self.acquiring(Mode::Read, ttl, Attempts::PerPolicy, "wait")
             .map(|held| held.map(ReadGuard::new))
     }
 
@@ -165,7 +164,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
-        self.retrying(Mode::Write, ttl)
+        self.acquiring(Mode::Write, ttl, Attempts::PerPolicy, "wait")
             .map(|held| held.map(WriteGuard::new))
     }
 
@@ -179,7 +178,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<ReadGuard, Error>> + Send + use<> {
-        self.once(Mode::Read, ttl)
+        self.acquiring(Mode::Read, ttl, Attempts::Once, "try")
             .map(|held| held.map(ReadGuard::new))
     }
 
@@ -194,7 +193,7 @@ impl RwLock {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<WriteGuard, Error>> + Send + use<> {
-        self.once(Mode::Write, ttl)
+        self.acquiring(Mode::Write, ttl, Attempts::Once, "try")
             .map(|held| held.map(WriteGuard::new))
     }
 
@@ -245,28 +244,22 @@ impl RwLock {
         self.locks.hold_while(guard.into(), work).await
     }
 
-    fn retrying(
+    /// Reading or writing, with the attempts `attempts` allows, named `op`
+    /// in the tracing span.
+    fn acquiring(
         &self,
         mode: Mode,
         ttl: Duration,
+        attempts: Attempts,
+        op: &'static str,
     ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.locks
-            .acquire(self.request(mode, ttl), Attempts::PerPolicy, "wait")
-    }
-
-    fn once(
-        &self,
-        mode: Mode,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<LockGuard, Error>> + Send + use<> {
-        self.locks
-            .acquire(self.request(mode, ttl), Attempts::Once, "try")
+        self.locks.acquire(self.request(mode, ttl), attempts, op)
     }
 
     /// Validates the name and `ttl` into a request. No I/O.
     fn request(&self, mode: Mode, ttl: Duration) -> Result<RwAttempt, Error> {
         // The name, prefix and ttl are checked as a lock's.
-        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?;
+        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?.target;
         let key = lock
             .keys
             .first()
@@ -292,14 +285,16 @@ impl RwLock {
             Mode::Write => rw.writer.clone(),
         };
         Ok(RwAttempt {
-            name: self.name.clone(),
-            keys: Arc::from([held]),
+            target: Target {
+                resource: self.name.clone(),
+                keys: Arc::from([held]),
+                ttl: lock.ttl,
+            },
             shape: Arc::new(RwShape {
                 rw,
                 read: mode == Mode::Read,
             }),
             mode,
-            ttl: lock.ttl,
         })
     }
 }
@@ -308,9 +303,9 @@ fn span(request: &RwAttempt, op: &'static str) -> tracing::Span {
     tracing::debug_span!(
         "quorumlock",
         op,
-        rwlock = %request.name,
+        rwlock = %request.target.resource,
         mode = ?request.mode,
-        ttl_ms = request.ttl.ms()
+        ttl_ms = request.target.ttl.ms()
     )
 }
 
@@ -318,7 +313,7 @@ impl Acquisition for RwAttempt {
     type Guard = LockGuard;
 
     fn resource(&self) -> &str {
-        &self.name
+        &self.target.resource
     }
 
     /// Woken by a writer's release (a reader or writer may then get in)
@@ -342,28 +337,19 @@ impl Acquisition for RwAttempt {
 /// writer's mark keeps its id).
 #[derive(Debug)]
 struct RwAttempt {
-    name: Arc<str>,
-    /// What a hold is found under: the readers key or the writer key.
-    keys: Keys,
+    /// The lock's name, the ttl, and what a hold is found under: the
+    /// readers key or the writer key.
+    target: Target,
     /// Its keys and mode.
     shape: Arc<RwShape>,
     mode: Mode,
-    ttl: Ttl,
 }
 
 impl Acquire for RwAttempt {
     type Answer = bool;
 
-    fn resource(&self) -> &Arc<str> {
-        &self.name
-    }
-
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    fn ttl(&self) -> Ttl {
-        self.ttl
+    fn target(&self) -> &Target {
+        &self.target
     }
 
     fn shape(&self) -> ShapeRef {
@@ -372,27 +358,14 @@ impl Acquire for RwAttempt {
 
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
-        let (core, token) = (core.clone(), token.clone());
-        let (shape, ttl) = (self.shape.clone(), self.ttl);
+        let (shape, ttl) = (self.shape.clone(), self.target.ttl);
         async move {
-            let server = core.node(node)?;
+            let (server, token) = (call.server()?, call.token.as_str());
             // The writer's mark outlives its attempt by a ttl: long enough
             // for its next attempt to refresh it.
-            acquire_hold(server, &shape, token.as_str(), ttl, ttl, deadline).await
+            acquire_hold(server, &shape, token, ttl, ttl, call.deadline).await
         }
-    }
-
-    async fn complete(
-        &self,
-        _core: &Arc<Core>,
-        _round: &Round<bool>,
-        _window: &Window,
-    ) -> Result<Option<(Arc<str>, u64)>, Error> {
-        Ok(None)
     }
 }

@@ -25,12 +25,11 @@ use futures::FutureExt;
 use crate::guard::{LockGuard, Permit};
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::lease::Lease;
-use crate::node::{Deadline, ShapeRef};
-use crate::quorum::{Answer, Vote, Window};
+use crate::node::ShapeRef;
+use crate::quorum::{Answer, Vote};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Ttl, same_slot};
-use crate::round::{Acquire, Core, Round};
-use crate::token::Token;
+use crate::request::{Fencing, Keys, Target, Ttl, same_slot};
+use crate::round::{Acquire, NodeCall};
 
 use self::node::{PermitReply, Permits, acquire_permit};
 
@@ -186,13 +185,7 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
-        let request = self.request(ttl).map(|request| Acquiring {
-            semaphore: self.clone(),
-            request,
-        });
-        self.locks
-            .acquire(request, Attempts::PerPolicy, "acquire")
-            .map(|held| held.map(Permit::new))
+        self.acquiring(ttl, Attempts::PerPolicy, "acquire")
     }
 
     /// Makes one attempt to take a permit: [`Error::Contended`] at once
@@ -225,13 +218,7 @@ impl Semaphore {
         &self,
         ttl: Duration,
     ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
-        let request = self.request(ttl).map(|request| Acquiring {
-            semaphore: self.clone(),
-            request,
-        });
-        self.locks
-            .acquire(request, Attempts::Once, "try_acquire")
-            .map(|held| held.map(Permit::new))
+        self.acquiring(ttl, Attempts::Once, "try_acquire")
     }
 
     /// Runs `work` while holding a permit: acquires (with the retry
@@ -273,6 +260,23 @@ impl Semaphore {
         self.locks.hold_while(permit.into(), work).await
     }
 
+    /// [`acquire`](Self::acquire) and [`try_acquire`](Self::try_acquire):
+    /// the attempts `attempts` allows, named `op` in the tracing span.
+    fn acquiring(
+        &self,
+        ttl: Duration,
+        attempts: Attempts,
+        op: &'static str,
+    ) -> impl Future<Output = Result<Permit, Error>> + Send + use<> {
+        let request = self.request(ttl).map(|request| Acquiring {
+            semaphore: self.clone(),
+            request,
+        });
+        self.locks
+            .acquire(request, attempts, op)
+            .map(|held| held.map(Permit::new))
+    }
+
     /// Validates the semaphore and `ttl` into a request. No I/O.
     fn request(&self, ttl: Duration) -> Result<Arc<PermitRequest>, Error> {
         if self.permits == 0 {
@@ -286,7 +290,7 @@ impl Semaphore {
             .into());
         }
         // The name, prefix and ttl are checked as a lock's.
-        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?;
+        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?.target;
         let key = lock
             .keys
             .first()
@@ -464,8 +468,8 @@ impl Answer for SlotVote {
 struct SlotAttempt {
     request: Arc<PermitRequest>,
     slot: u32,
-    /// The slot's key.
-    keys: Keys,
+    /// The semaphore's name, the slot's key, the ttl.
+    target: Target,
     /// What each node answered, for choosing the next slot.
     reports: Arc<Mutex<Vec<Option<PermitReply>>>>,
 }
@@ -480,7 +484,11 @@ impl SlotAttempt {
         Self {
             request: request.clone(),
             slot,
-            keys: Arc::from([key]),
+            target: Target {
+                resource: request.name.clone(),
+                keys: Arc::from([key]),
+                ttl: request.ttl,
+            },
             reports: Arc::new(Mutex::new(vec![None; nodes])),
         }
     }
@@ -493,16 +501,8 @@ impl SlotAttempt {
 impl Acquire for SlotAttempt {
     type Answer = SlotVote;
 
-    fn resource(&self) -> &Arc<str> {
-        &self.request.name
-    }
-
-    fn keys(&self) -> &Keys {
-        &self.keys
-    }
-
-    fn ttl(&self) -> Ttl {
-        self.request.ttl
+    fn target(&self) -> &Target {
+        &self.target
     }
 
     fn shape(&self) -> ShapeRef {
@@ -511,37 +511,23 @@ impl Acquire for SlotAttempt {
 
     fn call(
         &self,
-        core: &Arc<Core>,
-        node: usize,
-        token: &Token,
-        deadline: Deadline,
+        call: NodeCall,
     ) -> impl Future<Output = Result<SlotVote, NodeError>> + Send + 'static + use<> {
-        let (core, token) = (core.clone(), token.clone());
-        let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.request.ttl);
+        let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.target.ttl);
         let reports = self.reports.clone();
         async move {
-            let server = core.node(node)?;
-            let reply =
-                acquire_permit(server, &permits, slot, token.as_str(), ttl, deadline).await?;
+            let (server, token) = (call.server()?, call.token.as_str());
+            let reply = acquire_permit(server, &permits, slot, token, ttl, call.deadline).await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,
             };
             let mut reports = reports.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(report) = reports.get_mut(node) {
+            if let Some(report) = reports.get_mut(call.node) {
                 *report = Some(reply);
             }
             Ok(vote)
         }
-    }
-
-    async fn complete(
-        &self,
-        _core: &Arc<Core>,
-        _round: &Round<SlotVote>,
-        _window: &Window,
-    ) -> Result<Option<(Arc<str>, u64)>, Error> {
-        Ok(None)
     }
 }
 
