@@ -13,7 +13,7 @@ use crate::pubsub::PubSub;
 use crate::redlock::{Manager, Redlock};
 use crate::retry::Retry;
 use crate::round::Core;
-use crate::scripts::ScriptMode;
+use crate::scripts::{NativeCommands, ScriptMode};
 use crate::wakeup::{WakeOnRelease, Wakeups};
 
 /// Builds a [`Redlock`] manager.
@@ -50,6 +50,7 @@ pub struct RedlockBuilder {
     retry: Retry,
     key_prefix: String,
     script_mode: ScriptMode,
+    native_commands: NativeCommands,
     /// PEM CA certificates, concatenated; `None` when none was given.
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
@@ -67,6 +68,7 @@ impl Default for RedlockBuilder {
             retry: Retry::default(),
             key_prefix: String::new(),
             script_mode: ScriptMode::default(),
+            native_commands: NativeCommands::default(),
             #[cfg(feature = "tls")]
             tls_roots: None,
             wake_on_release: WakeOnRelease::default(),
@@ -85,6 +87,7 @@ impl fmt::Debug for RedlockBuilder {
             .field("retry", &self.retry)
             .field("key_prefix", &self.key_prefix)
             .field("script_mode", &self.script_mode)
+            .field("native_commands", &self.native_commands)
             .field("wake_on_release", &self.wake_on_release)
             .field("startup_check", &self.startup_check)
             .field("replica_sync", &self.replica_sync);
@@ -296,6 +299,16 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether plain locks use a node's native compare-and-set commands
+    /// (`SET … IFEQ`, `DELIFEQ`, `DELEX … IFEQ`) where its server has them,
+    /// or scripts everywhere (see [`NativeCommands`]). Each node is asked
+    /// what it offers on its own connection. Defaults to
+    /// [`NativeCommands::WhereAvailable`].
+    pub fn native_commands(mut self, native: NativeCommands) -> Self {
+        self.native_commands = native;
+        self
+    }
+
     /// Trusts the CA certificate(s) in `pem` for every `rediss://` node
     /// (and every member a TLS cluster node discovers), **instead of**
     /// Mozilla's root CAs: use it for a private CA. Server certificates
@@ -371,6 +384,7 @@ impl RedlockBuilder {
         }
         Ok(NodeOptions {
             script_mode: self.script_mode,
+            native_commands: self.native_commands,
             replica_sync: self.replica_sync,
             #[cfg(feature = "tls")]
             tls_roots,

@@ -337,18 +337,40 @@ pub enum NodeError {
         /// or that it would not say.
         server: String,
     },
+    /// The lock user may not run scripts on this node (`NOPERM` for
+    /// `EVAL`/`EVALSHA`), and the step has no native form there: the
+    /// server lacks the command (`DELIFEQ` needs Valkey 9.0, `DELEX … IFEQ`
+    /// Redis 8.4, `SET … IFEQ` Valkey 8.1 or Redis 8.4), or the step needs
+    /// a script on every server (fenced and multi-resource locks,
+    /// semaphores, reader-writer locks, elections).
+    #[error(
+        "this node ({server}) refused the script `{script}` (the user may not run EVAL/EVALSHA) and {native}; grant the lock user +eval +evalsha, or load quorumlock's Functions library and use ScriptMode::Functions"
+    )]
+    #[non_exhaustive]
+    ScriptsRefused {
+        /// The script that was refused.
+        script: String,
+        /// Why no native command could stand in for it.
+        native: String,
+        /// The server and its version as it reports them, or that it
+        /// would not say.
+        server: String,
+    },
 }
 
 impl NodeError {
     /// Whether the node cannot run what the call needs until an
     /// administrator changes it (loads quorumlock's library, or upgrades
     /// the server), so that trying again will not help:
-    /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded) and
-    /// [`FunctionsUnsupported`](Self::FunctionsUnsupported).
+    /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded),
+    /// [`FunctionsUnsupported`](Self::FunctionsUnsupported) and
+    /// [`ScriptsRefused`](Self::ScriptsRefused).
     pub fn is_incompatible(&self) -> bool {
         matches!(
             self,
-            NodeError::FunctionsNotLoaded { .. } | NodeError::FunctionsUnsupported { .. }
+            NodeError::FunctionsNotLoaded { .. }
+                | NodeError::FunctionsUnsupported { .. }
+                | NodeError::ScriptsRefused { .. }
         )
     }
 }

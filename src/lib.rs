@@ -320,7 +320,7 @@ pub use lease::Lease;
 pub use redlock::Redlock;
 pub use retry::Retry;
 pub use rwlock::RwLock;
-pub use scripts::{FUNCTIONS_LIBRARY, ScriptMode};
+pub use scripts::{FUNCTIONS_LIBRARY, NativeCommands, ScriptMode};
 pub use semaphore::Semaphore;
 pub use token::Token;
 pub use wakeup::WakeOnRelease;

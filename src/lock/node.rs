@@ -9,7 +9,10 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
 use crate::error::NodeError;
-use crate::node::{Deadline, Extension, Node, Release, Resend, Shape, ShapeRef, unexpected};
+use crate::node::{
+    Deadline, Extension, NativeDelete, Node, Release, Resend, Shape, ShapeRef, push_extend,
+    push_release, unexpected,
+};
 use crate::request::{Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 
@@ -226,23 +229,71 @@ impl Node {
                 Ok(u8::from(granted))
             }
             SingleOp::Release { announce } => {
-                let released = self.release_lock(key, token, announce, deadline).await?;
-                Ok(u8::from(released))
+                let caps = self.capabilities_within(deadline).await;
+                if let Some(delete) = caps.and_then(|c| c.delete()) {
+                    let deleted = self
+                        .release_native(delete, &[key], token, announce, deadline)
+                        .await?;
+                    return Ok(u8::from(deleted == 1));
+                }
+                let released = self.release_lock(key, token, announce, deadline).await;
+                match released {
+                    Err(e) if e.is_incompatible() => self.native_after(e, request, deadline).await,
+                    released => Ok(u8::from(released?)),
+                }
             }
             SingleOp::Extend { ttl } => {
+                let caps = self.capabilities_within(deadline).await;
+                if caps.is_some_and(|c| c.extend()) {
+                    return self.extend_native(key, token, ttl, deadline).await;
+                }
                 let ttl = ttl.ms().to_string();
                 let args = [token, ttl.as_str(), "1", "0"];
                 match self
                     .script(&EXTEND, &[key], &args, &[token], deadline)
-                    .await?
+                    .await
                 {
-                    Value::Array(items) => match items.as_slice() {
+                    Ok(Value::Array(items)) => match items.as_slice() {
                         [Value::Int(status @ 0..=2)] => Ok(*status as u8),
                         _ => Err(unexpected(&Value::Array(items))),
                     },
-                    other => Err(unexpected(&other)),
+                    Ok(other) => Err(unexpected(&other)),
+                    Err(e) if e.is_incompatible() => self.native_after(e, request, deadline).await,
+                    Err(e) => Err(e),
                 }
             }
+        }
+    }
+
+    /// `request` once more natively, after its script was refused
+    /// (`error`): the node's capabilities were not known when it went out
+    /// (its first request, or the first since its connection dropped), and
+    /// are now, since they are asked beside every request until then. If
+    /// the server has no native form either, `error` stands.
+    async fn native_after(
+        &self,
+        error: NodeError,
+        request: Single<'_>,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let Some(caps) = self.capabilities() else {
+            return Err(error);
+        };
+        let Single { key, token, op } = request;
+        match op {
+            SingleOp::Release { announce } => match caps.delete() {
+                Some(delete) => {
+                    let deleted = self
+                        .release_native(delete, &[key], token, announce, deadline)
+                        .await?;
+                    Ok(u8::from(deleted == 1))
+                }
+                None => Err(error),
+            },
+            SingleOp::Extend { ttl } if caps.extend() => {
+                self.extend_native(key, token, ttl, deadline).await
+            }
+            _ => Err(error),
         }
     }
 
@@ -270,9 +321,32 @@ impl Node {
         } else {
             vec![(0..requests.len()).collect()]
         };
-        let calls = groups
-            .iter()
-            .map(|group| self.batch_call(requests, group, deadline));
+        // Natively where the node can do every step of a batch; else
+        // `batch.lua`.
+        let native = self
+            .capabilities_within(deadline)
+            .await
+            .filter(|c| c.extend())
+            .and_then(|c| c.delete());
+        let calls = groups.iter().map(|group| async move {
+            if let Some(delete) = native {
+                return self.batch_native(delete, requests, group, deadline).await;
+            }
+            match self.batch_call(requests, group, deadline).await {
+                // Refused as a script before the node's commands were known.
+                Err(error) if error.is_incompatible() => {
+                    match self
+                        .capabilities()
+                        .filter(|c| c.extend())
+                        .and_then(|c| c.delete())
+                    {
+                        Some(delete) => self.batch_native(delete, requests, group, deadline).await,
+                        None => Err(error),
+                    }
+                }
+                answers => answers,
+            }
+        });
         let mut answers: Vec<Option<Result<u8, NodeError>>> =
             (0..requests.len()).map(|_| None).collect();
         for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
@@ -343,6 +417,78 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Many plain locks' requests in one pipeline of native commands, one
+    /// answer per request, in order, as [`batch_call`](Self::batch_call)
+    /// answers them.
+    pub(super) async fn batch_native(
+        &self,
+        delete: NativeDelete,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let mut commands = Vec::with_capacity(2 * group.len());
+        let mut writes = false;
+        for &i in group {
+            let Single { op, key, token } = requests[i];
+            match op {
+                SingleOp::Acquire { ttl } => {
+                    writes = true;
+                    let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
+                    cmd.arg("SET")
+                        .arg(key)
+                        .arg(token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl.ms())
+                        .arg("GET");
+                    commands.push(cmd);
+                }
+                SingleOp::Release { announce } => {
+                    push_release(&mut commands, delete, key, token, announce);
+                }
+                SingleOp::Extend { ttl } => {
+                    writes = true;
+                    push_extend(&mut commands, key, token, ttl);
+                }
+            }
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        let replies = self
+            .pipeline(commands, writes, &tokens, Resend::IfDropped, deadline)
+            .await?;
+        let mut replies = replies.iter();
+        let mut answers = Vec::with_capacity(group.len());
+        for &i in group {
+            let Single { op, token, .. } = requests[i];
+            let answer = match op {
+                SingleOp::Acquire { .. } => match replies.next() {
+                    // Nil: set now; our token: set by this request before
+                    // its connection dropped and it went out again.
+                    Some(Value::Nil) => Ok(1),
+                    Some(Value::BulkString(value)) => Ok(u8::from(value == token.as_bytes())),
+                    Some(reply) => self.native_status(reply, token).map(|_| 0),
+                    None => Err(unexpected(&Value::Nil)),
+                },
+                SingleOp::Release { announce } => {
+                    let status = replies.next().map(|r| self.native_status(r, token));
+                    if announce.is_some() {
+                        replies.next();
+                    }
+                    status.unwrap_or_else(|| Err(unexpected(&Value::Nil)))
+                }
+                SingleOp::Extend { .. } => {
+                    let pair: Vec<Value> = replies.by_ref().take(2).cloned().collect();
+                    self.extended(&pair, token)
+                }
+            };
+            answers.push(answer);
+        }
+        Ok(answers)
+    }
+}
+
 /// A lock (plain, fenced or multi-resource) on the nodes: its keys hold
 /// its token (`extend.lua`, `release.lua`); a plain one's requests may go
 /// through the group-commit lane.
@@ -356,6 +502,10 @@ impl ShapeRef {
 
 impl Shape for LockShape {
     fn group_commits(&self) -> bool {
+        true
+    }
+
+    fn token_keys(&self) -> bool {
         true
     }
 

@@ -14,6 +14,8 @@ use redis::{Cmd, Value};
 
 use super::*;
 use crate::error::NodeError;
+use crate::node::caps::Capabilities;
+use crate::node::native::push_extend;
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
 use crate::scripts::Lua;
@@ -28,6 +30,14 @@ pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
     /// group-commit lane (see [`Op::batched`](crate::lock::batch::Op::batched)):
     /// `batch.lua` knows only plain locks.
     fn group_commits(&self) -> bool {
+        false
+    }
+
+    /// Whether a holding's keys hold just its token, as a lock's do: then
+    /// a node with native compare-and-set commands releases it with them
+    /// (a token-checked delete per key) and, for one key without a fence,
+    /// extends and restores it with them too (see `native.rs`).
+    fn token_keys(&self) -> bool {
         false
     }
 
@@ -136,6 +146,15 @@ fn script_of(lock: &Extension<'_>) -> u32 {
     lock.shape.extend_script().index
 }
 
+/// The call of the extensions that go natively (no script has this index).
+const NATIVE: u32 = u32::MAX;
+
+/// Whether an extension can go natively on a node that has `SET … IFEQ`:
+/// one key holding just the token, no fence counter to raise.
+fn is_native(lock: &Extension<'_>) -> bool {
+    lock.shape.token_keys() && lock.keys.len() == 1 && lock.fence.is_none()
+}
+
 impl Node {
     /// Token-checked delete of a holding's keys, as its `shape` says: true
     /// if this node held the token and deleted it. With `announce` (an id
@@ -150,6 +169,16 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
+        let native = |caps: Option<Capabilities>| {
+            caps.filter(|_| shape.token_keys())
+                .and_then(|caps| caps.delete())
+        };
+        if let Some(delete) = native(self.capabilities_within(deadline).await) {
+            let deleted = self
+                .release_native(delete, keys, token, announce, deadline)
+                .await?;
+            return Ok(deleted == keys.len());
+        }
         let release = Release {
             keys,
             token,
@@ -161,8 +190,20 @@ impl Node {
         let size = (4 + 2 * keys.len(), bytes);
         let reply = self
             .run_script(shape.release_script(), fill, size, &[token], deadline)
-            .await?;
-        shape.released(&release, &reply)
+            .await;
+        match reply {
+            // Refused as a script before the node's commands were known.
+            Err(error) if error.is_incompatible() => match native(self.capabilities()) {
+                Some(delete) => {
+                    let deleted = self
+                        .release_native(delete, keys, token, announce, deadline)
+                        .await?;
+                    Ok(deleted == keys.len())
+                }
+                None => Err(error),
+            },
+            reply => shape.released(&release, &reply?),
+        }
     }
 
     /// Extends one holding on this node (see [`extend_many`](Self::extend_many)).
@@ -193,24 +234,40 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<Vec<ExtendReply>, NodeError> {
         let deadline: Deadline = deadline.into();
-        // One call per extension script, and on a cluster per hash slot as
-        // well.
-        let first = locks.first().map(script_of);
-        let mixed = locks.iter().any(|lock| Some(script_of(lock)) != first);
+        // One call per extension script (or the native commands), and on a
+        // cluster per hash slot as well.
+        let native = self
+            .capabilities_within(deadline)
+            .await
+            .is_some_and(|caps| caps.extend());
+        let call_of = |lock: &Extension<'_>| {
+            if native && is_native(lock) {
+                NATIVE
+            } else {
+                script_of(lock)
+            }
+        };
+        let first = locks.first().map(call_of);
+        let mixed = locks.iter().any(|lock| Some(call_of(lock)) != first);
         let groups: Vec<Vec<usize>> = if self.is_cluster() || mixed {
             let mut groups: HashMap<(u32, Option<Slot>), Vec<usize>> = HashMap::new();
             for (i, lock) in locks.iter().enumerate() {
                 let key = lock.keys.first().map_or("", |k| &**k);
                 let slot = self.is_cluster().then(|| Slot::for_key(key));
-                groups.entry((script_of(lock), slot)).or_default().push(i);
+                groups.entry((call_of(lock), slot)).or_default().push(i);
             }
             groups.into_values().collect()
         } else {
             vec![(0..locks.len()).collect()]
         };
-        let calls = groups
-            .iter()
-            .map(|group| self.extend_group(locks, group, deadline));
+        let calls = groups.iter().map(|group| async move {
+            match group.first().and_then(|&i| locks.get(i)) {
+                Some(lock) if call_of(lock) == NATIVE => {
+                    self.extend_natively(locks, group, deadline).await
+                }
+                _ => self.extend_group(locks, group, deadline).await,
+            }
+        });
         let mut answers = vec![ExtendReply::Refused; locks.len()];
         for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
             for (&i, extended) in group.iter().zip(answer?) {
@@ -218,6 +275,38 @@ impl Node {
             }
         }
         Ok(answers)
+    }
+
+    /// Extends `group` of `locks` (each one key, unfenced, of a shape whose
+    /// keys hold just the token) with native commands, in one pipeline.
+    async fn extend_natively(
+        &self,
+        locks: &[Extension<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
+        let mut commands = Vec::with_capacity(2 * group.len());
+        let mut tokens: Vec<&str> = Vec::with_capacity(group.len());
+        for &i in group {
+            let lock = &locks[i];
+            let key = lock.keys.first().map_or("", |k| &**k);
+            push_extend(&mut commands, key, lock.token, lock.ttl);
+            tokens.push(lock.token);
+        }
+        let replies = self
+            .pipeline(commands, true, &tokens, Resend::IfDropped, deadline)
+            .await?;
+        group
+            .iter()
+            .zip(replies.chunks(2))
+            .map(|(&i, pair)| {
+                Ok(match self.extended(pair, locks[i].token)? {
+                    2 => ExtendReply::Restored,
+                    1 => ExtendReply::Extended,
+                    _ => ExtendReply::Refused,
+                })
+            })
+            .collect()
     }
 
     /// Extends `group` of `locks` (one extension script among them, on a

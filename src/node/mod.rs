@@ -16,16 +16,20 @@
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
 //! `src/semaphore/node.rs`, `src/rwlock/node.rs`.
 
+mod caps;
 mod deadline;
 mod holding;
+mod native;
 mod redact;
 mod run;
 mod url;
 
+pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
+pub(crate) use native::{push_extend, push_release};
 pub(crate) use redact::redact;
 pub(crate) use run::Resend;
 pub(crate) use url::install_crypto_provider;
@@ -44,7 +48,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::error::{ConfigError, NodeError};
-use crate::scripts::ScriptMode;
+use crate::scripts::{NativeCommands, ScriptMode};
 
 use self::redact::passwords;
 #[cfg(feature = "tls")]
@@ -64,6 +68,8 @@ const UNRESPONSIVE: u32 = 2;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeOptions {
     pub(crate) script_mode: ScriptMode,
+    /// Native compare-and-set commands where the server has them.
+    pub(crate) native_commands: NativeCommands,
     /// `WAIT` for replicas after each lock write.
     pub(crate) replica_sync: Option<ReplicaSync>,
     /// PEM CA certificates that `rediss://` nodes must chain to, instead of
@@ -112,6 +118,10 @@ pub(crate) struct Node {
     /// (the seeds, for a cluster), to catch one server voting twice.
     addresses: Vec<String>,
     script_mode: ScriptMode,
+    native_commands: NativeCommands,
+    /// The native commands its server offers, as found on the current
+    /// connection (see [`caps`]).
+    caps: caps::Known,
     replica_sync: Option<ReplicaSync>,
     /// Whether it is reached over TLS (`rediss://`).
     tls: bool,
@@ -187,6 +197,8 @@ impl Node {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
             script_mode: options.script_mode,
+            native_commands: options.native_commands,
+            caps: caps::Known::default(),
             replica_sync: options.replica_sync,
             tls: is_tls(info),
             passwords: passwords([info]),
@@ -259,6 +271,8 @@ impl Node {
             label: node_label.into(),
             addresses,
             script_mode: options.script_mode,
+            native_commands: options.native_commands,
+            caps: caps::Known::default(),
             replica_sync: options.replica_sync,
             tls,
             passwords,

@@ -34,6 +34,18 @@ impl Node {
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
+        self.learning(deadline, self.send(cmd, secrets, resend, deadline))
+            .await
+    }
+
+    /// [`command`](Self::command), without asking what the server offers.
+    pub(super) async fn send(
+        &self,
+        cmd: &Cmd,
+        secrets: &[&str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
         let reply = within(deadline, async {
             let mut sent = 0;
             loop {
@@ -42,6 +54,9 @@ impl Node {
                     Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await,
                     Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await,
                 };
+                if let Err(e) = &reply {
+                    self.dropped(e);
+                }
                 match reply {
                     Err(e) if sent == 1 && self.resends(resend, &e) => continue,
                     reply => return Ok(reply?),
@@ -86,7 +101,7 @@ impl Node {
         };
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(sync.wait());
-        within(deadline, async {
+        let sent = within(deadline, async {
             let mut sent = 0;
             loop {
                 sent += 1;
@@ -101,6 +116,9 @@ impl Node {
                         ));
                     }
                 };
+                if let Err(e) = &reply {
+                    self.dropped(e);
+                }
                 match reply {
                     Err(e) if sent == 1 && self.resends(resend, &e) => continue,
                     reply => {
@@ -109,9 +127,76 @@ impl Node {
                     }
                 }
             }
-        })
-        .await
-        .map_err(|error| self.redact(error, secrets))
+        });
+        self.learning(deadline, sent)
+            .await
+            .map_err(|error| self.redact(error, secrets))
+    }
+
+    /// Sends `commands` in one pipeline within `deadline`, one reply per
+    /// command, in order; a command the server refused gets its error in
+    /// its place (`Value::ServerError`). With replica sync and `writes`,
+    /// `WAIT` goes right behind them and every reply counts only if enough
+    /// replicas acknowledged.
+    pub(crate) async fn pipeline(
+        &self,
+        commands: Vec<Cmd>,
+        writes: bool,
+        secrets: &[&str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Vec<Value>, NodeError> {
+        let count = commands.len();
+        let mut pipe = redis::Pipeline::with_capacity(count + 1);
+        for cmd in commands {
+            pipe.add_command(cmd);
+        }
+        let sync = self.replica_sync.filter(|_| writes);
+        if let Some(sync) = sync {
+            if self.is_cluster() {
+                return Err(NodeError::UnexpectedReply(
+                    "replica sync on a cluster node".to_owned(),
+                ));
+            }
+            pipe.add_command(sync.wait());
+        }
+        pipe.ignore_errors();
+        let sent = within(deadline, async {
+            let mut sent = 0;
+            loop {
+                sent += 1;
+                let reply = match self.connection().await? {
+                    Connection::Standalone(mut conn) => {
+                        pipe.query_async::<Vec<Value>>(&mut conn).await
+                    }
+                    Connection::Cluster(mut conn) => {
+                        pipe.query_async::<Vec<Value>>(&mut conn).await
+                    }
+                };
+                if let Err(e) = &reply {
+                    self.dropped(e);
+                }
+                match reply {
+                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                    reply => return Ok(reply?),
+                }
+            }
+        });
+        let mut replies = self
+            .learning(deadline, sent)
+            .await
+            .map_err(|error| self.redact(error, secrets))?;
+        if let Some(sync) = sync {
+            let acknowledged = match replies.pop() {
+                Some(Value::Int(n)) => n,
+                other => return Err(unexpected(&other.unwrap_or(Value::Nil))),
+            };
+            sync.check(Value::Nil, acknowledged)?;
+        }
+        if replies.len() != count {
+            return Err(unexpected(&Value::Array(replies)));
+        }
+        Ok(replies)
     }
 
     /// Whether a call that failed with `error` goes out once more: an
@@ -246,16 +331,46 @@ impl Node {
                 }
                 let mut load = redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(lua.source);
-                self.command(&load, secrets, Resend::IfDropped, deadline)
-                    .await?;
-                send(call("EVALSHA", lua.script.get_hash())).await
+                match self
+                    .command(&load, secrets, Resend::IfDropped, deadline)
+                    .await
+                {
+                    Ok(_) => send(call("EVALSHA", lua.script.get_hash())).await,
+                    Err(e) => Err(e),
+                }
             }
             reply => reply,
         };
         if standalone && reply.is_ok() && self.cached.load(Ordering::Relaxed) & cached == 0 {
             self.cached.fetch_or(cached, Ordering::Relaxed);
         }
-        reply
+        match reply {
+            Err(NodeError::Redis(e)) if is_script_refusal(&e) => {
+                Err(self.scripts_refused(lua, deadline).await)
+            }
+            reply => reply,
+        }
+    }
+
+    /// The error for a script the user may not run here: which script,
+    /// what the server lacks to go without it, and the server.
+    async fn scripts_refused(&self, lua: &Lua, deadline: Deadline) -> NodeError {
+        let native = match self.capabilities() {
+            Some(caps) if caps.delete().is_some() && caps.extend() => {
+                "it has no native form (fenced and multi-resource locks, semaphores, reader-writer locks and elections need scripts on every server)".to_owned()
+            }
+            Some(caps) => format!(
+                "this server's native commands do not cover it ({}; a native release needs DELIFEQ, Valkey 9.0, or DELEX IFEQ, Redis 8.4; a native extension SET IFEQ, Valkey 8.1 or Redis 8.4)",
+                caps.describe()
+            ),
+            None => "this server's native commands are not known (it did not answer COMMAND DOCS)"
+                .to_owned(),
+        };
+        NodeError::ScriptsRefused {
+            script: lua.function.to_owned(),
+            native,
+            server: self.server(deadline).await.to_string(),
+        }
     }
 
     /// What the server says it is and its version (`redis 6.2.16`,
@@ -300,6 +415,17 @@ impl Node {
             other => Err(unexpected(&other)),
         }
     }
+}
+
+/// Whether a script call was refused because the user may not run scripts
+/// (`NOPERM … run the 'evalsha' command`), not because of a key outside
+/// the user's patterns (`NOPERM No permissions to access a key`).
+pub(super) fn is_script_refusal(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        && e.detail().is_some_and(|detail| {
+            let detail = detail.to_ascii_lowercase();
+            detail.contains("run the") && (detail.contains("eval") || detail.contains("script"))
+        })
 }
 
 /// Whether FCALL failed because the function does not exist on the node.

@@ -57,6 +57,46 @@ pub enum ScriptMode {
     Functions,
 }
 
+/// Whether a node releases and extends plain locks with the server's own
+/// compare-and-set commands where it has them, instead of a script.
+///
+/// Where the server offers them — `SET … IFEQ` (Valkey 8.1; Redis 8.4) and
+/// `DELIFEQ` (Valkey 9.0) or `DELEX … IFEQ` (Redis 8.4) — a plain lock's
+/// acquire, release, extension and auto-extension need no script at all:
+/// they cost the server less, and a lock user needs no scripting
+/// permission. Each node is asked what it offers (`COMMAND DOCS`, on its
+/// own connection, never from its version string) and takes its own best
+/// path, so a fleet may mix servers. The value under a key is the token on
+/// every path: managers on either path, and other Redlock clients, exclude
+/// each other on the same keys.
+///
+/// Fenced and multi-resource locks, semaphores, reader-writer locks and
+/// elections keep their scripts: their steps touch several keys at once.
+///
+/// # Examples
+///
+/// ```
+/// use quorumlock::{NativeCommands, Redlock};
+///
+/// # fn main() -> Result<(), quorumlock::Error> {
+/// // One path everywhere: scripts, even where a node has native commands.
+/// let locks = Redlock::builder()
+///     .node("redis://127.0.0.1:6379")
+///     .native_commands(NativeCommands::Never)
+///     .build()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum NativeCommands {
+    /// Native commands on the nodes that have them, scripts elsewhere.
+    #[default]
+    WhereAvailable,
+    /// Scripts on every node (as [`ScriptMode`] runs them).
+    Never,
+}
+
 /// The Redis Functions library for [`ScriptMode::Functions`]: every script
 /// quorumlock runs, registered as a function of the library `quorumlock`.
 ///

@@ -184,6 +184,8 @@ pub struct ServerOptions {
     cluster_node_timeout: Option<Duration>,
     /// Serve TLS only.
     tls: bool,
+    /// The server binary, instead of [`find_redis_server`]'s.
+    binary: Option<PathBuf>,
 }
 
 impl ServerOptions {
@@ -204,6 +206,13 @@ impl ServerOptions {
     /// after the testkit's own, so they override them.
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Starts `binary` (a `redis-server` or `valkey-server`) instead of
+    /// the one [`find_redis_server`] finds: for a fleet of mixed servers.
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Self {
+        self.binary = Some(binary.into());
         self
     }
 
@@ -279,6 +288,7 @@ impl ServerOptions {
             args,
             cluster_node_timeout: None,
             tls: self.tls,
+            binary: self.binary.clone(),
         };
         Ok((resolved, port, Some(bus_port)))
     }
@@ -324,7 +334,10 @@ impl RedisServer {
     ///
     /// As [`RedisServer::start`].
     pub fn start_with(options: ServerOptions) -> Result<Self, TestkitError> {
-        let binary = find_redis_server()?;
+        let binary = match &options.binary {
+            Some(binary) => binary.clone(),
+            None => find_redis_server()?,
+        };
         let version = version_of(&binary)?;
         let dir = tempfile::Builder::new()
             .prefix("quorumlock-redis-")

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisCluster, RedisNodes, ServerOptions, server_version};
 use quorumlock::{
-    Error, FUNCTIONS_LIBRARY, LossReason, NodeError, Redlock, Retry, ScriptMode, WakeOnRelease,
+    Error, FUNCTIONS_LIBRARY, LossReason, NativeCommands, NodeError, Redlock, Retry, ScriptMode,
+    WakeOnRelease,
 };
 use support::no_hang;
 
@@ -155,8 +156,16 @@ async fn eval_mode_needs_scripting_permission() {
     let guard = locks.lock("orders:1", TTL).await.expect("SET is allowed");
     // …but extending runs a script.
     let err = guard.extend(TTL).await.expect_err("EVALSHA is not allowed");
-    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    // Not an outage: the nodes cannot run it until someone grants the
+    // permission (or the server has native commands: not these users').
+    assert!(matches!(err, Error::Incompatible { .. }), "{err}");
     support::assert_acl_refusals(&err);
+    for failure in err.node_failures() {
+        assert!(
+            matches!(failure.error, NodeError::ScriptsRefused { .. }),
+            "{failure}"
+        );
+    }
     let err = locks
         .lock_fenced("ledger", TTL)
         .await
@@ -389,6 +398,9 @@ async fn functions_mode_where_functions_cannot_run_is_a_typed_error_naming_the_s
     for (unsupported, options) in cases {
         let nodes = RedisNodes::start_with(3, options).expect("nodes");
         let locks = Redlock::builder()
+            // Scripts even where the server has native commands, which
+            // would extend and release without a function.
+            .native_commands(NativeCommands::Never)
             .nodes(nodes.urls())
             .script_mode(ScriptMode::Functions)
             .build()

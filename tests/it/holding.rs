@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use quorumlock::testkit::RedisNodes;
-use quorumlock::{Error, LossReason, Retry};
+use quorumlock::{Error, LossReason, NativeCommands, Retry};
 use redis::AsyncCommands;
 use support::{builder, conn, no_hang, values};
 
@@ -230,7 +230,11 @@ async fn cancelling_lock_anywhere_leaves_no_key_once_settled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_are_batched_per_node_not_per_lock() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let locks = builder(&nodes).build().expect("config");
+    // Scripts, whose calls and PEXPIREs the node counts on every server.
+    let locks = builder(&nodes)
+        .native_commands(NativeCommands::Never)
+        .build()
+        .expect("config");
     const LOCKS: usize = 500;
     let mut guards = Vec::with_capacity(LOCKS);
     for i in 0..LOCKS {
@@ -355,7 +359,12 @@ async fn command_stats(c: &mut redis::aio::MultiplexedConnection) -> CommandStat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_extend_twice_renews_the_lock_once_per_round() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let locks = builder(&nodes).build().expect("config");
+    // Scripts, so that each renewal call shows in the node's counters as
+    // one call with one PEXPIRE per lock, on every server.
+    let locks = builder(&nodes)
+        .native_commands(NativeCommands::Never)
+        .build()
+        .expect("config");
     let guard = locks
         .lock("twice", Duration::from_millis(600))
         .await

@@ -37,6 +37,7 @@ mod inspect;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod multi;
+mod native;
 mod replica_sync;
 mod report;
 mod rwlock;

@@ -198,12 +198,18 @@ pub async fn until_subscribed(urls: &[String], channel: &str) {
     .await;
 }
 
-/// Whether a node refused a call for want of an ACL permission. A command
+/// Whether a node refused a call for want of an ACL permission: a script
+/// (EVAL/EVALSHA) the user may not run is a typed
+/// [`ScriptsRefused`](quorumlock::NodeError::ScriptsRefused). A command
 /// the user may not run is a NOPERM error on every server; a command a
 /// script may not run is a script error with no code of its own on some
 /// (`ERR`, or Redis 6.2's `@user_script:`), worded differently by each
 /// version, all of them naming a permission or saying "can't run".
 pub fn is_acl_refusal(error: &quorumlock::NodeError) -> bool {
+    // A script the user may not run, with no native command to stand in.
+    if matches!(error, quorumlock::NodeError::ScriptsRefused { .. }) {
+        return true;
+    }
     let quorumlock::NodeError::Redis(e) = error else {
         return false;
     };
@@ -348,6 +354,9 @@ pub enum Skip {
     /// No headless browser to open a report in (report tests, outside
     /// CI): `no-chromium`.
     NoChromium,
+    /// The server has no native compare-and-delete and compare-and-set
+    /// (`DELIFEQ` or `DELEX … IFEQ`, and `SET … IFEQ`): `no-native`.
+    NoNative,
 }
 
 impl Skip {
@@ -357,6 +366,7 @@ impl Skip {
             Self::NoFunctions => "no-functions",
             Self::NoTls => "no-tls",
             Self::NoChromium => "no-chromium",
+            Self::NoNative => "no-native",
         }
     }
 }

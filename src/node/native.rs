@@ -1,0 +1,142 @@
+//! The token-checked steps of a holding whose keys hold just its token (a
+//! lock's), with the server's own compare-and-set commands where it has
+//! them (see [`caps`](super::caps)), instead of a script.
+
+use redis::{Cmd, Value};
+
+use super::Deadline;
+use super::{NativeDelete, Node, Resend, unexpected};
+use crate::error::NodeError;
+use crate::request::{Ttl, channel};
+
+/// A holding's steps with the server's own compare-and-set commands, where it
+/// has them (see [`Capabilities`](crate::node::Capabilities)): no script,
+/// and the same value (the token) under the same key as the scripts write,
+/// so every path excludes every other. Each command is atomic on its own;
+/// none ever writes over a value that is not the token:
+///
+/// - release: `DELIFEQ key token` (or `DELEX key IFEQ token`) per key, and
+///   with an announced release `PUBLISH channel id` behind each;
+/// - extension: `SET key token NX PX ttl` then `SET key token IFEQ token PX
+///   ttl`, pipelined: the first restores an absent key, the second extends
+///   the token's key; a key holding anything else is written by neither
+///   (a refusal). Another client's command between the two can only make
+///   the second answer nil, which is a refusal, never a write;
+/// - acquire in a batch: `SET key token NX PX ttl GET`, which is the plain
+///   acquire made idempotent for a resend (the key already holding the
+///   token is this grant).
+impl Node {
+    /// Token-checked delete of `keys` with `delete`, each announced with
+    /// `announce` on its channel: how many keys were deleted.
+    pub(crate) async fn release_native<K: AsRef<str>>(
+        &self,
+        delete: NativeDelete,
+        keys: &[K],
+        token: &str,
+        announce: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<usize, NodeError> {
+        let mut commands = Vec::with_capacity(keys.len() * 2);
+        for key in keys {
+            push_release(&mut commands, delete, key.as_ref(), token, announce);
+        }
+        let replies = self
+            .pipeline(commands, false, &[token], Resend::IfDropped, deadline)
+            .await?;
+        let step = if announce.is_some() { 2 } else { 1 };
+        let mut deleted = 0;
+        for reply in replies.iter().step_by(step) {
+            deleted += usize::from(self.native_status(reply, token)? == 1);
+        }
+        Ok(deleted)
+    }
+
+    /// Extends (or restores) one plain lock's key with `SET … NX` and
+    /// `SET … IFEQ`: 1 extended, 2 restored, 0 refused.
+    pub(crate) async fn extend_native(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Ttl,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let mut commands = Vec::with_capacity(2);
+        push_extend(&mut commands, key, token, ttl);
+        let replies = self
+            .pipeline(commands, true, &[token], Resend::IfDropped, deadline)
+            .await?;
+        self.extended(&replies, token)
+    }
+
+    /// What a native extension's two replies say: 2 restored (the `NX`
+    /// set it), 1 extended (the `IFEQ` set it), 0 refused.
+    pub(crate) fn extended(&self, replies: &[Value], token: &str) -> Result<u8, NodeError> {
+        match replies {
+            [restore, extend] => {
+                if self.native_status(restore, token)? == 1 {
+                    Ok(2)
+                } else {
+                    self.native_status(extend, token)
+                }
+            }
+            other => Err(unexpected(&Value::Array(other.to_vec()))),
+        }
+    }
+
+    /// One native command's answer as a status: 1 for `OK` or `1`, 0 for
+    /// nil, `0`, or a key of another type (simply not ours, left
+    /// untouched); any other error the server sent is the error.
+    pub(crate) fn native_status(&self, reply: &Value, token: &str) -> Result<u8, NodeError> {
+        match reply {
+            Value::Okay | Value::Int(1) => Ok(1),
+            Value::SimpleString(s) if s == "OK" => Ok(1),
+            Value::Nil | Value::Int(0) => Ok(0),
+            Value::ServerError(error) if error.code() == "WRONGTYPE" => Ok(0),
+            Value::ServerError(error) => Err(self.redact(
+                NodeError::Redis(redis::RedisError::from(error.clone())),
+                &[token],
+            )),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// A native release of `key` (see the `impl` above).
+pub(crate) fn push_release(
+    commands: &mut Vec<Cmd>,
+    delete: NativeDelete,
+    key: &str,
+    token: &str,
+    announce: Option<&str>,
+) {
+    commands.push(delete.command(key, token));
+    if let Some(id) = announce {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(channel(key)).arg(id);
+        commands.push(publish);
+    }
+}
+
+/// A native extension of `key` (see the `impl` above): restore, then extend.
+pub(crate) fn push_extend(commands: &mut Vec<Cmd>, key: &str, token: &str, ttl: Ttl) {
+    let size = key.len() + 2 * token.len() + 32;
+    let mut restore = Cmd::with_capacity(6, size);
+    restore
+        .arg("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl.ms());
+    let mut extend = Cmd::with_capacity(7, size);
+    extend
+        .arg("SET")
+        .arg(key)
+        .arg(token)
+        .arg("IFEQ")
+        .arg(token)
+        .arg("PX")
+        .arg(ttl.ms());
+    commands.push(restore);
+    commands.push(extend);
+}

@@ -1,0 +1,355 @@
+//! Native commands: on a server with compare-and-delete (`DELIFEQ`, or
+//! `DELEX … IFEQ`) and compare-and-set (`SET … IFEQ`), plain locks run no
+//! script at all — acquire, release, extension, auto-extension, the group
+//! commit and the restoring extension — so a user denied every script can
+//! lock; the token under the key is the same on every path, so native and
+//! scripted managers exclude each other; and a fleet whose nodes differ
+//! puts each node on its own best path. Elsewhere these tests say why they
+//! do not run (`SKIP … no-native`).
+
+use crate::support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use quorumlock::testkit::{RedisNodes, ServerOptions, server_version};
+use quorumlock::{NativeCommands, Redlock, Retry, WakeOnRelease};
+use redis::AsyncCommands;
+use support::{Skip, builder, conn, no_hang, patient_builder, skip, values};
+
+const TTL: Duration = Duration::from_secs(5);
+const USER: &str = "locker";
+const USER_PASSWORD: &str = "native-pw-3b7d";
+
+/// Whether the server has both native commands (Valkey 9.0, Redis 8.4); if
+/// not, says that `test` is skipped and why.
+fn native_or_skip(test: &str) -> bool {
+    let version = server_version().expect("server version");
+    let native = match version.product.as_str() {
+        "valkey" => version.at_least(9, 0),
+        _ => version.at_least(8, 4),
+    };
+    if !native {
+        skip(
+            test,
+            Skip::NoNative,
+            format_args!(
+                "{version} has no DELIFEQ / DELEX IFEQ and SET IFEQ (Valkey 9.0, Redis 8.4)"
+            ),
+        );
+    }
+    native
+}
+
+/// The calls of each command on `url`, from `INFO commandstats`
+/// (`cmdstat_set:calls=3,…` → `("set", 3)`), rejected calls included.
+async fn command_calls(url: &str) -> Vec<(String, u64)> {
+    let mut c = conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let count = |field: &str| {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(field)?.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let calls = count("calls=") + count("rejected_calls=") + count("failed_calls=");
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// The script commands `url` has seen (`eval*`, `fcall*`, `script*`).
+async fn scripts_seen(url: &str) -> Vec<(String, u64)> {
+    command_calls(url)
+        .await
+        .into_iter()
+        .filter(|(name, calls)| {
+            *calls > 0
+                && (name.starts_with("eval")
+                    || name.starts_with("fcall")
+                    || name.starts_with("script"))
+        })
+        .collect()
+}
+
+async fn calls_of(url: &str, command: &str) -> u64 {
+    command_calls(url)
+        .await
+        .into_iter()
+        .find(|(name, _)| name == command)
+        .map_or(0, |(_, calls)| calls)
+}
+
+/// Plain lock cycles of every kind: acquire, extend and release one by
+/// one; many at once (so that the group commit batches them); and an
+/// auto-extended lock renewed twice.
+async fn every_plain_step(locks: &Redlock, prefix: &str) {
+    for i in 0..50 {
+        let guard = locks
+            .lock(&format!("{prefix}:one:{}", i % 5), TTL)
+            .await
+            .expect("lock");
+        guard.extend(TTL).await.expect("extend");
+        guard.release().await.expect("release");
+    }
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let locks = locks.clone();
+            let resource = format!("{prefix}:many:{t}");
+            tokio::spawn(async move {
+                for _ in 0..4 {
+                    let guard = locks.lock(&resource, TTL).await.expect("lock");
+                    guard.extend(TTL).await.expect("extend");
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    no_hang("64 lockers", async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    })
+    .await;
+    let guard = locks
+        .lock(&format!("{prefix}:renewed"), Duration::from_millis(600))
+        .await
+        .expect("lock");
+    guard.auto_extend();
+    support::until_renewed_on(&guard.lease(), 3).await;
+    guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_locks_send_no_script_where_the_server_has_the_commands() {
+    if !native_or_skip("native::plain_locks_send_no_script_where_the_server_has_the_commands") {
+        return;
+    }
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let quiet = builder(&nodes).build().expect("config");
+    let waking = builder(&nodes)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config");
+    every_plain_step(&quiet, "n").await;
+    every_plain_step(&waking, "w").await;
+    for server in &nodes {
+        let url = server.url();
+        assert_eq!(scripts_seen(&url).await, [], "scripts ran on {url}");
+        // The native commands did the work (so the check above could fail).
+        assert!(calls_of(&url, "delifeq").await + calls_of(&url, "delex").await >= 50);
+        assert!(calls_of(&url, "publish").await > 0, "releases announced");
+    }
+    assert_eq!(values(&nodes, "n:one:0").await, [None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_stay_where_a_manager_asks_for_them() {
+    if !native_or_skip("native::scripts_stay_where_a_manager_asks_for_them") {
+        return;
+    }
+    let nodes = RedisNodes::start(1).expect("nodes");
+    let locks = builder(&nodes)
+        .native_commands(NativeCommands::Never)
+        .build()
+        .expect("config");
+    let guard = locks.lock("s:a", TTL).await.expect("lock");
+    guard.extend(TTL).await.expect("extend");
+    guard.release().await.expect("release");
+    let url = nodes.urls()[0].clone();
+    assert!(!scripts_seen(&url).await.is_empty(), "scripts ran");
+    assert_eq!(calls_of(&url, "delifeq").await, 0);
+}
+
+/// Nodes with the user `locker`, allowed every command but scripts (and
+/// with `dangerous`, not the dangerous ones either), on keys under `app:`.
+fn confined(dangerous: bool) -> (Arc<RedisNodes>, Vec<String>) {
+    let mut options = ServerOptions::new()
+        .arg("--user")
+        .arg(USER)
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg("~app:*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-@scripting");
+    if dangerous {
+        options = options.arg("-@dangerous");
+    }
+    let nodes = Arc::new(RedisNodes::start_with(3, options).expect("nodes"));
+    let urls = nodes
+        .iter()
+        .map(|s| format!("redis://{USER}:{USER_PASSWORD}@127.0.0.1:{}", s.port()))
+        .collect();
+    (nodes, urls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_every_script_locks_renews_restores_and_releases() {
+    if !native_or_skip("native::a_user_denied_every_script_locks_renews_restores_and_releases") {
+        return;
+    }
+    let (nodes, urls) = confined(false);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .retry(Retry::default().attempts(50))
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config");
+    every_plain_step(&locks, "app").await;
+
+    // An auto-extended lock outlives a node that restarts empty: the
+    // renewal sets the key there again, without a script.
+    let guard = locks
+        .lock("app:restored", Duration::from_millis(800))
+        .await
+        .expect("lock");
+    guard.auto_extend();
+    let token = guard.token().as_str().to_owned();
+    nodes[0].kill();
+    support::restart(&nodes, 0).await;
+    assert_eq!(
+        values(&nodes, "app:restored").await[0],
+        None,
+        "restarted empty"
+    );
+    no_hang("restored on the restarted node", async {
+        while values(&nodes, "app:restored").await[0].as_deref() != Some(token.as_str()) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(guard.validity() > Duration::ZERO);
+    guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(values(&nodes, "app:restored").await, [None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_scripts_and_dangerous_commands_still_locks() {
+    if !native_or_skip("native::a_user_denied_scripts_and_dangerous_commands_still_locks") {
+        return;
+    }
+    let (nodes, urls) = confined(true);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        // Its INFO is refused: the check must only log that.
+        .startup_check(quorumlock::check::StartupCheck::Log)
+        .build()
+        .expect("config");
+    let guard = locks.lock("app:d", TTL).await.expect("lock");
+    guard.extend(TTL).await.expect("extend");
+    guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(values(&nodes, "app:d").await, [None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_needs_a_script_says_what_is_missing() {
+    if !native_or_skip("native::a_step_that_needs_a_script_says_what_is_missing") {
+        return;
+    }
+    let (_nodes, urls) = confined(false);
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let err = locks
+        .lock_fenced("app:fenced", TTL)
+        .await
+        .expect_err("a fenced lock needs a script");
+    let text = err.to_string();
+    assert!(text.contains("quorumlock_acquire_fenced"), "{text}");
+    assert!(text.contains("EVAL"), "{text}");
+    assert!(!text.contains("NOPERM"), "a bare NOPERM: {text}");
+    assert!(!text.contains(USER_PASSWORD), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_and_scripted_managers_exclude_each_other() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let native = patient_builder(&nodes).build().expect("config");
+    let scripted = patient_builder(&nodes)
+        .native_commands(NativeCommands::Never)
+        .build()
+        .expect("config");
+    // A read-modify-write with a yield in the middle: exact only if no two
+    // holders ever overlap.
+    let counter = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let locks = if i % 2 == 0 { &native } else { &scripted }.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = locks.lock("x:counter", TTL).await.expect("lock");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    no_hang("40 lockers of two kinds", async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    })
+    .await;
+    assert_eq!(counter.load(Ordering::SeqCst), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
+    if !native_or_skip("native::a_fleet_of_unlike_servers_puts_each_node_on_its_best_path") {
+        return;
+    }
+    // Node 0 as it is; node 1 without DELIFEQ (a Valkey 8.1, say: SET IFEQ
+    // but no compare-and-delete); node 2 without COMMAND DOCS for anyone
+    // (as before Redis 7.0: nothing native).
+    let nodes = RedisNodes::start(1).expect("node");
+    let no_delete = RedisNodes::start_with(
+        1,
+        ServerOptions::new()
+            .arg("--rename-command")
+            .arg("DELIFEQ")
+            .arg(""),
+    )
+    .expect("node");
+    let no_docs = RedisNodes::start_with(
+        1,
+        ServerOptions::new()
+            .arg("--rename-command")
+            .arg("COMMAND")
+            .arg(""),
+    )
+    .expect("node");
+    let urls: Vec<String> = [&nodes, &no_delete, &no_docs]
+        .iter()
+        .flat_map(|n| n.urls())
+        .collect();
+    let locks = Redlock::builder().nodes(&urls).build().expect("config");
+    every_plain_step(&locks, "f").await;
+    let [full, partial, none] = [&urls[0], &urls[1], &urls[2]];
+    assert_eq!(scripts_seen(full).await, [], "node 0 ran scripts");
+    assert!(calls_of(full, "delifeq").await >= 50);
+    // Node 1 extends natively but releases with a script.
+    let partial_scripts = scripts_seen(partial).await;
+    assert!(!partial_scripts.is_empty(), "node 1 released with a script");
+    // Node 2 does everything with scripts.
+    assert!(!scripts_seen(none).await.is_empty(), "node 2 ran scripts");
+    let mut c = conn(none).await;
+    let gone: Option<String> = c.get("f:one:0").await.expect("GET");
+    assert_eq!(gone, None);
+}
