@@ -18,6 +18,7 @@
 
 mod deadline;
 mod holding;
+pub(crate) mod pubsub;
 mod redact;
 mod run;
 mod url;
@@ -337,7 +338,7 @@ impl Node {
     /// Whether the node's last requests all timed out ([`UNRESPONSIVE`] in
     /// a row, none answered since): a frozen node, or one far behind. A
     /// fan-out does not wait for it once the other nodes have answered
-    /// (see [`waits_only_on`](crate::decide::waits_only_on));
+    /// (see [`waits_only_on`](crate::quorum::decide::waits_only_on));
     /// its requests still go out and are followed, and its first answer
     /// makes it responsive again. A loaded but healthy node answers between
     /// its timeouts, and keeps its place.
