@@ -18,10 +18,11 @@
 
 mod deadline;
 mod holding;
-pub(crate) mod pubsub;
 mod redact;
 mod run;
 mod url;
+
+pub(crate) mod pubsub;
 
 pub(crate) use deadline::{Deadline, within};
 #[cfg(test)]
