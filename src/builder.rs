@@ -6,15 +6,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::check::{FirstUse, StartupCheck};
+use crate::acquire::FirstUse;
+use crate::acquire::retry::Retry;
+use crate::acquire::wakeup::{WakeOnRelease, Wakeups};
+use crate::check::StartupCheck;
 use crate::error::{ConfigError, Error};
+use crate::node::pubsub::PubSub;
 use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
-use crate::pubsub::PubSub;
 use crate::redlock::{Manager, Redlock};
-use crate::retry::Retry;
 use crate::round::Core;
 use crate::scripts::{NativeCommands, ScriptMode};
-use crate::wakeup::{WakeOnRelease, Wakeups};
 
 /// Builds a [`Redlock`] manager.
 ///
@@ -548,7 +549,7 @@ impl RedlockBuilder {
             self.drift_factor,
             announce,
         ));
-        let pubsub = Arc::new(PubSub::new(Arc::downgrade(&core), core.len()));
+        let pubsub = Arc::new(PubSub::new(Arc::<Core>::downgrade(&core), core.len()));
         Ok(Redlock::from_manager(Manager {
             core,
             retry: self.retry,

@@ -167,65 +167,74 @@
 //! # How the code is organised
 //!
 //! Five layers; a module imports only from its own layer or the ones above
-//! it in this list, and no modules import one another in a circle (a unit
-//! test reads the sources and checks both). Data flows one way: request →
-//! fan-out → votes → decision → guard. A folder may have parts on other
-//! levels than the rest of it: `lock::node` is `src/lock/node.rs`, listed
-//! where it stands, and `lock` the rest of `src/lock/`.
+//! it in this list, and no modules import one another in a circle (a test
+//! of the integration-test crate, `tests/it/layers/`, reads the sources and
+//! checks both against its `LAYERS` table, which says where each module is
+//! meant to stand). Data flows one way: request → fan-out → votes →
+//! decision → guard. Each folder is a room with one job, said in the first
+//! line of its `mod.rs`; a folder may have parts on other levels than the
+//! rest of it: `lock::node` is `src/lock/node.rs`, listed where it stands,
+//! and `lock` the rest of `src/lock/`.
 //!
 //! 1. **Pure** (no I/O)
 //!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
 //!    - `token` — [`Token`]: 128 random bits, hex.
-//!    - `quorum` — votes in, decision out; validity and drift math.
-//!    - `decide` — the decision rules a fan-out runs: one lock's tally, a
-//!      renewal round's batch of them, when an unresponsive node is not
-//!      waited for.
-//!    - `retry` — [`Retry`]: delays with jitter, attempt limits, wait deadlines.
+//!    - `quorum` — pure decisions: votes in, decision out; validity and
+//!      drift math; and in `quorum::decide` the decision rules a fan-out
+//!      runs: one lock's tally, a renewal round's batch of them, when an
+//!      unresponsive node is not waited for.
 //!    - `keys` — the key layout: every key and channel named after a
 //!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
+//!    - `metrics` — what the `metrics` feature records (see [Metrics](#metrics)),
+//!      in one place; nothing without the feature.
 //!    - `scripts` — a Lua script as the nodes run it ([`ScriptMode`]), and
 //!      the Functions library of every primitive's scripts (each in its
 //!      primitive's folder).
-//!    - `check` — the node check's [`Report`](check::Report) and its
-//!      judgement of what the nodes showed.
+//!    - `check` — the node doctor's room: its public types
+//!      ([`Report`](check::Report), …) and its judgement of what the nodes
+//!      showed (`check/judge.rs`); its probe and its entry point are on
+//!      their own levels below.
 //! 2. **Wire**
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
-//!      with their fallbacks), and the release and extension of any
-//!      holding by its `Shape` (the trait a primitive implements to say
-//!      how).
+//!      with their fallbacks), the release and extension of any holding by
+//!      its `Shape` (the trait a primitive implements to say how), and the
+//!      manager's pub/sub connection per node (`node/pubsub.rs`),
+//!      subscribed to the channels anyone listens on (waiters, election
+//!      observers), handing each message to the channel's listeners.
 //!    - `lock::node` — a lock's commands on one node (plain `SET NX PX`,
 //!      fenced, multi-resource, and the group-commit batch of many plain
 //!      locks' requests), its scripts beside it, and the lock's `Shape`.
-//!    - `probe` — what a node shows the node check: `INFO`, `TIME`, round
-//!      trips, slot maps, an access probe.
+//!    - `check::probe` — what a node shows the node check: `INFO`, `TIME`,
+//!      round trips, slot maps, an access probe.
 //! 3. **Round**
-//!    - `calls` — the poller of one fan-out's requests, under one timer.
-//!    - `tasks` — background work that outlives a caller, for [`Redlock::settle`].
+//!    - `round::calls` — the poller of one fan-out's requests, under one timer.
+//!    - `round::tasks` — background work that outlives a caller, for [`Redlock::settle`].
 //!    - `lock::batch` — group commit per node: under heavy load, plain locks'
 //!      acquires, releases and extensions that meet a call in flight go out
 //!      together as one script call once it answers; under light load, and
 //!      always for a lone request, at once.
 //!    - `round` — the engine: the one fan-out (one request to every node,
-//!      decided by a rule from `decide`: a lock's votes, a renewal's batch, a
-//!      leader read), the requests still in flight, releases, cleanup; the
-//!      `Core` that holders share.
+//!      decided by a rule from `quorum::decide`: a lock's votes, a
+//!      renewal's batch, a leader read), the requests still in flight,
+//!      releases, cleanup; the `Core` that holders share.
 //!    - `lock` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //! 4. **Holding**
-//!    - `lease` — [`Lease`]: deadline, loss, where the token is confirmed.
-//!    - `pubsub` — the manager's one pub/sub connection per node,
-//!      subscribed to the channels anyone listens on (waiters, election
-//!      observers), handing each message to the channel's listeners.
-//!    - `renew` — auto-extension: one task per manager, batched per node.
-//!    - `wakeup` — waiting for a release by pub/sub instead of polling.
-//!    - `guard` — [`LockGuard`] (and the typed [`Permit`], [`ReadGuard`],
-//!      [`WriteGuard`]): extend, release, drop.
+//!    - `holding` — what a holder owns: [`LockGuard`] (and the typed
+//!      [`Permit`], [`ReadGuard`], [`WriteGuard`]): extend, release, drop
+//!      (`guard.rs`); [`Lease`]: deadline, loss, where the token is
+//!      confirmed (`lease.rs`); auto-extension, one task per manager,
+//!      batched per node (`renew.rs`).
 //! 5. **Entry points**
+//!    - `acquire` — around an acquiring call: [`Retry`] (delays with
+//!      jitter, attempt limits, wait deadlines), waiting for a release by
+//!      pub/sub instead of polling (`wakeup.rs`), and whether the
+//!      manager's node check on first use has started (`check::run` runs it).
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
-//!    - `doctor` — [`Redlock::check`], and the check on first use.
+//!    - `check::run` — [`Redlock::check`], and the check on first use.
 //!    - `election` — [`Election`], [`Leadership`]: campaign, leader,
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a
@@ -265,65 +274,56 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, each importing only from the ones above it in this list
-// (checked by the `layers` unit test): see "How the code is organised".
+// (checked by the `layers` test of the integration-test crate, tests/it/):
+// see "How the code is organised".
 //
 // 1. pure: no I/O
 pub mod check;
-mod decide;
 mod error;
 mod keys;
 mod metrics;
 mod quorum;
 mod request;
-mod retry;
 mod scripts;
 mod token;
-// 2. wire: one node (and the lock's commands, lock::node, in src/lock/)
+// 2. wire: one node (and the lock's commands, lock::node, in src/lock/,
+// and what a node shows the node check, check::probe, in src/check/)
 mod node;
-mod probe;
 // 3. round: one request to every node, and the primitives on it (the
 // lock's group commit, lock::batch, and its acquisitions, lock)
-mod calls;
 mod lock;
 mod round;
-mod tasks;
 // 4. holding
-mod guard;
-mod lease;
-mod pubsub;
-mod renew;
-mod wakeup;
-// 5. entry points
+mod holding;
+// 5. entry points: the manager and its faces (and the node check's entry
+// point, check::run, in src/check/)
+mod acquire;
 mod builder;
-mod doctor;
 mod election;
 mod inspect;
 mod redlock;
 mod rwlock;
 mod semaphore;
 
-#[cfg(test)]
-mod layers;
-
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use acquire::retry::Retry;
+pub use acquire::wakeup::WakeOnRelease;
 pub use builder::RedlockBuilder;
 pub use election::{Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
-pub use guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
+pub use holding::guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
+pub use holding::lease::Lease;
 pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,
 };
-pub use lease::Lease;
 pub use redlock::Redlock;
-pub use retry::Retry;
 pub use rwlock::RwLock;
 pub use scripts::{FUNCTIONS_LIBRARY, NativeCommands, ScriptMode};
 pub use semaphore::Semaphore;
 pub use token::Token;
-pub use wakeup::WakeOnRelease;
 
 // Compiles the examples of the README and of every docs/ chapter as
 // doctests, so they cannot rot (docs/check.py checks that each chapter has

@@ -11,17 +11,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::check::FirstUse;
+use crate::acquire::FirstUse;
+use crate::acquire::retry::{Next, Retry, jitter_unit};
+use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
 use crate::error::Error;
-use crate::guard::LockGuard;
-use crate::lease::Lease;
+use crate::holding::guard::LockGuard;
+use crate::holding::lease::Lease;
+use crate::holding::renew::Renewer;
 use crate::metrics;
-use crate::pubsub::PubSub;
-use crate::renew::Renewer;
+use crate::node::pubsub::PubSub;
 use crate::request::{Fencing, Keys, Limits, Request};
-use crate::retry::{Next, Retry, jitter_unit};
 use crate::round::{Acquire, Core, attempt};
-use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///

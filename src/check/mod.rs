@@ -20,14 +20,17 @@
 //! # }
 //! ```
 //
-// Inside the crate, `judge`: the judgement that turns what each server
-// showed into findings. No I/O: the probing is in `probe`, the entry point
-// in `doctor`.
+// Inside the crate, the node doctor in one room: these types; `judge`, the
+// judgement that turns what each server showed into findings (no I/O);
+// `probe`, what a node shows (the wire); and `run`, the entry point
+// (`Redlock::check`).
 
 use std::fmt;
 use std::time::Duration;
 
 mod judge;
+mod probe;
+mod run;
 
 pub(crate) use judge::{ClockSample, Library, NodeFacts, ServerFacts, Settings, SlotMap, judge};
 
@@ -382,11 +385,4 @@ pub enum StartupCheck {
     /// `tracing`: unsafe ones as warnings, degraded ones at info level,
     /// notes at debug level.
     Log,
-}
-
-/// A manager's startup check, and whether it has started.
-#[derive(Debug, Default)]
-pub(crate) struct FirstUse {
-    pub(crate) check: StartupCheck,
-    pub(crate) started: std::sync::atomic::AtomicBool,
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::decide::Decide;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::quorum::Rule;
+use crate::quorum::decide::Decide;
 use crate::quorum::quorum;
 use crate::request::Ttl;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
@@ -309,7 +309,7 @@ pub(crate) async fn read_leader(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::testing::patterns;
+    use crate::quorum::decide::testing::patterns;
 
     fn holder(token: &str) -> Option<Seen> {
         Some(Seen::Holder {

@@ -19,9 +19,9 @@ use futures::Stream;
 use tokio::sync::Notify;
 
 use crate::error::{ArgumentError, Error, LossReason};
-use crate::guard::{LockGuard, ReleaseSummary};
-use crate::lease::Lease;
-use crate::pubsub::Subscription;
+use crate::holding::guard::{LockGuard, ReleaseSummary};
+use crate::holding::lease::Lease;
+use crate::node::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
 use crate::request::{Fencing, Keys, Request, Ttl, channel, same_slot};
 use crate::round::Core;

@@ -24,10 +24,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::decide::Decide;
 use crate::error::{ArgumentError, Error, NodeError, NodeFailure};
 use crate::keys::Layout;
 use crate::node::Deadline;
+use crate::quorum::decide::Decide;
 use crate::redlock::Redlock;
 use crate::round::{Core, Traced, fan_out_with, follow};
 use crate::semaphore::Semaphore;

@@ -190,7 +190,7 @@ pub(super) fn quorum_ttl(ttls: &[Option<Duration>], quorum: usize) -> Option<Dur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::testing::patterns;
+    use crate::quorum::decide::testing::patterns;
 
     const Q3: usize = 2;
 

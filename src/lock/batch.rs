@@ -40,7 +40,7 @@ use crate::error::NodeError;
 use crate::lock::node::{Single, SingleOp};
 use crate::node::{Deadline, Node, Shape, nth, within};
 use crate::request::Ttl;
-use crate::tasks::Background;
+use crate::round::tasks::Background;
 use crate::token::Token;
 
 /// How many lone requests a node may have in flight while its load is

@@ -25,7 +25,7 @@ impl Deadline {
     }
 
     /// A deadline that the caller enforces, e.g. with one timer for all the
-    /// calls of a fan-out ([`Requests`](crate::calls::Requests)). A
+    /// calls of a fan-out ([`Requests`](crate::round::calls::Requests)). A
     /// call given it runs unbounded unless its caller stops polling it.
     pub(crate) fn timed_by_caller(at: Instant) -> Self {
         Self {

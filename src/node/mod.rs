@@ -10,7 +10,11 @@
 //!   with the NOSCRIPT and missing-library fallbacks), `WAIT` for replicas,
 //!   resends after a dropped connection;
 //! - `holding`: every primitive's release and extension, as the holding's
-//!   [`Shape`] (a trait each primitive implements) describes them.
+//!   [`Shape`] (a trait each primitive implements) describes them;
+//! - `caps`: what the server offers natively (`SET … IFEQ`, `DELIFEQ`,
+//!   `DELEX … IFEQ`), found from its command table once per connection;
+//! - `native`: the token-checked release and extension with those
+//!   commands, for holdings whose keys hold just the token;
 //!
 //! A primitive's own commands and reply decoding are in its folder, beside
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
@@ -23,6 +27,8 @@ mod native;
 mod redact;
 mod run;
 mod url;
+
+pub(crate) mod pubsub;
 
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
@@ -351,7 +357,7 @@ impl Node {
     /// Whether the node's last requests all timed out ([`UNRESPONSIVE`] in
     /// a row, none answered since): a frozen node, or one far behind. A
     /// fan-out does not wait for it once the other nodes have answered
-    /// (see [`waits_only_on`](crate::decide::waits_only_on));
+    /// (see [`waits_only_on`](crate::quorum::decide::waits_only_on));
     /// its requests still go out and are followed, and its first answer
     /// makes it responsive again. A loaded but healthy node answers between
     /// its timeouts, and keeps its place.

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{Core, Holding, Round, fan_out, release_in_background};
-use crate::calls::Requests;
 use crate::error::{Error, NodeError};
 use crate::node::{Deadline, Node, ShapeRef};
 use crate::quorum::{Answer, Decision, Rule, Window};
 use crate::request::Target;
+use crate::round::calls::Requests;
 use crate::token::Token;
 
 /// One primitive's acquisition, as [`attempt`] runs it: what each node is

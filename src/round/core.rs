@@ -11,7 +11,7 @@ use crate::lock::batch::Lanes;
 use crate::node::{Extension, Node, ShapeRef, nth};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
-use crate::tasks::Background;
+use crate::round::tasks::Background;
 use crate::token::Token;
 
 /// What every round of a manager needs: the nodes, how long each may take,
@@ -137,6 +137,17 @@ impl Core {
     /// Node `i`'s label, for logs.
     pub(crate) fn label(&self, node: usize) -> &str {
         self.node(node).map_or("?", |n| &**n.label())
+    }
+}
+
+/// The pub/sub service reaches the nodes through the core, held weakly.
+impl crate::node::pubsub::Nodes for Core {
+    fn node(&self, i: usize) -> Result<&Node, NodeError> {
+        Core::node(self, i)
+    }
+
+    fn node_timeout(&self) -> Duration {
+        Core::node_timeout(self)
     }
 }
 

@@ -9,12 +9,12 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::Core;
-use crate::calls::Requests;
-use crate::decide::{Decide, waits_only_on};
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Node};
+use crate::quorum::decide::{Decide, waits_only_on};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote};
+use crate::round::calls::Requests;
 
 /// What one request to every node produced: one lock's votes, decided by
 /// its [`Rule`].
@@ -314,7 +314,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::decide::Batch;
+    use crate::quorum::decide::Batch;
     use crate::round::tests::{freeze, nodes};
 
     /// A fake request: `answer` after `ms` milliseconds.

@@ -1,6 +1,6 @@
 //! The round layer: the one fan-out ([`fan_out_with`]) that every call to
 //! every node runs on — one request per node, decided by a rule
-//! ([`Decide`](crate::decide::Decide): one lock's votes, a [`Round`]; a renewal's batch; a leader
+//! ([`Decide`](crate::quorum::decide::Decide): one lock's votes, a [`Round`]; a renewal's batch; a leader
 //! read), with the nodes' health, failure metrics and logs, and the
 //! requests still in flight after it [followed](follow) — and the release
 //! of every node that may hold a token, with the [`Core`] that guards,
@@ -9,9 +9,11 @@
 //! here knows guards, renewals or the manager.
 
 mod attempt;
+pub(crate) mod calls;
 mod core;
 mod engine;
 mod release;
+pub(crate) mod tasks;
 
 pub(crate) use self::core::{Core, Holding};
 pub(crate) use attempt::{Acquire, Grant, NodeCall, attempt};

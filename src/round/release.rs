@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use tokio::time::Instant;
 
 use super::{Core, Holding, Round, fan_out, follow};
-use crate::calls::Requests;
 use crate::error::NodeError;
 use crate::lock::batch::Op;
 use crate::metrics;
 use crate::node::Deadline;
 use crate::quorum::Rule;
+use crate::round::calls::Requests;
 
 /// A held lock's requests that were still in flight when their round
 /// decided (the acquire's, or an extension's), raced per node against the
@@ -109,7 +109,7 @@ impl InFlight {
 /// What a lock's release asks of the nodes: a held lock's [`LockState`] or
 /// a failed attempt's [`Holding`], shared by every node's request.
 ///
-/// [`LockState`]: crate::lease::LockState
+/// [`LockState`]: crate::holding::lease::LockState
 pub(crate) trait OnNodes: Send + Sync + 'static {
     fn holding(&self) -> &Holding;
 }

@@ -18,9 +18,9 @@ use std::time::Duration;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
-use crate::guard::{LockGuard, ReadGuard, WriteGuard};
+use crate::holding::guard::{LockGuard, ReadGuard, WriteGuard};
+use crate::holding::lease::Lease;
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
-use crate::lease::Lease;
 use crate::node::ShapeRef;
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Target, same_slot};

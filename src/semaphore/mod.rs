@@ -22,9 +22,9 @@ use rand::RngExt;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
-use crate::guard::{LockGuard, Permit};
+use crate::holding::guard::{LockGuard, Permit};
+use crate::holding::lease::Lease;
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
-use crate::lease::Lease;
 use crate::node::ShapeRef;
 use crate::quorum::{Answer, Vote};
 use crate::redlock::{Acquisition, Attempts, Redlock};

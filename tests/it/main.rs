@@ -34,6 +34,7 @@ mod fencing;
 mod functions;
 mod holding;
 mod inspect;
+mod layers;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod multi;

@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::Layer;
 use super::parse::{
     absolute, code, declared_modules, first_segment, module_of, paths, paths_after, root_exports,
     sub_entries,
 };
-use super::{Layer, UNCHECKED};
 
 /// A module's place: (layer, level), ordered bottom first.
 fn place(layers: &[Layer], module: &str) -> Option<(usize, usize)> {
@@ -105,10 +105,7 @@ pub(super) fn library_problems(
 ) -> Vec<String> {
     let mut wrong = Vec::new();
     for module in declared_modules(&code(root)) {
-        if place(layers, &module).is_none()
-            && !on_top.contains(&module.as_str())
-            && !UNCHECKED.contains(&module.as_str())
-        {
+        if place(layers, &module).is_none() && !on_top.contains(&module.as_str()) {
             wrong.push(format!(
                 "module `{module}` is in no layer: add it to LAYERS"
             ));

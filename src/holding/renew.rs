@@ -12,11 +12,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::decide::{Batch, Decide};
 use crate::error::{LossReason, NodeError, NodeFailure};
-use crate::lease::{Extended, LockState, RoundId};
+use crate::holding::lease::{Extended, LockState, RoundId};
 use crate::metrics;
 use crate::node::{ExtendReply, Extension};
+use crate::quorum::decide::{Batch, Decide};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
 use crate::round::{Core, Traced, fan_out_with, follow, release_again};
@@ -309,7 +309,7 @@ async fn renew_round(core: &Arc<Core>, due: Vec<Due>) -> Renewal<'_> {
 }
 
 /// A renewal round's locks, each with its round of requests (see
-/// [`Confirmations`](crate::lease::Confirmations)): shared by the requests
+/// [`Confirmations`](crate::holding::lease::Confirmations)): shared by the requests
 /// and by whoever follows their late answers.
 struct Locks {
     due: Vec<Due>,
@@ -470,7 +470,7 @@ mod tests {
     async fn take_due_batches_open_windows_and_forgets_finished_locks() {
         let renewer = Renewer::default();
         let now = Instant::now();
-        let mk = crate::lease::tests::held;
+        let mk = crate::holding::lease::tests::held;
         let insert = |id, held: Arc<LockState>, plan| {
             renewer.registry().insert(
                 id,

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 
+use crate::check::probe::node_facts;
 use crate::check::{CheckOptions, Report, Settings, Severity, StartupCheck, judge};
-use crate::probe::node_facts;
 use crate::redlock::Redlock;
 use crate::scripts::FUNCTIONS_LIBRARY;
 

@@ -1,4 +1,8 @@
-//! Quorum decisions and validity math: votes in, decision out. No I/O.
+//! Pure decisions, no I/O: votes in, decision out, and the validity math;
+//! the decision rules a fan-out runs (one lock's tally, a renewal's batch)
+//! are in [`decide`].
+
+pub(crate) mod decide;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::metrics;
-use crate::pubsub::{Heard, Listener, PubSub, Subscription};
+use crate::node::pubsub::{Heard, Listener, PubSub, Subscription};
 use crate::request::channel;
 
 /// The most a woken waiter that lost the previous release to another
@@ -268,6 +268,8 @@ mod tests {
     use futures::FutureExt;
     use std::sync::Weak;
 
+    use crate::round::Core;
+
     fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
         future.now_or_never()
     }
@@ -281,7 +283,7 @@ mod tests {
     }
 
     fn wakeups() -> Arc<Wakeups> {
-        Arc::new(Wakeups::new(Arc::new(PubSub::new(Weak::new(), 3))))
+        Arc::new(Wakeups::new(Arc::new(PubSub::new(Weak::<Core>::new(), 3))))
     }
 
     /// What the pub/sub service hands the waiters of `channel`.

@@ -11,15 +11,15 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::calls::Requests;
 use crate::error::{Error, LossReason, NodeError, NodeFailure};
-use crate::lease::{Extended, Lease, LockState, RoundId};
+use crate::holding::lease::{Extended, Lease, LockState, RoundId};
+use crate::holding::renew::Renewer;
 use crate::lock::batch::Op;
 use crate::metrics;
 use crate::node::ExtendReply;
 use crate::quorum::{Answer, Rule, Vote};
-use crate::renew::Renewer;
 use crate::request::Ttl;
+use crate::round::calls::Requests;
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
 
 /// A held lock.

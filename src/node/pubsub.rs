@@ -15,13 +15,24 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::round::Core;
+use crate::error::NodeError;
+use crate::node::Node;
 
 /// How long a node's pub/sub connection waits before connecting again
 /// after failing to connect, or to subscribe, or losing the connection:
 /// one policy for every listener, and no busy loop against a node that
 /// accepts connections and then refuses them.
 const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+/// What the service needs of its manager, which it holds weakly: the
+/// nodes, and how long a request to one may take. The round's `Core` is
+/// it; passed in, so the node layer imports nothing from the round.
+pub(crate) trait Nodes: Send + Sync {
+    /// Node `i` (an error if there is none).
+    fn node(&self, i: usize) -> Result<&Node, NodeError>;
+    /// How long one request to a node may take.
+    fn node_timeout(&self) -> Duration;
+}
 
 /// What a [`Listener`] hears on one of its channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +70,7 @@ impl Listener for Notify {
 pub(crate) struct PubSub {
     /// Held weakly, as the renewer does: the tasks stop once the manager
     /// and its holders are gone, even if nobody called [`stop`](Self::stop).
-    core: Weak<Core>,
+    core: Weak<dyn Nodes>,
     nodes: usize,
     registry: Mutex<Registry>,
     /// Bumped whenever the set of channels with listeners changes, and on
@@ -95,7 +106,7 @@ pub(crate) struct Subscription {
 impl PubSub {
     /// The service of the manager whose core is `core`, over its `nodes`
     /// nodes. No I/O: the connections open on the first subscription.
-    pub(crate) fn new(core: Weak<Core>, nodes: usize) -> Self {
+    pub(crate) fn new(core: Weak<dyn Nodes>, nodes: usize) -> Self {
         Self {
             core,
             nodes,
@@ -436,7 +447,7 @@ mod tests {
     }
 
     fn service(nodes: usize) -> Arc<PubSub> {
-        Arc::new(PubSub::new(Weak::new(), nodes))
+        Arc::new(PubSub::new(Weak::<crate::round::Core>::new(), nodes))
     }
 
     fn names(names: &[&str]) -> Vec<Arc<str>> {

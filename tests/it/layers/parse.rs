@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{Layer, UNCHECKED};
+use super::Layer;
 
 pub(super) fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -64,9 +64,6 @@ pub(super) fn library() -> (String, BTreeMap<String, String>) {
     let lib = read(&src.join("lib.rs"));
     let mut files = BTreeMap::new();
     for module in declared_modules(&code(&lib)) {
-        if UNCHECKED.contains(&module.as_str()) {
-            continue;
-        }
         let mut paths = rust_files(&src.join(&module));
         let single = src.join(format!("{module}.rs"));
         if single.exists() {

@@ -1,0 +1,7 @@
+//! What a holder owns: the guards handed to callers (`guard`: extend,
+//! release, drop), the [`Lease`](lease::Lease) that says until when and
+//! where the token is confirmed (`lease`), and auto-extension (`renew`).
+
+pub(crate) mod guard;
+pub(crate) mod lease;
+pub(crate) mod renew;
