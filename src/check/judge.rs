@@ -100,6 +100,9 @@ pub(crate) struct NodeFacts {
     /// Operations the lock user was refused on the probe key: `(operation,
     /// error)`; an `Err` if the probe itself could not run.
     pub(crate) refused: Result<Vec<(String, String)>, String>,
+    /// How plain locks are released and extended there (native commands
+    /// or scripts), if the node said.
+    pub(crate) path: Option<String>,
 }
 
 /// What the judgement needs besides the facts: the manager's settings.
@@ -272,6 +275,7 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
         node: facts.node.clone(),
         server,
         latency,
+        path: facts.path.clone(),
         findings,
     }
 }
@@ -674,6 +678,7 @@ mod tests {
             servers: vec![(server.address.clone(), Ok(server))],
             slots: None,
             refused: Ok(Vec::new()),
+            path: Some("release DELIFEQ, extend SET IFEQ".into()),
         }
     }
 
@@ -917,9 +922,22 @@ mod tests {
             servers: vec![("h:2".into(), Err("connection refused".into()))],
             slots: None,
             refused: Err("connection refused".into()),
+            path: None,
         };
         let report = judge(&[n, unreachable], settings(&options()));
         assert_eq!(report.worst(), Some(Severity::Degraded));
+        // The path each node's locks take is reported, and shown.
+        assert_eq!(
+            report.nodes[0].path.as_deref(),
+            Some("release DELIFEQ, extend SET IFEQ")
+        );
+        assert_eq!(report.nodes[1].path, None);
+        assert!(
+            report
+                .to_string()
+                .contains("path      -             release DELIFEQ, extend SET IFEQ"),
+            "{report}"
+        );
         assert_eq!(report.nodes[0].findings[0].aspect, Aspect::Capability);
         assert_eq!(report.nodes[1].findings[0].aspect, Aspect::Reachability);
     }

@@ -172,6 +172,12 @@ pub struct NodeReport {
     pub server: Option<String>,
     /// Round-trip times; for a cluster node, its slowest master's.
     pub latency: Option<Latency>,
+    /// How plain locks are released and extended on this node, as the
+    /// manager does it: `release DELIFEQ, extend SET IFEQ` where the
+    /// server has native commands (see
+    /// [`NativeCommands`](crate::NativeCommands)), `release script, extend
+    /// script` where it has not; `None` if the node did not say.
+    pub path: Option<String>,
     /// The findings, worst first.
     pub findings: Vec<Finding>,
 }
@@ -252,6 +258,15 @@ impl fmt::Display for Report {
                     finding.aspect.to_string(),
                     finding.seen,
                     finding.advice
+                )?;
+            }
+        }
+        for node in &self.nodes {
+            if let Some(path) = &node.path {
+                writeln!(
+                    f,
+                    "{:<node_width$}  {:<8}  {:<12}  {}",
+                    node.node, "path", "-", path
                 )?;
             }
         }

@@ -27,8 +27,6 @@ const CLOCK_READINGS: usize = 3;
 /// by itself if a refused release leaves it behind.
 const PROBE_TTL: Ttl = Ttl::from_millis(2000);
 
-const RELEASE: &str = "release (script: GET, DEL, PUBLISH)";
-
 /// Everything one configured node shows: each server's facts (a cluster's
 /// masters, found through its slot map), and the access probe's refusals.
 /// Never fails: what could not be probed is recorded as such.
@@ -63,8 +61,14 @@ pub(crate) async fn node_facts(
         };
         (vec![(address, facts)], None)
     };
+    // How the library itself releases and extends plain locks there: asked
+    // over the node's own connection, as a lock would ask it.
+    let path = node
+        .capabilities_within((Instant::now() + options.probe_timeout).into())
+        .await
+        .map(|caps| caps.describe());
     let refused = if options.probe_access {
-        access(node, prefix, options).await
+        access(node, prefix, options, path.as_deref()).await
     } else {
         Ok(Vec::new())
     };
@@ -73,6 +77,7 @@ pub(crate) async fn node_facts(
         servers,
         slots,
         refused,
+        path,
     }
 }
 
@@ -334,7 +339,23 @@ async fn access(
     node: &Node,
     prefix: &str,
     options: &CheckOptions,
+    path: Option<&str>,
 ) -> Result<Vec<(String, String)>, String> {
+    // What each step sends on this node (see `Capabilities::describe`).
+    let native =
+        |step: &str, command: &str| path.is_some_and(|p| p.contains(&format!("{step} {command}")));
+    let release = if native("release", "DELIFEQ") {
+        "release (DELIFEQ, PUBLISH)"
+    } else if native("release", "DELEX") {
+        "release (DELEX IFEQ, PUBLISH)"
+    } else {
+        "release (script: GET, DEL, PUBLISH)"
+    };
+    let extend = if native("extend", "SET IFEQ") {
+        "extend (SET NX PX, SET IFEQ PX)"
+    } else {
+        "extend (script: GET, PEXPIRE, SET)"
+    };
     // The key's name is random too, but not the token: a key name may
     // appear in logs, a token never.
     let name = Token::generate().map_err(|e| e.to_string())?;
@@ -365,13 +386,13 @@ async fn access(
         shape: &LockShape,
     };
     if let Err(e) = node.extend(extension, deadline()).await {
-        note("extend (script: GET, PEXPIRE, SET)", e);
+        note(extend, e);
     }
     if let Err(e) = node
         .release(keys, &LockShape, token, None, deadline())
         .await
     {
-        note(RELEASE, e);
+        note(release, e);
     }
     match node.acquire_many(keys, token, PROBE_TTL, deadline()).await {
         Ok(_) => {
@@ -379,7 +400,7 @@ async fn access(
                 .release(keys, &LockShape, token, None, deadline())
                 .await
             {
-                note(RELEASE, e);
+                note(release, e);
             }
         }
         Err(e) => note("acquire_many (script: GET, SET)", e),

@@ -141,11 +141,22 @@ async fn inspect(core: &Arc<Core>, resource: Arc<str>, layout: Arc<Layout>) -> I
     let shared = Arc::new(Shared::new(looking.states, &in_flight));
     let (changed, changes) = watch::channel(());
     let follower = shared.clone();
+    let nodes = Arc::downgrade(core);
     follow(core, "inspect", stragglers, move |node, answer| {
-        follower.settle(node, answer);
+        // Known once the node answered: it is asked beside the first read.
+        let path = nodes.upgrade().and_then(|core| path_of(&core, node));
+        follower.settle(node, answer, path);
         changed.send_replace(());
     });
     Inspection::new(resource, layout, core, Following { shared, changes })
+}
+
+/// How `core`'s node `i` releases and extends plain locks, if it said.
+pub(super) fn path_of(core: &Core, i: usize) -> Option<String> {
+    core.node(i)
+        .ok()
+        .and_then(|n| n.capabilities())
+        .map(|caps| caps.describe())
 }
 
 /// An inspection's decision rule: the nodes' answers so far, decided once
@@ -219,6 +230,8 @@ struct Shared {
 #[derive(Debug, Clone)]
 struct Slot {
     state: NodeState,
+    /// How the node takes plain locks, once it answered a late read.
+    path: Option<String>,
     /// The node's read has ended: it answered, or failed for good (not
     /// merely not waited for).
     settled: bool,
@@ -232,6 +245,7 @@ impl Shared {
             .enumerate()
             .map(|(i, state)| Slot {
                 state,
+                path: None,
                 settled: !in_flight.contains(&i),
             })
             .collect();
@@ -249,9 +263,10 @@ impl Shared {
     }
 
     /// A followed read ended.
-    fn settle(&self, node: usize, answer: Result<Stored, NodeError>) {
+    fn settle(&self, node: usize, answer: Result<Stored, NodeError>, path: Option<String>) {
         if let Some(slot) = self.slots().get_mut(node) {
             slot.settled = true;
+            slot.path = path;
             slot.state = match answer {
                 Ok(stored) => NodeState::Answered(stored),
                 Err(error) => NodeState::Failed(error),

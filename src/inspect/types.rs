@@ -46,6 +46,7 @@ impl Inspection {
                         .node(i)
                         .map_or_else(|_| Arc::from("?"), |n| n.label().clone()),
                     state: NodeState::Pending,
+                    path: super::path_of(core, i),
                 })
                 .collect(),
             failures: Vec::new(),
@@ -66,6 +67,9 @@ impl Inspection {
         self.pending = slots.iter().filter(|s| !s.settled).count();
         for (node, slot) in self.nodes.iter_mut().zip(slots) {
             node.state = slot.state;
+            if slot.path.is_some() {
+                node.path = slot.path;
+            }
         }
         self.failures = self
             .nodes
@@ -257,12 +261,22 @@ pub enum ResourceKind {
 pub struct InspectedNode {
     pub(super) node: Arc<str>,
     pub(super) state: NodeState,
+    pub(super) path: Option<String>,
 }
 
 impl InspectedNode {
     /// The node, as [`Redlock::nodes`] names it (never with credentials).
     pub fn node(&self) -> &str {
         &self.node
+    }
+
+    /// How this manager releases and extends plain locks on the node:
+    /// `release DELIFEQ, extend SET IFEQ` where its server has native
+    /// commands (see [`NativeCommands`](crate::NativeCommands)), `release
+    /// script, extend script` where it has not; `None` if the node had not
+    /// said when the inspection was decided.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
     }
 
     /// What it answered.

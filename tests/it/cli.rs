@@ -253,9 +253,13 @@ fn status_shows_held_free_and_unknown_without_full_tokens() {
     let text = stdout(&out);
     assert!(text.contains("verdict: free"), "{text}");
     assert_eq!(
-        text.lines().filter(|l| l.ends_with("  free")).count(),
+        text.lines()
+            .filter(|l| l.ends_with("  free  [release script, extend script]")
+                || l.ends_with("  free  [release DELIFEQ, extend SET IFEQ]")
+                || l.ends_with("  free  [release script, extend SET IFEQ]"))
+            .count(),
         3,
-        "{text}"
+        "every node's line says how its locks are released and extended:\n{text}"
     );
 
     nodes[1].kill();

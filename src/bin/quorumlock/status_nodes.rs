@@ -23,11 +23,14 @@ pub(crate) fn print_nodes(
         .unwrap_or(0);
     for node in inspection.nodes() {
         let label = node.node();
-        let line = match node.state() {
+        let mut line = match node.state() {
             NodeState::Answered(stored) => describe(stored),
             NodeState::Failed(error) => format!("unreachable: {}", failure(error, timeout)),
             _ => "unreachable: no answer yet".to_owned(),
         };
+        if let Some(path) = node.path() {
+            line.push_str(&format!("  [{path}]"));
+        }
         println!("  {label:<width$}  {line}");
     }
 }
