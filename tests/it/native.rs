@@ -254,6 +254,41 @@ async fn a_user_denied_scripts_and_dangerous_commands_still_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acl_line_of_docs_security_is_enough_for_plain_locks() {
+    if !native_or_skip("native::the_acl_line_of_docs_security_is_enough_for_plain_locks") {
+        return;
+    }
+    // docs/security.md, "Which commands each step sends": the native path.
+    let mut options = ServerOptions::new()
+        .arg("--user")
+        .arg(USER)
+        .arg("on")
+        .arg(format!(">{USER_PASSWORD}"))
+        .arg("resetkeys")
+        .arg("~app:*")
+        .arg("resetchannels")
+        .arg("-@all");
+    for command in ["+set", "+delifeq", "+command|docs"] {
+        options = options.arg(command);
+    }
+    let nodes = RedisNodes::start_with(3, options).expect("nodes");
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|s| format!("redis://{USER}:{USER_PASSWORD}@127.0.0.1:{}", s.port()))
+        .collect();
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    let guard = locks.lock("app:minimal", TTL).await.expect("lock");
+    guard.extend(TTL).await.expect("extend");
+    guard.release().await.expect("release");
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(values(&nodes, "app:minimal").await, [None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_that_needs_a_script_says_what_is_missing() {
     if !native_or_skip("native::a_step_that_needs_a_script_says_what_is_missing") {
         return;
