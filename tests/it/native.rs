@@ -388,3 +388,63 @@ async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
     let gone: Option<String> = c.get("f:one:0").await.expect("GET");
     assert_eq!(gone, None);
 }
+
+/// The server binaries of a real mixed fleet, from `QUORUMLOCK_FLEET`
+/// (paths separated by `:`; the server matrix sets it to every server it
+/// runs).
+fn fleet() -> Option<Vec<String>> {
+    let fleet = std::env::var("QUORUMLOCK_FLEET").ok()?;
+    let binaries: Vec<String> = fleet
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (binaries.len() >= 2).then_some(binaries)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_mixed_fleet_locks_each_node_on_its_own_path() {
+    let Some(binaries) = fleet() else {
+        skip(
+            "native::a_real_mixed_fleet_locks_each_node_on_its_own_path",
+            Skip::NoFleet,
+            "QUORUMLOCK_FLEET names no servers (the server matrix sets it)",
+        );
+        return;
+    };
+    // One node per server (five at most), e.g. Redis 6.2, 7.2, 8.0 and
+    // Valkey 8.1, 9.1 in one manager.
+    let nodes: Vec<RedisNodes> = binaries
+        .iter()
+        .take(5)
+        .map(|binary| RedisNodes::start_with(1, ServerOptions::new().binary(binary)).expect("node"))
+        .collect();
+    let urls: Vec<String> = nodes.iter().flat_map(|n| n.urls()).collect();
+    let locks = Redlock::builder()
+        .nodes(&urls)
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .build()
+        .expect("config");
+    every_plain_step(&locks, "fleet").await;
+    // Without the access probe, which tries a multi-resource lock (a
+    // script) on every node.
+    let report = locks
+        .check_with(&quorumlock::check::CheckOptions::new().skip_access_probe())
+        .await;
+    for (node, url) in report.nodes.iter().zip(&urls) {
+        let path = node.path.as_deref().expect("every node said");
+        let scripts = scripts_seen(url).await;
+        if path.contains("release DELIFEQ") || path.contains("release DELEX") {
+            assert!(path.contains("extend SET IFEQ"), "{url}: {path}");
+            assert_eq!(scripts, [], "{url} ({path}) ran scripts");
+        } else {
+            assert!(
+                !scripts.is_empty(),
+                "{url} ({path}) released without a script?"
+            );
+        }
+    }
+    for node in &nodes {
+        assert_eq!(values(node, "fleet:one:0").await, [None]);
+    }
+}

@@ -357,6 +357,9 @@ pub enum Skip {
     /// The server has no native compare-and-delete and compare-and-set
     /// (`DELIFEQ` or `DELEX … IFEQ`, and `SET … IFEQ`): `no-native`.
     NoNative,
+    /// No mixed fleet of servers named (`QUORUMLOCK_FLEET`, which the
+    /// server matrix sets): `no-fleet`.
+    NoFleet,
 }
 
 impl Skip {
@@ -367,6 +370,7 @@ impl Skip {
             Self::NoTls => "no-tls",
             Self::NoChromium => "no-chromium",
             Self::NoNative => "no-native",
+            Self::NoFleet => "no-fleet",
         }
     }
 }
