@@ -21,7 +21,11 @@ use tokio::time::Instant;
 /// attempts in a row failed with [`Error::Unavailable`](crate::Error::Unavailable)
 /// (too few nodes reachable), however long it may wait for a busy
 /// resource. The command line's `exec --wait` waits this way, with
-/// [`Self::DEFAULT_ATTEMPTS`].
+/// [`Self::DEFAULT_ATTEMPTS`]. A campaign
+/// ([`Election::campaign`](crate::Election::campaign)) waits for another
+/// leader without limit, but for unreachable nodes only as long as this
+/// policy lets `lock` wait for them: `unavailable_attempts` in a row (else
+/// the attempt limit), or the `wait`.
 ///
 /// # Examples
 ///

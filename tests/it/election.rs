@@ -1196,24 +1196,27 @@ async fn a_campaign_without_a_majority_is_unavailable_naming_the_down_nodes() {
 /// What a campaign that cannot reach a quorum does to the term: every
 /// attempt that a live node granted raised that node's counter by one
 /// (documented: terms grow and may skip numbers), so an outage raises it
-/// by at most the policy's attempts — not for as long as the outage lasts;
-/// and the next leader's term is larger than every counter those attempts
-/// left.
+/// by at most the policy's attempts (5 here), not for as long as the
+/// outage lasts; and the next leader's term is still larger than every
+/// earlier leader's. The majority is stopped (SIGSTOP), not killed: a
+/// node that restarts empty loses its counter, and with it fencing
+/// (documented), which is not what this test is about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attempts_without_a_quorum_raise_the_term_at_most_once_each() {
-    let nodes = Arc::new(RedisNodes::start(5).expect("nodes"));
-    let first = manager(&nodes)
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let locks = manager(&nodes);
+    let first = locks
         .election("terms")
         .campaign("first", Duration::from_secs(5))
         .await
         .expect("campaign");
     let first_term = first.term();
     first.resign().await.expect("resign");
-    for server in nodes.iter().skip(2) {
-        server.kill();
-    }
-    let locks = manager(&nodes);
-    for _ in 0..3 {
+    no_hang("settle", locks.settle()).await;
+    let live = [&nodes[0], &nodes[1]];
+    let before = term_counters(&live, "terms").await;
+    {
+        let _stopped: Vec<Paused<'_>> = nodes.iter().skip(2).map(Paused::new).collect();
         let outcome = no_hang(
             "campaign",
             locks
@@ -1225,19 +1228,13 @@ async fn attempts_without_a_quorum_raise_the_term_at_most_once_each() {
             matches!(outcome, Err(Error::Unavailable { .. })),
             "{outcome:?}"
         );
-    }
-    no_hang("settle", locks.settle()).await;
-    let live = [&nodes[0], &nodes[1]];
-    let counters = term_counters(&live, "terms").await;
-    // Three campaigns of at most 5 attempts each (these tests' policy).
-    for counter in &counters {
-        assert!(
-            (first_term..=first_term + 15).contains(counter),
-            "term {first_term}, then counters {counters:?}"
-        );
-    }
-    for i in 2..5 {
-        support::restart(&nodes, i).await;
+        let after = term_counters(&live, "terms").await;
+        for (before, after) in before.iter().zip(&after) {
+            assert!(
+                (*before..=before + 5).contains(after),
+                "counters {before:?} before, {after:?} after"
+            );
+        }
     }
     let next = no_hang(
         "campaign",
@@ -1247,10 +1244,9 @@ async fn attempts_without_a_quorum_raise_the_term_at_most_once_each() {
     )
     .await
     .expect("campaign");
-    let highest = counters.iter().copied().max().unwrap_or_default();
     assert!(
-        next.term() > highest,
-        "term {} after counters {counters:?}",
+        next.term() > first_term,
+        "{} after {first_term}",
         next.term()
     );
     next.resign().await.expect("resign");
