@@ -755,6 +755,33 @@ fn two_thread_runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// Runs a frozen leader's runtime (its pending writes, renewals and value
+/// keeper) until every node holds election `name`'s value.
+fn until_every_node_holds_the_value(
+    frozen: &tokio::runtime::Runtime,
+    nodes: &RedisNodes,
+    name: &str,
+) {
+    let leader_key = format!("{name}{LEADER_SUFFIX}");
+    frozen.block_on(no_hang("the value on every node", async {
+        loop {
+            let mut everywhere = true;
+            for server in nodes.iter() {
+                let held: bool = support::conn(&server.url())
+                    .await
+                    .exists(&leader_key)
+                    .await
+                    .expect("EXISTS");
+                everywhere &= held;
+            }
+            if everywhere {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }));
+}
+
 /// Election `name`'s keys gone from one node, as an empty restart would.
 async fn drop_election_keys(url: &str, name: &str) {
     let keys = [
@@ -856,6 +883,11 @@ fn a_read_is_not_left_to_an_unresponsive_node() {
     let nodes = RedisNodes::start(3).expect("nodes");
     // The leader stands still once its campaign returned (`frozen_leader`).
     let (frozen, leadership) = frozen_leader(&nodes, "sched4", "web-8", Duration::from_secs(30));
+    // Node 1 must hold the value for the reads below to be undecided: the
+    // campaign returned once a quorum held it, which on a loaded machine
+    // may be nodes 2 and 3 only, with node 1's write still pending on the
+    // frozen runtime. Let it run until every node holds it.
+    until_every_node_holds_the_value(&frozen, &nodes, "sched4");
     let reading = two_thread_runtime();
     reading.block_on(async {
         let locks = manager(&nodes);
