@@ -150,7 +150,7 @@
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
 //! | `quorumlock_acquisitions_total` | counter | `outcome` | an acquiring call ended — `lock`/`try_lock` (any form), a semaphore's `acquire`/`try_acquire`, a reader-writer lock's `read`/`write` (and `try_` forms), an election's `campaign` (`with_…` included; a call dropped before it ended is not counted): `granted`, `contended`, `unavailable`, `validity_expired`, `fence_unconfirmed`, `wait_timeout`, `invalid_argument`, `error` |
-//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input; a campaign's attempts until it won) |
+//! | `quorumlock_acquire_attempts` | histogram | `outcome` | attempts that call made (0 for bad input; a campaign's attempts until it won or gave up on an outage) |
 //! | `quorumlock_acquire_seconds` | histogram | `outcome` | how long the call took, waiting included |
 //! | `quorumlock_extensions_total` | counter | `outcome` | an explicit `extend`: `extended`, `lost`, `failed` (too few nodes answered; still held) |
 //! | `quorumlock_renewals_total` | counter | `outcome` | one auto-extended lock's renewal: `renewed`, `failed` (retried), `lost` |

@@ -649,12 +649,11 @@ impl Redlock {
         made: &mut u32,
     ) -> Result<A::Guard, Error> {
         let started = Instant::now();
-        let policy = match attempts {
-            Attempts::Once => Retry::none(),
-            Attempts::PerPolicy => self.inner.retry,
-            Attempts::Unlimited => self.inner.retry.endless(),
+        let mut schedule = match attempts {
+            Attempts::Once => Retry::none().schedule(started),
+            Attempts::PerPolicy => self.inner.retry.schedule(started),
+            Attempts::Campaign => self.inner.retry.campaign(started),
         };
-        let mut schedule = policy.schedule(started);
         let wakeups = self.inner.wakeups.as_ref();
         let mut waiter: Option<Waiter> = None;
         // Whether the last attempt was made on a wake-up.
@@ -706,9 +705,10 @@ pub(crate) enum Attempts {
     Once,
     /// As the manager's [`Retry`] policy allows: `lock` and its kin.
     PerPolicy,
-    /// Without limit or deadline, with the policy's delays: a campaign,
-    /// which ends only by winning, a non-retryable error, or being dropped.
-    Unlimited,
+    /// A campaign's, with the policy's delays: without limit or deadline
+    /// while another candidate leads, as the policy allows while too few
+    /// nodes are reachable (see [`Retry::campaign`]).
+    Campaign,
 }
 
 /// What a call of [`Redlock::acquire`] acquires: a validated request of

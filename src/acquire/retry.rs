@@ -21,7 +21,11 @@ use tokio::time::Instant;
 /// attempts in a row failed with [`Error::Unavailable`](crate::Error::Unavailable)
 /// (too few nodes reachable), however long it may wait for a busy
 /// resource. The command line's `exec --wait` waits this way, with
-/// [`Self::DEFAULT_ATTEMPTS`].
+/// [`Self::DEFAULT_ATTEMPTS`]. A campaign
+/// ([`Election::campaign`](crate::Election::campaign)) waits for another
+/// leader without limit, but for unreachable nodes only as long as this
+/// policy lets `lock` wait for them: `unavailable_attempts` in a row (else
+/// the attempt limit), or the `wait`.
 ///
 /// # Examples
 ///
@@ -123,13 +127,23 @@ impl Retry {
         self
     }
 
-    /// This policy without limits on attempts, unavailable ones included,
-    /// and without a deadline: a campaign's.
-    pub(crate) fn endless(mut self) -> Self {
-        self.attempts = None;
-        self.unavailable = None;
-        self.wait = None;
-        self
+    /// A campaign's schedule under this policy, for a campaign started at
+    /// `started`: attempts that find another candidate leading are retried
+    /// without limit or deadline, but an outage ends it as it ends `lock`.
+    /// A run of attempts in a row that found too few nodes reachable stops
+    /// after [`Retry::unavailable_attempts`] of them (or, without that
+    /// limit, the policy's attempt limit), or once it has lasted the
+    /// policy's [`wait`](Retry::wait) (counted from the campaign's start or
+    /// from the last attempt that failed otherwise). A policy with neither
+    /// limit nor deadline ([`Retry::forever`]) campaigns through an outage.
+    pub(crate) fn campaign(&self, started: Instant) -> Schedule {
+        Schedule {
+            attempts: None,
+            unavailable: self.unavailable.or(self.attempts).and_then(NonZeroU32::new),
+            deadline: None,
+            outage: self.wait,
+            ..self.schedule(started)
+        }
     }
 
     /// The fixed part of the delay between attempts. Defaults to
@@ -177,6 +191,8 @@ impl Retry {
             delay: self.delay,
             jitter: self.jitter,
             deadline: self.wait.map(|w| started + w),
+            outage: None,
+            available_at: started,
             made: 0,
         }
     }
@@ -191,6 +207,11 @@ pub(crate) struct Schedule {
     delay: Duration,
     jitter: Duration,
     deadline: Option<Instant>,
+    /// How long a run of unavailable attempts may last (a campaign's).
+    outage: Option<Duration>,
+    /// Since when the current run of unavailable attempts has lasted: the
+    /// start, or the last failure that was not for want of nodes.
+    available_at: Instant,
     made: u32,
 }
 
@@ -200,7 +221,8 @@ pub(crate) enum Next {
     /// Sleep this long, then try again.
     RetryAfter(Duration),
     /// The attempt limit is used up, or the limit of unavailable attempts
-    /// in a row.
+    /// in a row (of their number, or for a campaign, of how long they
+    /// lasted).
     AttemptsExhausted,
     /// The wait deadline has passed.
     DeadlinePassed,
@@ -214,7 +236,10 @@ impl Schedule {
         self.made = self.made.saturating_add(1);
         self.unavailable_in_a_row = match unavailable {
             true => self.unavailable_in_a_row.saturating_add(1),
-            false => 0,
+            false => {
+                self.available_at = now;
+                0
+            }
         };
         if let Some(limit) = self.attempts
             && self.made >= limit.get()
@@ -223,6 +248,12 @@ impl Schedule {
         }
         if let Some(limit) = self.unavailable
             && self.unavailable_in_a_row >= limit.get()
+        {
+            return Next::AttemptsExhausted;
+        }
+        if let Some(outage) = self.outage
+            && unavailable
+            && now.saturating_duration_since(self.available_at) >= outage
         {
             return Next::AttemptsExhausted;
         }
@@ -386,15 +417,63 @@ mod tests {
                 Next::RetryAfter(_)
             ));
         }
-        // A campaign's policy drops the limit.
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_campaign_waits_for_a_leader_but_not_through_an_outage() {
+        let start = Instant::now();
+        // The default policy: busy without limit; 10 unavailable in a row
+        // (its attempt limit) end the campaign.
+        let mut s = Retry::default().campaign(start);
+        for _ in 0..1000 {
+            assert!(matches!(
+                s.after_failure(start, 0.0, false),
+                Next::RetryAfter(_)
+            ));
+        }
+        for _ in 1..Retry::DEFAULT_ATTEMPTS {
+            assert!(matches!(
+                s.after_failure(start, 0.0, true),
+                Next::RetryAfter(_)
+            ));
+        }
+        assert_eq!(s.after_failure(start, 0.0, true), Next::AttemptsExhausted);
+
+        // An explicit limit of unavailable attempts is kept.
+        let mut s = Retry::default().unavailable_attempts(1).campaign(start);
+        assert_eq!(s.after_failure(start, 0.0, true), Next::AttemptsExhausted);
+
+        // With only a wait deadline, an outage may last that long; busy
+        // attempts are not bounded by it, and one restarts the outage's clock.
         let mut s = Retry::default()
-            .unavailable_attempts(1)
-            .endless()
-            .schedule(start);
-        assert!(matches!(
-            s.after_failure(start, 0.0, true),
-            Next::RetryAfter(_)
-        ));
+            .unlimited_attempts()
+            .wait(250 * MS)
+            .jitter(Duration::ZERO)
+            .campaign(start);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0, false),
+            Next::RetryAfter(Retry::DEFAULT_DELAY)
+        );
+        tokio::time::advance(200 * MS).await;
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0, true),
+            Next::RetryAfter(Retry::DEFAULT_DELAY)
+        );
+        tokio::time::advance(50 * MS).await;
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0, true),
+            Next::AttemptsExhausted
+        );
+
+        // Without limit or deadline, a campaign goes on through an outage.
+        let mut s = Retry::forever().campaign(start);
+        for _ in 0..1000 {
+            assert!(matches!(
+                s.after_failure(start, 0.0, true),
+                Next::RetryAfter(_)
+            ));
+        }
     }
 
     #[test]

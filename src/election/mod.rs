@@ -2,7 +2,8 @@
 //! observe, the scoped `with_leadership`) and [`Leadership`], the handle of
 //! the one candidate that leads. A thin entry point: a campaign is a fenced
 //! lock acquired on the manager's one acquire path (as `lock`'s, retried
-//! without limit), leadership is that lock held and auto-extended by a
+//! without limit while another candidate leads, and as the retry policy
+//! allows while too few nodes are reachable), leadership is that lock held and auto-extended by a
 //! [`LockGuard`], and the value beside it is the election primitive's: on
 //! the engine (`leader.rs`), on a node (`node.rs`), and its scripts
 //! (`elect_proclaim.lua`, `elect_leader.lua`).
@@ -215,8 +216,28 @@ impl Election {
     /// [`WakeOnRelease::Subscribe`](crate::WakeOnRelease::Subscribe)),
     /// without limit: bound the wait with `tokio::time::timeout` if needed.
     ///
+    /// Unreachable nodes are not waited for without limit: the manager's
+    /// [`Retry`](crate::Retry) policy bounds an outage as it bounds
+    /// [`lock`](Redlock::lock)'s. Once as many attempts in a row as
+    /// [`Retry::unavailable_attempts`](crate::Retry::unavailable_attempts)
+    /// allows (without it, the policy's attempt limit: 10 by default)
+    /// found too few nodes reachable, or such attempts went on for the
+    /// policy's [`wait`](crate::Retry::wait), the campaign fails with
+    /// [`Error::Unavailable`], naming each failed node. An attempt that
+    /// finds another candidate leading starts that count again. Only a
+    /// policy without either ([`Retry::forever`](crate::Retry::forever))
+    /// campaigns through an outage.
+    ///
+    /// An attempt that could not reach a quorum still raises the term
+    /// counter by one on each node that granted it, as every fenced
+    /// attempt does: during an outage the live nodes' counters rise by one
+    /// per attempt, as many as the policy allows. Terms grow, and may skip
+    /// numbers; the next leader's term is still larger than every earlier
+    /// one.
+    ///
     /// A campaign is acquired as [`lock`](Redlock::lock) acquires, but for
-    /// the attempt limit and the wait deadline: it runs the manager's
+    /// the attempt limit and the wait deadline, which bound only an outage
+    /// (see above), never the wait for another leader: it runs the manager's
     /// [startup check](crate::check::StartupCheck) on first use, and counts in the
     /// acquisition metrics (`quorumlock_acquisitions_total` and the
     /// `quorumlock_acquire_*` histograms) once it is won (or fails with an
@@ -226,8 +247,11 @@ impl Election {
     ///
     /// [`Error::InvalidArgument`] for an empty name, a ttl that
     /// [`lock`](Redlock::lock) rejects, or, with a Redis Cluster node, a
-    /// name whose keys do not share a hash slot. Contention and unreachable
-    /// nodes are retried, not returned.
+    /// name whose keys do not share a hash slot. [`Error::Unavailable`]
+    /// when too few nodes were reachable for as many attempts as the retry
+    /// policy allows (see above), with each failed node's error in
+    /// [`Error::node_failures`]. Another candidate leading is waited for,
+    /// never returned.
     ///
     /// # Cancel safety
     ///
@@ -256,7 +280,7 @@ impl Election {
     ) -> impl Future<Output = Result<Leadership, Error>> + Send + use<> {
         self.locks.acquire(
             self.campaign_request(value, ttl),
-            Attempts::Unlimited,
+            Attempts::Campaign,
             "campaign",
         )
     }

@@ -274,6 +274,73 @@ fn leader_exits_69_when_stopped_nodes_may_hold_the_leader() {
     assert_status(&running.finish(), 3);
 }
 
+/// The reported case: a majority of five nodes is down. `elect` does not
+/// campaign forever: it exits 69, as `exec` does, with one line per failed
+/// node, and without running the command.
+#[test]
+fn elect_exits_69_naming_each_node_when_a_majority_is_down() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    for server in nodes.iter().skip(2) {
+        server.kill();
+    }
+    let out = cli_support::output(elect(
+        &nodes,
+        &[],
+        "nl:el",
+        &["sh", "-c", "echo ran; exit 3"],
+    ));
+    assert_status(&out, UNKNOWN);
+    assert_eq!(cli_support::stdout(&out), "", "the command ran");
+    let err = stderr(&out);
+    let mut lines = err.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l
+                .starts_with("quorumlock: could not campaign for `nl:el` (nodes unavailable): ")),
+        "{err}"
+    );
+    // The attempt stops once a quorum is impossible (3 of 5 failed), so a
+    // live node's answer may be in or not; each failed node is listed once,
+    // on its own line, and only the killed ones failed.
+    let per_node: Vec<&str> = lines.collect();
+    assert_eq!(per_node.len(), 3, "{err}");
+    for server in nodes.iter().skip(2) {
+        let line = format!("quorumlock:   node 127.0.0.1:{}: ", server.port());
+        assert_eq!(
+            per_node.iter().filter(|l| l.starts_with(&line)).count(),
+            1,
+            "{line}\n{err}"
+        );
+    }
+}
+
+/// `elect --help` lists the same statuses as `exec --help`, 69 included,
+/// but 75: a campaign waits for another leader.
+#[test]
+fn elect_help_lists_execs_exit_statuses_but_busy() {
+    let table = |subcommand: &str| {
+        let mut cmd = quorumlock();
+        cmd.args([subcommand, "--help"]);
+        let out = cli_support::output(cmd);
+        assert_status(&out, 0);
+        let help = cli_support::stdout(&out);
+        let statuses: Vec<String> = help
+            .lines()
+            .skip_while(|l| *l != "Exit status:")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.starts_with(|c: char| c.is_ascii_digit() || c == 'N'))
+            .map(str::to_owned)
+            .collect();
+        statuses
+    };
+    let exec: Vec<String> = table("exec").into_iter().filter(|s| s != "75").collect();
+    assert!(exec.contains(&"69".to_owned()), "{exec:?}");
+    assert_eq!(table("elect"), exec);
+}
+
 #[test]
 fn leader_and_elect_help_describe_the_elections_keys_and_defaults() {
     for (subcommand, node_timeout) in [("leader", "[default: 1s]"), ("elect", "[default: 250ms]")] {

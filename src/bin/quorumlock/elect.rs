@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{Error, Retry};
+use quorumlock::Retry;
 use tokio::process::Command;
 
 use crate::duration::parse_duration;
@@ -63,6 +63,8 @@ pub(crate) struct ElectArgs {
 }
 
 pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
+    // A campaign waits for another leader without limit, but gives up on an
+    // outage after the policy's attempt limit in a row (10), as `exec` does.
     let locks = args.nodes.manager("elect", Retry::default())?;
     let Some(mut signals) = Signals::install_or_report() else {
         return Ok(exit::INTERNAL);
@@ -78,7 +80,7 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
         let leadership = tokio::select! {
             won = campaign => match won {
                 Ok(leadership) => leadership,
-                Err(e) => break campaign_failed(name, &e),
+                Err(e) => break exit::acquire_failed(&format!("campaign for `{name}`"), &e),
             },
             received = signals.recv() => {
                 eprintln!("quorumlock: {received} while campaigning for `{name}`; gave up");
@@ -128,15 +130,6 @@ pub(crate) async fn run(args: ElectArgs) -> Result<u8, clap::Error> {
     };
     locks.settle().await;
     Ok(status)
-}
-
-fn campaign_failed(name: &str, err: &Error) -> u8 {
-    eprintln!(
-        "quorumlock: cannot campaign for `{name}`: {}",
-        exit::describe(err)
-    );
-    exit::print_failures(err);
-    exit::classify(err)
 }
 
 #[derive(Debug, Args)]

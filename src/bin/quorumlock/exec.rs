@@ -102,7 +102,7 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
         acquired = acquire => match acquired {
             Ok(guard) => guard,
             Err(e) => {
-                let status = exit::acquire_failed(resource, &e);
+                let status = exit::acquire_failed(&format!("lock `{resource}`"), &e);
                 locks.settle().await;
                 return Ok(status);
             }

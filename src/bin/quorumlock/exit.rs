@@ -33,18 +33,21 @@ pub(crate) const CANNOT_RUN: u8 = 126;
 /// The command was not found.
 pub(crate) const NOT_FOUND: u8 = 127;
 
-/// The exit-status table shown by `exec --help`.
+/// The exit-status table shown by `exec --help` (`elect`'s has the same
+/// rows, but 75: a campaign waits for another leader).
 pub(crate) const EXEC_HELP: &str = "\
 Exit status:
   N        the command's own status (128+N if a signal N ended it)
   2        bad arguments or node URLs
-  69       too few nodes reachable to lock (one line per failed node on stderr)
+  69       too few nodes reachable to lock (one line per failed node on
+           stderr): 10 attempts in a row found too many nodes unreachable
   75       the resource is busy: held by another owner, with --no-wait or
            until --wait ran out
   124      the lock was lost before the command finished; if it was still
            running it got SIGTERM, then SIGKILL after --grace
   125      quorumlock itself failed
   126/127  the command could not be run / was not found
+  128+N    signal N arrived while waiting for the lock
 
 Environment of the command:
   QUORUMLOCK_RESOURCE  the resource name
@@ -77,11 +80,14 @@ The check reads INFO, CONFIG GET appendfsync, TIME, PING and, with
 on <prefix>quorumlock:doctor:<random> (2s ttl). It changes no configuration
 and prints no token or password.";
 
-/// The exit-status table shown by `elect --help`.
+/// The exit-status table shown by `elect --help`: `exec`'s rows, but 75.
 pub(crate) const ELECT_HELP: &str = "\
 Exit status:
   N        the command's own status (128+N if a signal N ended it)
   2        bad arguments or node URLs
+  69       too few nodes reachable to campaign (one line per failed node on
+           stderr): 10 attempts in a row found too many nodes unreachable;
+           another instance leading is waited for, not an exit
   124      the leadership was lost before the command finished (without
            --again); if it was still running it got SIGTERM, then SIGKILL
            after --grace
@@ -106,9 +112,10 @@ pub(crate) fn code(status: u8) -> ExitCode {
     ExitCode::from(status)
 }
 
-/// Prints why a lock could not be taken (one line, then one line per failed
-/// node) and returns the matching status.
-pub(crate) fn acquire_failed(resource: &str, err: &Error) -> u8 {
+/// Prints why `attempt` (what was tried: "lock `orders`", "campaign for
+/// `scheduler`") failed — one line, then one line per failed node — and
+/// returns the matching status: `exec` and `elect` report alike.
+pub(crate) fn acquire_failed(attempt: &str, err: &Error) -> u8 {
     let status = classify(err);
     let what = match status {
         BUSY => "busy",
@@ -117,7 +124,7 @@ pub(crate) fn acquire_failed(resource: &str, err: &Error) -> u8 {
         _ => "failed",
     };
     eprintln!(
-        "quorumlock: could not lock `{resource}` ({what}): {}",
+        "quorumlock: could not {attempt} ({what}): {}",
         describe(err)
     );
     print_failures(err);

@@ -81,7 +81,8 @@ enum Commands {
     /// Run a command only while this instance leads an election.
     ///
     /// Campaigns for NAME on a quorum of --nodes until this instance leads
-    /// (waiting while another does), then runs COMMAND with the leadership
+    /// (waiting while another does; exit 69 if too few nodes are reachable
+    /// for 10 attempts in a row), then runs COMMAND with the leadership
     /// renewed in the background, and resigns when COMMAND exits. If the
     /// leadership is lost while COMMAND runs, COMMAND's process group gets
     /// SIGTERM, then SIGKILL after --grace; with --again, quorumlock then
