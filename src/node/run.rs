@@ -372,7 +372,6 @@ pub(super) fn describe_server(reply: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::ordered::Ordered;
     use super::*;
     use crate::node::server_error;
 
