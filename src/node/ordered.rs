@@ -265,8 +265,11 @@ impl Ordered {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
+    // Against a real server: needs the test kit.
+    #![cfg(feature = "testkit")]
+
     use std::future::Future;
     use std::ops::Range;
     use std::pin::Pin;
