@@ -267,83 +267,83 @@ impl Ordered {
 
 #[cfg(test)]
 mod tests {
-    // Against a real server: needs the test kit.
-    #![cfg(feature = "testkit")]
+    /// Against a real server: needs the test kit.
+    #[cfg(feature = "testkit")]
+    mod against_a_server {
+        use std::future::Future;
+        use std::ops::Range;
+        use std::pin::Pin;
+        use std::sync::Arc;
+        use std::task::Poll;
+        use std::time::Duration;
 
-    use std::future::Future;
-    use std::ops::Range;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::Poll;
-    use std::time::Duration;
+        use redis::Value;
+        use tokio::time::Instant;
 
-    use redis::Value;
-    use tokio::time::Instant;
+        use crate::error::NodeError;
+        use crate::node::{Deadline, Node, NodeOptions, Resend};
+        use crate::testkit::RedisServer;
 
-    use super::super::{Deadline, Node, NodeOptions, Resend};
-    use crate::error::NodeError;
-    use crate::testkit::RedisServer;
+        type Request = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
 
-    type Request = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
-
-    fn deadline() -> Deadline {
-        Deadline::from(Instant::now() + Duration::from_secs(10))
-    }
-
-    /// Issues `numbers` in order, each a request appending its number to
-    /// `key`: each is polled once, in turn, in this task (that is when a
-    /// request is issued), then left to a task of its own, as a fan-out's
-    /// followers are. Waits for them all.
-    async fn append_in_order(node: &Arc<Node>, key: &str, numbers: Range<u32>) {
-        let mut requests: Vec<Option<Request>> = numbers
-            .map(|i| {
-                let node = node.clone();
-                let mut cmd = redis::cmd("RPUSH");
-                cmd.arg(key).arg(i);
-                let request: Request =
-                    Box::pin(
-                        async move { node.command(&cmd, &[], Resend::Never, deadline()).await },
-                    );
-                Some(request)
-            })
-            .collect();
-        std::future::poll_fn(|cx| {
-            for slot in &mut requests {
-                if let Some(request) = slot
-                    && let Poll::Ready(reply) = request.as_mut().poll(cx)
-                {
-                    reply.expect("append");
-                    *slot = None;
-                }
-            }
-            Poll::Ready(())
-        })
-        .await;
-        let tasks: Vec<_> = requests.into_iter().flatten().map(tokio::spawn).collect();
-        for task in tasks {
-            task.await.expect("task").expect("append");
+        fn deadline() -> Deadline {
+            Deadline::from(Instant::now() + Duration::from_secs(10))
         }
-    }
 
-    async fn appended(node: &Node, key: &str) -> Vec<u32> {
-        let mut cmd = redis::cmd("LRANGE");
-        cmd.arg(key).arg(0).arg(-1);
-        let reply = node
-            .command(&cmd, &[], Resend::Never, deadline())
-            .await
-            .expect("LRANGE");
-        redis::from_redis_value(reply).expect("numbers")
-    }
+        /// Issues `numbers` in order, each a request appending its number to
+        /// `key`: each is polled once, in turn, in this task (that is when a
+        /// request is issued), then left to a task of its own, as a fan-out's
+        /// followers are. Waits for them all.
+        async fn append_in_order(node: &Arc<Node>, key: &str, numbers: Range<u32>) {
+            let mut requests: Vec<Option<Request>> = numbers
+                .map(|i| {
+                    let node = node.clone();
+                    let mut cmd = redis::cmd("RPUSH");
+                    cmd.arg(key).arg(i);
+                    let request: Request = Box::pin(async move {
+                        node.command(&cmd, &[], Resend::Never, deadline()).await
+                    });
+                    Some(request)
+                })
+                .collect();
+            std::future::poll_fn(|cx| {
+                for slot in &mut requests {
+                    if let Some(request) = slot
+                        && let Poll::Ready(reply) = request.as_mut().poll(cx)
+                    {
+                        reply.expect("append");
+                        *slot = None;
+                    }
+                }
+                Poll::Ready(())
+            })
+            .await;
+            let tasks: Vec<_> = requests.into_iter().flatten().map(tokio::spawn).collect();
+            for task in tasks {
+                task.await.expect("task").expect("append");
+            }
+        }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn requests_reach_a_new_connection_in_the_order_they_were_issued() {
-        let server = RedisServer::start().expect("redis-server");
-        let node = Arc::new(Node::parse(&server.url(), &NodeOptions::default()).expect("node"));
-        // The first requests of a fresh node all wait for its connection.
-        append_in_order(&node, "order", 0..200).await;
-        assert_eq!(appended(&node, "order").await, (0..200).collect::<Vec<_>>());
-        // And on the connection made: in order too.
-        append_in_order(&node, "again", 0..200).await;
-        assert_eq!(appended(&node, "again").await, (0..200).collect::<Vec<_>>());
+        async fn appended(node: &Node, key: &str) -> Vec<u32> {
+            let mut cmd = redis::cmd("LRANGE");
+            cmd.arg(key).arg(0).arg(-1);
+            let reply = node
+                .command(&cmd, &[], Resend::Never, deadline())
+                .await
+                .expect("LRANGE");
+            redis::from_redis_value(reply).expect("numbers")
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn requests_reach_a_new_connection_in_the_order_they_were_issued() {
+            let server = RedisServer::start().expect("redis-server");
+            let node = Arc::new(Node::parse(&server.url(), &NodeOptions::default()).expect("node"));
+            // The first requests of a fresh node all wait for its connection.
+            append_in_order(&node, "order", 0..200).await;
+            assert_eq!(appended(&node, "order").await, (0..200).collect::<Vec<_>>());
+            // And on the connection made: in order too.
+            append_in_order(&node, "again", 0..200).await;
+            assert_eq!(appended(&node, "again").await, (0..200).collect::<Vec<_>>());
+        }
     }
 }
