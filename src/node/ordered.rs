@@ -335,7 +335,7 @@ mod tests {
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn requests_reach_a_new_connection_in_the_order_they_were_issued() {
+        async fn requests_reach_the_server_in_the_order_they_were_issued() {
             let server = RedisServer::start().expect("redis-server");
             let node = Arc::new(Node::parse(&server.url(), &NodeOptions::default()).expect("node"));
             // The first requests of a fresh node all wait for its connection.
@@ -344,6 +344,15 @@ mod tests {
             // And on the connection made: in order too.
             append_in_order(&node, "again", 0..200).await;
             assert_eq!(appended(&node, "again").await, (0..200).collect::<Vec<_>>());
+            // After a restart the connection is made anew: the requests that
+            // come once its loss is known queue behind its making, in order.
+            server.restart().expect("restart");
+            let ping = node
+                .command(&redis::cmd("PING"), &[], Resend::Never, deadline())
+                .await;
+            assert!(ping.is_err(), "the old connection answered: {ping:?}");
+            append_in_order(&node, "after", 0..200).await;
+            assert_eq!(appended(&node, "after").await, (0..200).collect::<Vec<_>>());
         }
     }
 }
