@@ -1,8 +1,11 @@
 //! One voting node — a standalone Redis master or a whole Redis Cluster —
 //! and what it takes to talk to it, split by job:
 //!
-//! - here: the node itself, its shared multiplexed connection (lazy,
-//!   reconnecting) and its health (`note`, `unresponsive`);
+//! - here: the node itself, its shared connection and its health (`note`,
+//!   `unresponsive`);
+//! - `ordered`: a standalone node's one multiplexed connection (lazy,
+//!   reconnecting), with requests reaching the server in the order they
+//!   were issued, from the first one;
 //! - `url`: node URLs, TLS, and labels without credentials;
 //! - `redact`: keeping passwords and tokens out of errors;
 //! - `deadline`: the per-call deadline;
