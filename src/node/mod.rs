@@ -1,8 +1,11 @@
 //! One voting node — a standalone Redis master or a whole Redis Cluster —
 //! and what it takes to talk to it, split by job:
 //!
-//! - here: the node itself, its shared multiplexed connection (lazy,
-//!   reconnecting) and its health (`note`, `unresponsive`);
+//! - here: the node itself, its shared connection and its health (`note`,
+//!   `unresponsive`);
+//! - `ordered`: a standalone node's one multiplexed connection (lazy,
+//!   reconnecting), with requests reaching the server in the order they
+//!   were issued, from the first one;
 //! - `url`: node URLs, TLS, and labels without credentials;
 //! - `redact`: keeping passwords and tokens out of errors;
 //! - `deadline`: the per-call deadline;
@@ -24,6 +27,7 @@ mod caps;
 mod deadline;
 mod holding;
 mod native;
+mod ordered;
 mod redact;
 mod run;
 mod url;
@@ -46,7 +50,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::aio::PubSub;
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Value};
@@ -56,6 +60,7 @@ use tokio::time::Instant;
 use crate::error::{ConfigError, NodeError};
 use crate::scripts::{NativeCommands, ScriptMode};
 
+use self::ordered::Ordered;
 use self::redact::passwords;
 #[cfg(feature = "tls")]
 use self::url::tls_certificates;
@@ -140,21 +145,17 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
-    /// Per script (its [`cache_bit`](crate::scripts::Lua::cache_bit)):
-    /// known to be in the node's script cache, so that EVALSHA finds it.
-    cached: AtomicU32,
     backend: Backend,
 }
 
 // A manager holds a handful of nodes: their size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Backend {
-    Standalone {
-        client: redis::Client,
-        /// Created on first use, inside the caller's runtime, so that
-        /// building a manager needs neither I/O nor a runtime.
-        conn: OnceCell<ConnectionManager>,
-    },
+    /// Its connection is made on first use, inside the caller's runtime,
+    /// so that building a manager needs neither I/O nor a runtime; and
+    /// requests reach the server in the order they were issued, from the
+    /// first one on (see [`Ordered`]).
+    Standalone(Ordered),
     Cluster(ClusterBackend),
 }
 
@@ -172,12 +173,6 @@ struct ClusterBackend {
     verified: OnceCell<()>,
     /// A standalone client per seed, for pub/sub (see [`Node::pubsub`]).
     seeds: Vec<redis::Client>,
-}
-
-/// A handle on a node's shared connection.
-enum Connection {
-    Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
 }
 
 impl fmt::Debug for Node {
@@ -198,7 +193,9 @@ impl Node {
     /// No I/O.
     pub(crate) fn parse(url: &str, options: &NodeOptions) -> Result<Self, ConfigError> {
         let client = open(url, options)?;
-        let info = client.get_connection_info();
+        let info = client.get_connection_info().clone();
+        let info = &info;
+        let tls = is_tls(info);
         Ok(Self {
             label: label(info).into(),
             addresses: vec![info.addr().to_string()],
@@ -206,15 +203,11 @@ impl Node {
             native_commands: options.native_commands,
             caps: caps::Known::default(),
             replica_sync: options.replica_sync,
-            tls: is_tls(info),
+            tls,
             passwords: passwords([info]),
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
-            cached: AtomicU32::new(0),
-            backend: Backend::Standalone {
-                client,
-                conn: OnceCell::new(),
-            },
+            backend: Backend::Standalone(Ordered::new(client, tls, CONNECT_TIMEOUT)),
         })
     }
 
@@ -284,7 +277,6 @@ impl Node {
             passwords,
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
-            cached: AtomicU32::new(0),
             backend: Backend::Cluster(ClusterBackend {
                 client,
                 config,
@@ -309,7 +301,7 @@ impl Node {
     /// cluster's seeds (for the node check, which probes servers one by one).
     pub(crate) fn servers(&self) -> &[redis::Client] {
         match &self.backend {
-            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Standalone(ordered) => std::slice::from_ref(ordered.client()),
             Backend::Cluster(cluster) => &cluster.seeds,
         }
     }
@@ -372,62 +364,43 @@ impl Node {
         matches!(self.backend, Backend::Cluster(_))
     }
 
-    /// The shared connection. Reconnection is the connection's job: a
-    /// dropped connection is re-established on a later request, so a node
-    /// that comes back (or comes up late) is used again.
-    async fn connection(&self) -> Result<Connection, NodeError> {
-        let ready = match &self.backend {
-            Backend::Standalone { conn, .. } => conn.get().cloned().map(Connection::Standalone),
-            Backend::Cluster(cluster) => match (cluster.conn.get(), cluster.verified.get()) {
-                (Some(conn), Some(_)) => Some(Connection::Cluster(conn.clone())),
-                _ => None,
-            },
-        };
-        match ready {
-            Some(conn) => Ok(conn),
+    /// A cluster node's shared connection. Reconnection is the
+    /// connection's job: a dropped connection is re-established on a later
+    /// request, so a member that comes back (or comes up late) is used
+    /// again. (A standalone node's is its [`Ordered`].)
+    async fn cluster_connection(
+        &self,
+        cluster: &ClusterBackend,
+    ) -> Result<ClusterConnection, NodeError> {
+        match (cluster.conn.get(), cluster.verified.get()) {
+            (Some(conn), Some(_)) => Ok(conn.clone()),
             // Boxed: every request's future would otherwise have room for
             // setting the connection up, which happens once.
-            None => Box::pin(self.connect()).await,
+            _ => Box::pin(self.connect_cluster(cluster)).await,
         }
     }
 
-    /// Sets the shared connection up, or waits for whoever is doing so.
-    async fn connect(&self) -> Result<Connection, NodeError> {
+    /// Sets the cluster connection up, or waits for whoever is doing so.
+    async fn connect_cluster(
+        &self,
+        cluster: &ClusterBackend,
+    ) -> Result<ClusterConnection, NodeError> {
         if self.tls {
             install_crypto_provider();
         }
-        match &self.backend {
-            Backend::Standalone { client, conn } => {
-                let conn = conn
-                    .get_or_try_init(|| async {
-                        let config = ConnectionManagerConfig::new()
-                            // Fail a dead node fast and try again on the next
-                            // request instead of parking requests behind a long
-                            // backoff: the per-call deadline bounds waiting anyway.
-                            .set_number_of_retries(0)
-                            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                            .set_response_timeout(None);
-                        ConnectionManager::new_lazy_with_config(client.clone(), config)
-                    })
-                    .await?;
-                Ok(Connection::Standalone(conn.clone()))
-            }
-            Backend::Cluster(cluster) => {
-                // Returns at once: it connects in a background task, and
-                // requests wait for it (bounded by their deadline). Nothing
-                // here awaits, so a cancelled call cannot leave it half made.
-                let conn = cluster.conn.get_or_init(|| {
-                    cluster
-                        .client
-                        .get_pending_async_connection_with_config(cluster.config.clone())
-                });
-                cluster
-                    .verified
-                    .get_or_try_init(|| verify_cluster(conn.clone()))
-                    .await?;
-                Ok(Connection::Cluster(conn.clone()))
-            }
-        }
+        // Returns at once: it connects in a background task, and requests
+        // wait for it (bounded by their deadline). Nothing here awaits, so a
+        // cancelled call cannot leave it half made.
+        let conn = cluster.conn.get_or_init(|| {
+            cluster
+                .client
+                .get_pending_async_connection_with_config(cluster.config.clone())
+        });
+        cluster
+            .verified
+            .get_or_try_init(|| verify_cluster(conn.clone()))
+            .await?;
+        Ok(conn.clone())
     }
 
     /// A pub/sub connection of its own (not the shared one), made within
@@ -441,7 +414,7 @@ impl Node {
             install_crypto_provider();
         }
         let servers = match &self.backend {
-            Backend::Standalone { client, .. } => std::slice::from_ref(client),
+            Backend::Standalone(ordered) => std::slice::from_ref(ordered.client()),
             Backend::Cluster(cluster) => &cluster.seeds[..],
         };
         let deadline = Instant::now() + timeout;

@@ -5,10 +5,10 @@
 //! with secrets redacted.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
+use super::ordered::Ordered;
 use super::*;
 use crate::error::NodeError;
 use crate::scripts::{Lua, Replicas, ScriptMode};
@@ -50,9 +50,16 @@ impl Node {
             let mut sent = 0;
             loop {
                 sent += 1;
-                let reply = match self.connection().await? {
-                    Connection::Standalone(mut conn) => cmd.query_async(&mut conn).await,
-                    Connection::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+                let reply = match &self.backend {
+                    Backend::Standalone(ordered) => {
+                        ordered
+                            .send(|mut conn| async move { cmd.query_async(&mut conn).await })
+                            .await
+                    }
+                    Backend::Cluster(cluster) => {
+                        let mut conn = self.cluster_connection(cluster).await?;
+                        cmd.query_async(&mut conn).await
+                    }
                 };
                 if let Err(e) = &reply {
                     self.dropped(e);
@@ -105,12 +112,17 @@ impl Node {
             let mut sent = 0;
             loop {
                 sent += 1;
-                let reply = match self.connection().await? {
-                    Connection::Standalone(mut conn) => {
-                        pipe.query_async::<(Value, i64)>(&mut conn).await
+                let reply = match &self.backend {
+                    Backend::Standalone(ordered) => {
+                        let pipe = &pipe;
+                        ordered
+                            .send(|mut conn| async move {
+                                pipe.query_async::<(Value, i64)>(&mut conn).await
+                            })
+                            .await
                     }
                     // Refused by the builder: WAIT would go to any member.
-                    Connection::Cluster(_) => {
+                    Backend::Cluster(_) => {
                         return Err(NodeError::UnexpectedReply(
                             "replica sync on a cluster node".to_owned(),
                         ));
@@ -165,11 +177,17 @@ impl Node {
             let mut sent = 0;
             loop {
                 sent += 1;
-                let reply = match self.connection().await? {
-                    Connection::Standalone(mut conn) => {
-                        pipe.query_async::<Vec<Value>>(&mut conn).await
+                let reply = match &self.backend {
+                    Backend::Standalone(ordered) => {
+                        let pipe = &pipe;
+                        ordered
+                            .send(|mut conn| async move {
+                                pipe.query_async::<Vec<Value>>(&mut conn).await
+                            })
+                            .await
                     }
-                    Connection::Cluster(mut conn) => {
+                    Backend::Cluster(cluster) => {
+                        let mut conn = self.cluster_connection(cluster).await?;
                         pipe.query_async::<Vec<Value>>(&mut conn).await
                     }
                 };
@@ -209,7 +227,7 @@ impl Node {
     pub(super) fn resends(&self, resend: Resend, error: &redis::RedisError) -> bool {
         let resends = resend == Resend::IfDropped
             && error.is_connection_dropped()
-            && matches!(self.backend, Backend::Standalone { .. });
+            && matches!(self.backend, Backend::Standalone(_));
         if resends {
             tracing::debug!(node = %self.label, error = %error, "connection dropped, sending again");
         }
@@ -294,13 +312,23 @@ impl Node {
             };
         }
         let cached = lua.cache_bit();
-        let standalone = !self.is_cluster();
-        if standalone && self.cached.load(Ordering::Relaxed) & cached == 0 {
-            // Not known to be cached (first use, or a NOSCRIPT since): EVAL
-            // carries the text and caches it in one request. EVALSHA would
-            // answer NOSCRIPT and the text would follow a round trip later,
-            // behind whatever the caller sent meanwhile — a release overtaken
-            // by the next grant's request, which that node would refuse.
+        // What the standalone connection knows its server caches (a cluster
+        // sends EVALSHA, and EVAL on NOSCRIPT, to the member owning the keys).
+        let ordered = match &self.backend {
+            Backend::Standalone(ordered) => Some(ordered),
+            Backend::Cluster(_) => None,
+        };
+        let known = ordered.map(Ordered::cached);
+        if let (Some(ordered), Some(known)) = (ordered, known)
+            && !Ordered::is_cached(known, cached)
+        {
+            // Not known to be cached where this connection leads (first use,
+            // a new connection — the server may have restarted empty — or a
+            // NOSCRIPT since): EVAL carries the text and caches it in one
+            // request. EVALSHA would answer NOSCRIPT and the text would
+            // follow a round trip later, behind whatever the caller sent
+            // meanwhile — a release overtaken by the next grant's request,
+            // which that node would refuse.
             match send(call("EVAL", lua.source)).await {
                 // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
                 // server with EVAL renamed away): by hash, as below.
@@ -309,7 +337,7 @@ impl Node {
                         || is_unknown_command(&e, "EVAL") => {}
                 reply => {
                     if reply.is_ok() {
-                        self.cached.fetch_or(cached, Ordering::Relaxed);
+                        ordered.note_cached(known, cached);
                     }
                     return reply;
                 }
@@ -319,16 +347,17 @@ impl Node {
             Err(NodeError::Redis(e))
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
-                self.cached.fetch_and(!cached, Ordering::Relaxed);
-                // A restarted (or newly promoted) node has an empty script
-                // cache. A cluster sends the text to the member that owns
-                // the keys (EVAL, which also caches it): `SCRIPT LOAD` would
-                // go to any member, and one paused or dead master must not
-                // fail calls on keys owned by healthy ones. A standalone
-                // node loads it, then runs it by hash.
-                if !standalone {
+                // The server's cache was flushed under an established
+                // connection (SCRIPT FLUSH), or a cluster member is new. A
+                // cluster sends the text to the member that owns the keys
+                // (EVAL, which also caches it): `SCRIPT LOAD` would go to any
+                // member, and one paused or dead master must not fail calls
+                // on keys owned by healthy ones. A standalone node loads it,
+                // then runs it by hash (this user may not EVAL).
+                let Some(ordered) = ordered else {
                     return send(call("EVAL", lua.source)).await;
-                }
+                };
+                ordered.forget_cached(cached);
                 let mut load = redis::cmd("SCRIPT");
                 load.arg("LOAD").arg(lua.source);
                 match self
@@ -341,8 +370,8 @@ impl Node {
             }
             reply => reply,
         };
-        if standalone && reply.is_ok() && self.cached.load(Ordering::Relaxed) & cached == 0 {
-            self.cached.fetch_or(cached, Ordering::Relaxed);
+        if let (Some(ordered), Some(known), true) = (ordered, known, reply.is_ok()) {
+            ordered.note_cached(known, cached);
         }
         match reply {
             Err(NodeError::Redis(e)) if is_script_refusal(&e) => {

@@ -23,9 +23,10 @@ use crate::round::calls::Requests;
 /// A release does not wait for them: it goes out at once, behind them on
 /// the node's connection, and Redis runs one connection's calls in order,
 /// so it runs after them and removes what they set. Where that order is
-/// not certain (a connection being set up or made anew, a request sent
-/// again after its connection dropped, the group-commit queue's ACL
-/// fallback), the two answers tell: a late "yes" that may have landed
+/// not certain (a cluster node's connection being set up — a standalone
+/// node's keeps the order from its first request, see `node::ordered` —
+/// a request sent again after its connection dropped, the group-commit
+/// queue's ACL fallback), the two answers tell: a late "yes" that may have landed
 /// after the release deleted nothing there — or, for a request that
 /// restores missing keys (an extension), after any release — calls for the
 /// release to go out once more on that node. Neither answer waits for the

@@ -70,7 +70,8 @@ async fn a_waiting_writer_holds_new_readers_back_and_gets_in() {
     let ttl = Duration::from_secs(10);
     let rw = locks.rwlock("pref");
     let reader = rw.try_read(ttl).await.expect("reader");
-    let writer = patient(&nodes).rwlock("pref");
+    let writers = patient(&nodes);
+    let writer = writers.rwlock("pref");
     let waiting = tokio::spawn(writer.write(ttl));
     // The writer's mark shows on a majority of nodes: it waits.
     no_hang("the writer's mark", async {
@@ -101,6 +102,9 @@ async fn a_waiting_writer_holds_new_readers_back_and_gets_in() {
     // Its release takes its mark too, also from a node that never heard
     // of its grant: nothing is left.
     w.release().await.expect("release");
+    // The writer's release and its attempts' cleanups follow on the
+    // writer's own manager: settle that one too.
+    writers.settle().await;
     locks.settle().await;
     let left = keys_left(&nodes, "pref").await;
     assert_eq!(left, Vec::<String>::new(), "{left:?}");
