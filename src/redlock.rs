@@ -21,7 +21,7 @@ use crate::renew::Renewer;
 use crate::request::{Fencing, Keys, Limits, Request};
 use crate::retry::{Next, Retry, jitter_unit};
 use crate::round::{Acquire, Core, attempt};
-use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
+use crate::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, unheard_backoff};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -659,6 +659,8 @@ impl Redlock {
         let mut waiter: Option<Waiter> = None;
         // Whether the last attempt was made on a wake-up.
         let mut woken = false;
+        // Attempts in a row that failed with nobody to announce a release.
+        let mut unheard = 0;
         loop {
             *made += 1;
             let error = match request.attempt(self).await {
@@ -666,19 +668,33 @@ impl Redlock {
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
+            let contended = matches!(error, Error::Contended { .. });
             // Someone else got the release this waiter was woken for.
-            let collided = woken && matches!(error, Error::Contended { .. });
+            let collided = woken && contended;
             let unavailable = matches!(error, Error::Unavailable { .. });
             match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
                 Next::RetryAfter(delay) => {
                     tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
-                    if let (None, Some(wakeups), Error::Contended { .. }) =
-                        (&waiter, wakeups, &error)
-                    {
+                    if let (None, Some(wakeups)) = (&waiter, wakeups) {
                         waiter = Some(wakeups.waiter(&request.wake_keys()));
                     }
                     woken = match &waiter {
-                        Some(waiter) => pause(waiter, delay, collided).await,
+                        // Refused: whoever holds a key that refused it
+                        // announces when it deletes it.
+                        Some(waiter) if contended => {
+                            unheard = 0;
+                            pause(waiter, delay, collided).await
+                        }
+                        // Nobody refused it (too few nodes answered in time,
+                        // or the validity ran out): no release is coming
+                        // to wake it, and it may have been woken for the
+                        // others, who sleep. It tries again soon, backing
+                        // off, still woken by a release meanwhile.
+                        Some(waiter) => {
+                            let backoff = unheard_backoff(unheard, delay, jitter_unit());
+                            unheard = unheard.saturating_add(1);
+                            pause(waiter, backoff, false).await
+                        }
                         None => {
                             tokio::time::sleep(delay).await;
                             false

@@ -20,6 +20,31 @@ use crate::request::channel;
 /// them take the lock cleanly instead of all of them colliding again.
 pub(crate) const WAKE_JITTER: Duration = Duration::from_millis(5);
 
+/// The first backoff of a waiter whose attempt nobody refused (see
+/// [`unheard_backoff`]).
+pub(crate) const UNHEARD_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long a waiter waits (unless woken) after its `unheard`-th attempt in
+/// a row (from 0) that failed without any node refusing it — too few nodes
+/// answered in time, or the validity ran out — when its retry policy's
+/// delay is `delay`; `unit` is a uniform sample in `[0, 1)`.
+///
+/// Such a failure announces nothing: no holder's release or failed
+/// attempt's cleanup is coming to wake the waiter, and it may itself have
+/// been the one waiter woken for a release, which the others sleep on.
+/// Sleeping its retry delay would leave them all asleep for it with the
+/// resource free (a loaded machine whose requests all time out at once is
+/// enough). So it tries again soon: the backoff doubles from
+/// [`UNHEARD_BACKOFF`] (between half of it and all of it, at random, so
+/// that waiters spread out), never longer than `delay`, so that a real
+/// outage soon costs no more than polling.
+pub(crate) fn unheard_backoff(unheard: u32, delay: Duration, unit: f64) -> Duration {
+    let cap = UNHEARD_BACKOFF
+        .saturating_mul(1u32 << unheard.min(20))
+        .min(delay);
+    cap.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+}
+
 /// How [`Redlock::lock`](crate::Redlock::lock) waits while a resource is
 /// held by someone else: polling after the retry delay, or woken by the
 /// release.
@@ -36,7 +61,12 @@ pub(crate) const WAKE_JITTER: Duration = Duration::from_millis(5);
 /// The retry delay remains the longest a waiter waits, so a lost message,
 /// a lock that expires instead of being released, or a pub/sub connection
 /// that is down only mean polling. The retry policy is otherwise the same:
-/// each wake-up is an attempt.
+/// each wake-up is an attempt. A waiter sleeps until woken only after an
+/// attempt some node refused (whoever holds that node's key announces when
+/// it deletes it, a failed attempt's cleanup included); after an attempt
+/// nobody refused (too few nodes answered in time, or its validity ran
+/// out) nothing is coming to wake it, and it tries again after a short
+/// randomized backoff that doubles from 10 ms up to the retry delay.
 ///
 /// # Examples
 ///
@@ -155,12 +185,13 @@ impl Wake {
 
 impl Listener for Wake {
     /// A release wakes a waiter, unless another node already announced it;
-    /// so does the channel's first subscription: a release may have
-    /// happened while its waiters were not yet listening.
+    /// so does a subscription that may have missed one: the channel's
+    /// first, since a release may have happened while its waiters were not
+    /// yet listening, and a node's after its connection was lost.
     fn hear(&self, _channel: &str, heard: Heard<'_>) {
         match heard {
-            Heard::Subscribed { first } => {
-                if first {
+            Heard::Subscribed { missed } => {
+                if missed {
                     self.announce();
                 }
             }
@@ -355,13 +386,31 @@ mod tests {
         assert!(!woken(&waiter), "one turn per release");
     }
 
+    #[test]
+    fn an_unheard_failure_backs_off_doubling_up_to_the_retry_delay() {
+        let hour = Duration::from_secs(3600);
+        let ms = Duration::from_millis;
+        // Between half the step and all of it.
+        assert_eq!(unheard_backoff(0, hour, 0.0), ms(5));
+        assert_eq!(unheard_backoff(0, hour, 0.999_999).as_millis(), 9);
+        assert_eq!(unheard_backoff(1, hour, 0.0), ms(10));
+        assert_eq!(unheard_backoff(3, hour, 0.0), ms(40));
+        // Never longer than the retry delay, however many in a row.
+        assert_eq!(unheard_backoff(3, ms(30), 0.999_999).as_millis(), 29);
+        assert!(unheard_backoff(u32::MAX, hour, 1.0) <= hour);
+        assert_eq!(unheard_backoff(5, Duration::ZERO, 0.5), Duration::ZERO);
+        // Out-of-range samples are clamped.
+        assert_eq!(unheard_backoff(0, hour, -3.0), ms(5));
+        assert_eq!(unheard_backoff(0, hour, 7.0), ms(10));
+    }
+
     #[tokio::test]
     async fn the_first_subscription_wakes_a_waiter() {
         let wakeups = wakeups();
         let waiter = wakeups.waiter(&keys(&["r"]));
-        hear(&wakeups, "r:released", Heard::Subscribed { first: true });
+        hear(&wakeups, "r:released", Heard::Subscribed { missed: true });
         assert!(woken(&waiter), "a release may have gone unheard");
-        hear(&wakeups, "r:released", Heard::Subscribed { first: false });
+        hear(&wakeups, "r:released", Heard::Subscribed { missed: false });
         assert!(!woken(&waiter), "only the first node's subscription");
     }
 }
