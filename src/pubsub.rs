@@ -224,10 +224,7 @@ impl PubSub {
                     continue;
                 };
                 let first = !channel.subscribed.iter().any(|&on| on);
-                let lost = channel
-                    .lost
-                    .get_mut(node)
-                    .is_some_and(|lost| std::mem::take(lost));
+                let lost = channel.lost.get_mut(node).is_some_and(std::mem::take);
                 let Some(on) = channel.subscribed.get_mut(node) else {
                     continue;
                 };

@@ -663,14 +663,22 @@ impl Redlock {
         let mut unheard = 0;
         loop {
             *made += 1;
+            let heard = waiter.as_ref().map(Waiter::heard);
             let error = match request.attempt(self).await {
                 Ok(held) => return Ok(held),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
             let contended = matches!(error, Error::Contended { .. });
-            // Someone else got the release this waiter was woken for.
+            // Someone else got the release this waiter was woken for, or
+            // the release had not run on every node yet.
             let collided = woken && contended;
+            // Something was announced while it tried: perhaps a node that
+            // refused it is free now, and nothing more is coming for it.
+            let news = matches!((&waiter, heard), (Some(w), Some(before)) if w.heard() != before);
+            if let (true, Some(waiter)) = (collided, &waiter) {
+                waiter.lost_turn();
+            }
             let unavailable = matches!(error, Error::Unavailable { .. });
             match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
                 Next::RetryAfter(delay) => {
@@ -681,6 +689,12 @@ impl Redlock {
                     woken = match &waiter {
                         // Refused: whoever holds a key that refused it
                         // announces when it deletes it.
+                        Some(waiter) if contended && news => {
+                            unheard = 0;
+                            let jitter = WAKE_JITTER.mul_f64(jitter_unit()).min(delay);
+                            pause(waiter, jitter, false).await;
+                            true
+                        }
                         Some(waiter) if contended => {
                             unheard = 0;
                             pause(waiter, delay, collided).await

@@ -5,6 +5,7 @@
 //! means falling back to polling until it is back.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -61,7 +62,10 @@ pub(crate) fn unheard_backoff(unheard: u32, delay: Duration, unit: f64) -> Durat
 /// The retry delay remains the longest a waiter waits, so a lost message,
 /// a lock that expires instead of being released, or a pub/sub connection
 /// that is down only mean polling. The retry policy is otherwise the same:
-/// each wake-up is an attempt. A waiter sleeps until woken only after an
+/// each wake-up is an attempt. A woken waiter refused by nodes where the
+/// release has not run yet (another manager's release travels on other
+/// connections) is woken again by those nodes' copies of it, or tries
+/// again soon if they came while it tried. A waiter sleeps until woken only after an
 /// attempt some node refused (whoever holds that node's key announces when
 /// it deletes it, a failed attempt's cleanup included); after an attempt
 /// nobody refused (too few nodes answered in time, or its validity ran
@@ -124,10 +128,20 @@ struct Waited {
 /// first; with no waiter waiting (all are trying), the next one to wait
 /// goes at once. One woken waiter per release and manager: the others would
 /// only collide with it.
+///
+/// A release's copies from the other nodes are not news while its waiter
+/// tries, or once it got in. They are once it failed: each says one more
+/// node is free now, and the waiter was refused by the nodes whose copy of
+/// the release had not run yet (the release of another manager, on other
+/// connections, or one still queued behind other calls): see
+/// [`Waiter::lost_turn`] and [`Waiter::heard`].
 #[derive(Debug, Default)]
 struct Wake {
     notify: Notify,
     recent: Mutex<Recent>,
+    /// Everything heard on the channel (every copy of every release, and
+    /// every subscription that may have missed one), counted.
+    heard: AtomicU64,
 }
 
 /// The last releases announced on a channel: each is announced by every
@@ -162,6 +176,18 @@ impl Wake {
         self.notify.notify_one();
     }
 
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        // The ids stay usable even if a holder of the lock panicked.
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the releases announced so far: their next copies are news.
+    fn forget(&self) {
+        let mut recent = self.recent();
+        recent.ids.fill(0);
+        recent.next = 0;
+    }
+
     /// Whether `release` (an id in hex) was not announced yet; a message
     /// without an id is always news.
     fn is_new(&self, release: &[u8]) -> bool {
@@ -172,7 +198,7 @@ impl Wake {
         let Some(id) = id else {
             return true;
         };
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent();
         if recent.ids.contains(&id) {
             return false;
         }
@@ -189,6 +215,7 @@ impl Listener for Wake {
     /// first, since a release may have happened while its waiters were not
     /// yet listening, and a node's after its connection was lost.
     fn hear(&self, _channel: &str, heard: Heard<'_>) {
+        self.heard.fetch_add(1, Ordering::AcqRel);
         match heard {
             Heard::Subscribed { missed } => {
                 if missed {
@@ -270,6 +297,29 @@ impl Waiter {
                 // its turn on.
                 futures::future::select_all(notified).await;
             }
+        }
+    }
+}
+
+impl Waiter {
+    /// How much was heard on this waiter's channels so far (see
+    /// [`Wake::heard`]): a waiter compares it before and after an attempt.
+    /// Something heard while it tried — typically another node's copy of
+    /// the very release it tries for, dropped as a duplicate — may have
+    /// freed a node that refused it: it tries again soon rather than wait
+    /// for an announcement that already came.
+    pub(crate) fn heard(&self) -> u64 {
+        self.wakes.iter().fold(0u64, |sum, (_, wake)| {
+            sum.wrapping_add(wake.heard.load(Ordering::Acquire))
+        })
+    }
+
+    /// This waiter was woken and its attempt was refused: the release it
+    /// was woken for may not have run on every node yet. Its copies still
+    /// to come (each a node freed) are news again, and wake a waiter.
+    pub(crate) fn lost_turn(&self) {
+        for (_, wake) in &self.wakes {
+            wake.forget();
         }
     }
 }
@@ -373,6 +423,31 @@ mod tests {
         assert!(
             woken(&first),
             "a release without an id is never deduplicated"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_release_still_running_elsewhere_wakes_again_once_its_waiter_lost_its_turn() {
+        let wakeups = wakeups();
+        let waiter = wakeups.waiter(&keys(&["r"]));
+        // The first node's copy wakes the waiter; its attempt is refused by
+        // the nodes where the release has not run yet.
+        let before = waiter.heard();
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(woken(&waiter));
+        waiter.lost_turn();
+        // The next node's copy: one more node free, news again.
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(woken(&waiter), "the copy after a lost turn wakes");
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(
+            !woken(&waiter),
+            "until the next lost turn, copies are not news"
+        );
+        assert_eq!(
+            waiter.heard().wrapping_sub(before),
+            3,
+            "every copy is heard"
         );
     }
 
