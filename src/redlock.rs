@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use crate::acquire::FirstUse;
 use crate::acquire::retry::{Next, Retry, jitter_unit};
-use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups};
+use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, unheard_backoff};
 use crate::error::Error;
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
@@ -658,26 +658,56 @@ impl Redlock {
         let mut waiter: Option<Waiter> = None;
         // Whether the last attempt was made on a wake-up.
         let mut woken = false;
+        // Attempts in a row that failed with nobody to announce a release.
+        let mut unheard = 0;
         loop {
             *made += 1;
+            let heard = waiter.as_ref().map(Waiter::heard);
             let error = match request.attempt(self).await {
                 Ok(held) => return Ok(held),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
             };
-            // Someone else got the release this waiter was woken for.
-            let collided = woken && matches!(error, Error::Contended { .. });
+            let contended = matches!(error, Error::Contended { .. });
+            // Someone else got the release this waiter was woken for, or
+            // the release had not run on every node yet.
+            let collided = woken && contended;
+            // Something was announced while it tried: perhaps a node that
+            // refused it is free now, and nothing more is coming for it.
+            let news = matches!((&waiter, heard), (Some(w), Some(before)) if w.heard() != before);
+            if let (true, Some(waiter)) = (collided, &waiter) {
+                waiter.lost_turn();
+            }
             let unavailable = matches!(error, Error::Unavailable { .. });
             match schedule.after_failure(Instant::now(), jitter_unit(), unavailable) {
                 Next::RetryAfter(delay) => {
                     tracing::debug!(error = %error, ?delay, "attempt failed, retrying");
-                    if let (None, Some(wakeups), Error::Contended { .. }) =
-                        (&waiter, wakeups, &error)
-                    {
+                    if let (None, Some(wakeups)) = (&waiter, wakeups) {
                         waiter = Some(wakeups.waiter(&request.wake_keys()));
                     }
                     woken = match &waiter {
-                        Some(waiter) => pause(waiter, delay, collided).await,
+                        // Refused: whoever holds a key that refused it
+                        // announces when it deletes it.
+                        Some(waiter) if contended && news => {
+                            unheard = 0;
+                            let jitter = WAKE_JITTER.mul_f64(jitter_unit()).min(delay);
+                            pause(waiter, jitter, false).await;
+                            true
+                        }
+                        Some(waiter) if contended => {
+                            unheard = 0;
+                            pause(waiter, delay, collided).await
+                        }
+                        // Nobody refused it (too few nodes answered in time,
+                        // or the validity ran out): no release is coming
+                        // to wake it, and it may have been woken for the
+                        // others, who sleep. It tries again soon, backing
+                        // off, still woken by a release meanwhile.
+                        Some(waiter) => {
+                            let backoff = unheard_backoff(unheard, delay, jitter_unit());
+                            unheard = unheard.saturating_add(1);
+                            pause(waiter, backoff, false).await
+                        }
                         None => {
                             tokio::time::sleep(delay).await;
                             false

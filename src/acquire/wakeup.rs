@@ -5,6 +5,7 @@
 //! means falling back to polling until it is back.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -19,6 +20,31 @@ use crate::request::channel;
 /// the managers' waiters wake together, and spreading them out lets one of
 /// them take the lock cleanly instead of all of them colliding again.
 pub(crate) const WAKE_JITTER: Duration = Duration::from_millis(5);
+
+/// The first backoff of a waiter whose attempt nobody refused (see
+/// [`unheard_backoff`]).
+pub(crate) const UNHEARD_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long a waiter waits (unless woken) after its `unheard`-th attempt in
+/// a row (from 0) that failed without any node refusing it — too few nodes
+/// answered in time, or the validity ran out — when its retry policy's
+/// delay is `delay`; `unit` is a uniform sample in `[0, 1)`.
+///
+/// Such a failure announces nothing: no holder's release or failed
+/// attempt's cleanup is coming to wake the waiter, and it may itself have
+/// been the one waiter woken for a release, which the others sleep on.
+/// Sleeping its retry delay would leave them all asleep for it with the
+/// resource free (a loaded machine whose requests all time out at once is
+/// enough). So it tries again soon: the backoff doubles from
+/// [`UNHEARD_BACKOFF`] (between half of it and all of it, at random, so
+/// that waiters spread out), never longer than `delay`, so that a real
+/// outage soon costs no more than polling.
+pub(crate) fn unheard_backoff(unheard: u32, delay: Duration, unit: f64) -> Duration {
+    let cap = UNHEARD_BACKOFF
+        .saturating_mul(1u32 << unheard.min(20))
+        .min(delay);
+    cap.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+}
 
 /// How [`Redlock::lock`](crate::Redlock::lock) waits while a resource is
 /// held by someone else: polling after the retry delay, or woken by the
@@ -36,7 +62,15 @@ pub(crate) const WAKE_JITTER: Duration = Duration::from_millis(5);
 /// The retry delay remains the longest a waiter waits, so a lost message,
 /// a lock that expires instead of being released, or a pub/sub connection
 /// that is down only mean polling. The retry policy is otherwise the same:
-/// each wake-up is an attempt.
+/// each wake-up is an attempt. A woken waiter refused by nodes where the
+/// release has not run yet (another manager's release travels on other
+/// connections) is woken again by those nodes' copies of it, or tries
+/// again soon if they came while it tried. A waiter sleeps until woken only after an
+/// attempt some node refused (whoever holds that node's key announces when
+/// it deletes it, a failed attempt's cleanup included); after an attempt
+/// nobody refused (too few nodes answered in time, or its validity ran
+/// out) nothing is coming to wake it, and it tries again after a short
+/// randomized backoff that doubles from 10 ms up to the retry delay.
 ///
 /// # Examples
 ///
@@ -94,10 +128,20 @@ struct Waited {
 /// first; with no waiter waiting (all are trying), the next one to wait
 /// goes at once. One woken waiter per release and manager: the others would
 /// only collide with it.
+///
+/// A release's copies from the other nodes are not news while its waiter
+/// tries, or once it got in. They are once it failed: each says one more
+/// node is free now, and the waiter was refused by the nodes whose copy of
+/// the release had not run yet (the release of another manager, on other
+/// connections, or one still queued behind other calls): see
+/// [`Waiter::lost_turn`] and [`Waiter::heard`].
 #[derive(Debug, Default)]
 struct Wake {
     notify: Notify,
     recent: Mutex<Recent>,
+    /// Everything heard on the channel (every copy of every release, and
+    /// every subscription that may have missed one), counted.
+    heard: AtomicU64,
 }
 
 /// The last releases announced on a channel: each is announced by every
@@ -132,6 +176,18 @@ impl Wake {
         self.notify.notify_one();
     }
 
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        // The ids stay usable even if a holder of the lock panicked.
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets the releases announced so far: their next copies are news.
+    fn forget(&self) {
+        let mut recent = self.recent();
+        recent.ids.fill(0);
+        recent.next = 0;
+    }
+
     /// Whether `release` (an id in hex) was not announced yet; a message
     /// without an id is always news.
     fn is_new(&self, release: &[u8]) -> bool {
@@ -142,7 +198,7 @@ impl Wake {
         let Some(id) = id else {
             return true;
         };
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent();
         if recent.ids.contains(&id) {
             return false;
         }
@@ -155,12 +211,14 @@ impl Wake {
 
 impl Listener for Wake {
     /// A release wakes a waiter, unless another node already announced it;
-    /// so does the channel's first subscription: a release may have
-    /// happened while its waiters were not yet listening.
+    /// so does a subscription that may have missed one: the channel's
+    /// first, since a release may have happened while its waiters were not
+    /// yet listening, and a node's after its connection was lost.
     fn hear(&self, _channel: &str, heard: Heard<'_>) {
+        self.heard.fetch_add(1, Ordering::AcqRel);
         match heard {
-            Heard::Subscribed { first } => {
-                if first {
+            Heard::Subscribed { missed } => {
+                if missed {
                     self.announce();
                 }
             }
@@ -239,6 +297,29 @@ impl Waiter {
                 // its turn on.
                 futures::future::select_all(notified).await;
             }
+        }
+    }
+}
+
+impl Waiter {
+    /// How much was heard on this waiter's channels so far (see
+    /// [`Wake::heard`]): a waiter compares it before and after an attempt.
+    /// Something heard while it tried — typically another node's copy of
+    /// the very release it tries for, dropped as a duplicate — may have
+    /// freed a node that refused it: it tries again soon rather than wait
+    /// for an announcement that already came.
+    pub(crate) fn heard(&self) -> u64 {
+        self.wakes.iter().fold(0u64, |sum, (_, wake)| {
+            sum.wrapping_add(wake.heard.load(Ordering::Acquire))
+        })
+    }
+
+    /// This waiter was woken and its attempt was refused: the release it
+    /// was woken for may not have run on every node yet. Its copies still
+    /// to come (each a node freed) are news again, and wake a waiter.
+    pub(crate) fn lost_turn(&self) {
+        for (_, wake) in &self.wakes {
+            wake.forget();
         }
     }
 }
@@ -348,6 +429,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_release_still_running_elsewhere_wakes_again_once_its_waiter_lost_its_turn() {
+        let wakeups = wakeups();
+        let waiter = wakeups.waiter(&keys(&["r"]));
+        // The first node's copy wakes the waiter; its attempt is refused by
+        // the nodes where the release has not run yet.
+        let before = waiter.heard();
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(woken(&waiter));
+        waiter.lost_turn();
+        // The next node's copy: one more node free, news again.
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(woken(&waiter), "the copy after a lost turn wakes");
+        release(&wakeups, "r:released", b"00000000000000aa");
+        assert!(
+            !woken(&waiter),
+            "until the next lost turn, copies are not news"
+        );
+        assert_eq!(
+            waiter.heard().wrapping_sub(before),
+            3,
+            "every copy is heard"
+        );
+    }
+
+    #[tokio::test]
     async fn a_release_while_nobody_waits_lets_the_next_waiter_go_at_once() {
         let wakeups = wakeups();
         let waiter = wakeups.waiter(&keys(&["r"]));
@@ -357,13 +463,31 @@ mod tests {
         assert!(!woken(&waiter), "one turn per release");
     }
 
+    #[test]
+    fn an_unheard_failure_backs_off_doubling_up_to_the_retry_delay() {
+        let hour = Duration::from_secs(3600);
+        let ms = Duration::from_millis;
+        // Between half the step and all of it.
+        assert_eq!(unheard_backoff(0, hour, 0.0), ms(5));
+        assert_eq!(unheard_backoff(0, hour, 0.999_999).as_millis(), 9);
+        assert_eq!(unheard_backoff(1, hour, 0.0), ms(10));
+        assert_eq!(unheard_backoff(3, hour, 0.0), ms(40));
+        // Never longer than the retry delay, however many in a row.
+        assert_eq!(unheard_backoff(3, ms(30), 0.999_999).as_millis(), 29);
+        assert!(unheard_backoff(u32::MAX, hour, 1.0) <= hour);
+        assert_eq!(unheard_backoff(5, Duration::ZERO, 0.5), Duration::ZERO);
+        // Out-of-range samples are clamped.
+        assert_eq!(unheard_backoff(0, hour, -3.0), ms(5));
+        assert_eq!(unheard_backoff(0, hour, 7.0), ms(10));
+    }
+
     #[tokio::test]
     async fn the_first_subscription_wakes_a_waiter() {
         let wakeups = wakeups();
         let waiter = wakeups.waiter(&keys(&["r"]));
-        hear(&wakeups, "r:released", Heard::Subscribed { first: true });
+        hear(&wakeups, "r:released", Heard::Subscribed { missed: true });
         assert!(woken(&waiter), "a release may have gone unheard");
-        hear(&wakeups, "r:released", Heard::Subscribed { first: false });
+        hear(&wakeups, "r:released", Heard::Subscribed { missed: false });
         assert!(!woken(&waiter), "only the first node's subscription");
     }
 }

@@ -38,11 +38,14 @@ pub(crate) trait Nodes: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Heard<'a> {
     /// A node subscribed to the channel, for the first time or again:
-    /// whatever it published there before may have gone unheard. `first`
-    /// when no other node had the channel subscribed for this listener (a
-    /// listener that joins a channel already subscribed hears that as its
-    /// first subscription, at once).
-    Subscribed { first: bool },
+    /// whatever it published there before may have gone unheard. `missed`
+    /// when that may matter: no other node had the channel subscribed for
+    /// this listener (a listener that joins a channel already subscribed
+    /// hears that as its first subscription, at once), or this node had it
+    /// subscribed before and lost it with its connection — a message
+    /// published on this node alone meanwhile (a failed attempt's cleanup
+    /// there) was heard by nobody.
+    Subscribed { missed: bool },
     /// A message published on the channel, as one node delivered it (a
     /// message published on several nodes arrives once from each).
     Message(&'a [u8]),
@@ -93,6 +96,9 @@ struct Channel {
     listeners: Vec<(u64, Arc<dyn Listener>)>,
     /// Per node: whether the channel is subscribed there.
     subscribed: Vec<bool>,
+    /// Per node: whether it was subscribed there and the connection was
+    /// lost since (until it is subscribed again).
+    lost: Vec<bool>,
 }
 
 /// Listening on some channels, until dropped.
@@ -158,6 +164,7 @@ impl PubSub {
                     Channel {
                         listeners: Vec::new(),
                         subscribed: vec![false; self.nodes],
+                        lost: vec![false; self.nodes],
                     }
                 });
                 channel.listeners.push((id, listener.clone()));
@@ -174,7 +181,7 @@ impl PubSub {
         // subscription starts now, and what was published before went
         // unheard as if the channel had just been subscribed.
         for name in live {
-            listener.hear(&name, Heard::Subscribed { first: true });
+            listener.hear(&name, Heard::Subscribed { missed: true });
         }
         Subscription {
             pubsub: self.clone(),
@@ -217,7 +224,8 @@ impl PubSub {
     }
 
     /// Records that `node` subscribed to `channels` (or still is), and tells
-    /// the listeners of each channel it was not subscribed to there.
+    /// the listeners of each channel it was not subscribed to there: as
+    /// missed, if no other node has it subscribed or this node had lost it.
     fn subscribed(&self, node: usize, channels: &[Arc<str>]) {
         let mut heard = Vec::new();
         {
@@ -227,17 +235,18 @@ impl PubSub {
                     continue;
                 };
                 let first = !channel.subscribed.iter().any(|&on| on);
+                let lost = channel.lost.get_mut(node).is_some_and(std::mem::take);
                 let Some(on) = channel.subscribed.get_mut(node) else {
                     continue;
                 };
                 if !std::mem::replace(on, true) {
-                    heard.push((name.clone(), first, listeners(channel)));
+                    heard.push((name.clone(), first || lost, listeners(channel)));
                 }
             }
         }
-        for (name, first, listeners) in heard {
+        for (name, missed, listeners) in heard {
             for listener in listeners {
-                listener.hear(&name, Heard::Subscribed { first });
+                listener.hear(&name, Heard::Subscribed { missed });
             }
         }
     }
@@ -245,8 +254,11 @@ impl PubSub {
     /// Records that `node` no longer listens on any channel.
     fn disconnected(&self, node: usize) {
         for channel in self.registry().channels.values_mut() {
-            if let Some(on) = channel.subscribed.get_mut(node) {
-                *on = false;
+            if let Some(on) = channel.subscribed.get_mut(node)
+                && std::mem::take(on)
+                && let Some(lost) = channel.lost.get_mut(node)
+            {
+                *lost = true;
             }
         }
     }
@@ -437,7 +449,7 @@ mod tests {
     impl Listener for Recorder {
         fn hear(&self, channel: &str, heard: Heard<'_>) {
             let event = match heard {
-                Heard::Subscribed { first } => format!("{channel} subscribed first={first}"),
+                Heard::Subscribed { missed } => format!("{channel} subscribed missed={missed}"),
                 Heard::Message(payload) => {
                     format!("{channel} {}", String::from_utf8_lossy(payload))
                 }
@@ -506,23 +518,58 @@ mod tests {
         pubsub.subscribed(1, &channels);
         assert_eq!(
             listener.take(),
-            ["r subscribed first=true", "r subscribed first=false"]
+            ["r subscribed missed=true", "r subscribed missed=false"]
         );
         // Every node lost: the next subscription is a first one again.
         for node in 0..3 {
             pubsub.disconnected(node);
         }
         pubsub.subscribed(2, &channels);
-        assert_eq!(listener.take(), ["r subscribed first=true"]);
+        assert_eq!(listener.take(), ["r subscribed missed=true"]);
 
         // A listener joining a channel subscribed for someone else hears
         // its own first subscription at once; the first one hears nothing.
         let late = Arc::new(Recorder::default());
         let _late = pubsub.register(&names(&["r"]), late.clone());
-        assert_eq!(late.take(), ["r subscribed first=true"]);
+        assert_eq!(late.take(), ["r subscribed missed=true"]);
         assert!(listener.take().is_empty());
+        // Node 0 comes back after losing its connection: both missed what
+        // it alone published meanwhile.
         pubsub.subscribed(0, &channels);
-        assert_eq!(late.take(), ["r subscribed first=false"]);
+        assert_eq!(late.take(), ["r subscribed missed=true"]);
+        assert_eq!(listener.take(), ["r subscribed missed=true"]);
+    }
+
+    #[test]
+    fn a_node_subscribed_again_after_losing_its_connection_may_have_missed_messages() {
+        let pubsub = service(3);
+        let listener = Arc::new(Recorder::default());
+        let _subscription = pubsub.register(&names(&["r"]), listener.clone());
+        let channels = names(&["r"]);
+        for node in 0..3 {
+            pubsub.subscribed(node, &channels);
+        }
+        listener.take();
+        // Node 1's connection drops and comes back while the others stay
+        // subscribed: a cleanup's release published on node 1 alone went
+        // unheard, and no other node has a copy of it.
+        pubsub.disconnected(1);
+        pubsub.subscribed(1, &channels);
+        assert_eq!(listener.take(), ["r subscribed missed=true"]);
+        // Lost only once: subscribed still, nothing new.
+        pubsub.subscribed(1, &channels);
+        assert!(listener.take().is_empty());
+        // A connection that had nothing subscribed lost nothing.
+        let other = Arc::new(Recorder::default());
+        let _other = pubsub.register(&names(&["s"]), other.clone());
+        pubsub.disconnected(2);
+        let s = names(&["s"]);
+        pubsub.subscribed(0, &s);
+        pubsub.subscribed(2, &s);
+        assert_eq!(
+            other.take(),
+            ["s subscribed missed=true", "s subscribed missed=false"]
+        );
     }
 
     #[tokio::test]

@@ -207,3 +207,60 @@ async fn every_waiter_gets_its_turn() {
     locks.settle().await;
     assert_eq!(values(&nodes, "turns").await, [None, None, None]);
 }
+
+/// How many of `snapshotter`'s node errors were an acquire's.
+#[cfg(feature = "metrics")]
+fn acquire_errors(snapshotter: &metrics_util::debugging::Snapshotter) -> u64 {
+    use metrics_util::debugging::DebugValue;
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == "quorumlock_node_errors_total"
+                && key
+                    .labels()
+                    .any(|l| l.key() == "op" && l.value() == "acquire")
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// An attempt no node refused (too few answered: here every node is down;
+/// on a loaded machine, requests that all time out at once) announces
+/// nothing, so its waiter has no release coming to wake it: it tries again
+/// soon instead of sleeping out its retry delay, and gets in once the
+/// nodes answer. Before, it slept the hour — and a woken waiter whose
+/// attempt failed so left every other waiter asleep with it.
+// Current-thread runtime: the recorder set here counts what the waiter's
+// task does (it tells when its first attempt has failed).
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn a_waiter_whose_attempt_nobody_refused_tries_again_soon() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recording = ::metrics::set_default_local_recorder(&recorder);
+
+    let nodes = std::sync::Arc::new(RedisNodes::start(3).expect("nodes"));
+    let waiter = waking(&nodes, FOREVER);
+    for server in nodes.iter() {
+        server.kill();
+    }
+    let waiting = tokio::spawn(async move { waiter.lock("outage", TTL).await });
+    // Its first attempt failed on (at least) a quorum's complement of nodes:
+    // too few reachable, decided before any node came back.
+    no_hang("first attempt", async {
+        while acquire_errors(&snapshotter) < 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    for i in 0..nodes.len() {
+        support::restart(&nodes, i).await;
+    }
+    gets_in("waiter", waiting).await;
+}
