@@ -446,7 +446,8 @@ impl Node {
                     commands.push(cmd);
                 }
                 SingleOp::Release { announce } => {
-                    push_release(&mut commands, delete, key, token, announce);
+                    let inline = self.inline_announce(announce);
+                    push_release(&mut commands, delete, key, token, inline);
                 }
                 SingleOp::Extend { ttl } => {
                     writes = true;
@@ -460,6 +461,8 @@ impl Node {
             .await?;
         let mut replies = replies.iter();
         let mut answers = Vec::with_capacity(group.len());
+        // Releases to announce after the pipeline (on a cluster).
+        let mut late: Vec<(&str, &str)> = Vec::new();
         for &i in group {
             let Single { op, token, .. } = requests[i];
             let answer = match op {
@@ -473,8 +476,14 @@ impl Node {
                 },
                 SingleOp::Release { announce } => {
                     let status = replies.next().map(|r| self.native_status(r, token));
-                    if announce.is_some() {
-                        replies.next();
+                    match (announce, self.inline_announce(announce)) {
+                        (_, Some(_)) => {
+                            replies.next();
+                        }
+                        (Some(id), None) if matches!(status, Some(Ok(1))) => {
+                            late.push((requests[i].key, id));
+                        }
+                        _ => {}
                     }
                     status.unwrap_or_else(|| Err(unexpected(&Value::Nil)))
                 }
@@ -484,6 +493,9 @@ impl Node {
                 }
             };
             answers.push(answer);
+        }
+        for (key, id) in late {
+            self.announce(key, id, deadline).await;
         }
         Ok(answers)
     }

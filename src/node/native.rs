@@ -36,19 +36,46 @@ impl Node {
         announce: Option<&str>,
         deadline: Deadline,
     ) -> Result<usize, NodeError> {
+        let inline = self.inline_announce(announce);
         let mut commands = Vec::with_capacity(keys.len() * 2);
         for key in keys {
-            push_release(&mut commands, delete, key.as_ref(), token, announce);
+            push_release(&mut commands, delete, key.as_ref(), token, inline);
         }
         let replies = self
             .pipeline(commands, false, &[token], Resend::IfDropped, deadline)
             .await?;
-        let step = if announce.is_some() { 2 } else { 1 };
+        let step = if inline.is_some() { 2 } else { 1 };
         let mut deleted = 0;
-        for reply in replies.iter().step_by(step) {
-            deleted += usize::from(self.native_status(reply, token)? == 1);
+        for (reply, key) in replies.iter().step_by(step).zip(keys) {
+            if self.native_status(reply, token)? == 1 {
+                deleted += 1;
+                if inline.is_none()
+                    && let Some(id) = announce
+                {
+                    self.announce(key.as_ref(), id, deadline).await;
+                }
+            }
         }
         Ok(deleted)
+    }
+
+    /// `announce`, if it can go in the release's own pipeline: on a
+    /// standalone node. A cluster routes a pipeline by its keys' slot, and
+    /// a channel is not a key of that slot: there the announcement follows
+    /// the release ([`announce`](Self::announce)).
+    pub(crate) fn inline_announce<'a>(&self, announce: Option<&'a str>) -> Option<&'a str> {
+        announce.filter(|_| !self.is_cluster())
+    }
+
+    /// `PUBLISH` of release `id` on `key`'s channel, best effort (an ACL
+    /// without `PUBLISH` must not fail a release that happened; waiters
+    /// then poll). A cluster forwards it to every member.
+    pub(crate) async fn announce(&self, key: &str, id: &str, deadline: Deadline) {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(channel(key)).arg(id);
+        if let Err(error) = self.command(&publish, &[], Resend::Never, deadline).await {
+            tracing::debug!(node = %self.label, error = %error, "release not announced");
+        }
     }
 
     /// Extends (or restores) one plain lock's key with `SET … NX` and
