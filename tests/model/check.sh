@@ -60,6 +60,7 @@ runs=(
 "9|P1 mutex + P4 token|release returns at a quorum (EARLY_REL): 3 attempts|pass|-O2|-DPROP_MUTEX -DPROP_TOKEN -DEARLY_REL -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "10|P3 cleanup + P1 + P4|release returns at a quorum (EARLY_REL): 2 attempts, 1 extension|pass|-O2|-DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DEARLY_REL -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "11|P1 mutex + P4 token|NATIVE: 2 attempts, 1 extension, 1 crash (after TTL, or persisted)|pass|-O2|-DNATIVE -DPROP_MUTEX -DPROP_TOKEN -DCRASH_DELAYED -DCRASH_PERSIST -DMAXATT=2 -DMAXEXT=1 -DMAXF=1"
+"13|P3 cleanup + P1 + P4|NATIVE: 2 attempts, 1 extension|pass|-O2|-DNATIVE -DPROP_CLEANUP -DPROP_MUTEX -DPROP_TOKEN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "12|P1 mutex + P4 token|NATIVE_MIXED (either path per node): 2 attempts, 1 extension|pass|-O2|-DNATIVE -DNATIVE_MIXED -DPROP_MUTEX -DPROP_TOKEN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "j|P2 fence|write-back to all, any Q acks (old src/redlock.rs)|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ALL -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "f|P2 fence|fence counter lost in a restart after the TTL|fail|-O1|-DPROP_FENCE -DFENCED -DCRASH_DELAYED -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
