@@ -17,6 +17,17 @@
  *                        fix: fences could repeat);
  *                        default: sent to the Q nodes that granted phase 1,
  *                        every one of them must acknowledge (DESIGN.md)
+ *   native       NATIVE  plain locks release and extend with the server's own
+ *                        commands (src/node/native.rs): the release is
+ *                        DELIFEQ (the same atomic step as release.lua),
+ *                        the extension two requests pipelined on the
+ *                        link, SET NX PX (restore) then SET IFEQ PX
+ *                        (extend), each atomic on its own, anything
+ *                        between them; the acquire is SET NX PX GET
+ *                NATIVE_MIXED (with NATIVE) each extension request to
+ *                        each node takes either path (scripted EXT or
+ *                        the native pair): nodes and clients on different
+ *                        paths at once, on the same keys
  *   release      EARLY_REL  a release returns once Q nodes confirmed the
  *                        token-checked delete (or Q confirmations became
  *                        impossible); its requests to the other nodes stay
@@ -47,6 +58,9 @@
  *                LATE_PLAIN_DEL        (EARLY_REL) a release's delete that
  *                                      lands after the release returned is
  *                                      a plain DEL (no token check)
+ *                NATIVE_PLAIN_SET      (NATIVE) the restore is a plain
+ *                                      SET key token PX ttl (no NX): it
+ *                                      overwrites another holder's key
  *                EXT_NO_RESTORE        (not a control: the extension before
  *                                      issue 12, PEXPIRE only, no restore)
  *
@@ -98,7 +112,11 @@
    old requests before starting a new operation (a multiplexed connection
    does not wait either): per attempt an acquire, a write-back and a
    release, plus the extensions. send() asserts it is never exceeded. */
+#ifdef NATIVE
+#define LINKCAP (3*MAXATT + 2*MAXEXT)   /* a native extension is 2 requests */
+#else
 #define LINKCAP (3*MAXATT + MAXEXT)
+#endif
 
 /* Request kinds, each one Redis command or script that a node runs
    atomically. */
@@ -109,6 +127,10 @@
                     key token PX ttl (restore; fenced: counter raised to the
                     lock's fence); else no          src/lock/extend.lua         */
 #define REL  5   /* if GET key == token then DEL            src/lock/release.lua        */
+                 /* (NATIVE: DELIFEQ key token, the same atomic step  src/node/native.rs) */
+#define XNX  6   /* NATIVE extension, 1st: SET key token NX PX ttl   src/node/native.rs */
+#define XEQ  7   /* NATIVE extension, 2nd: SET key token IFEQ token PX ttl;
+                    the pair's answer: yes if either set the key        */
 
 /* A request on a link is one byte: the kind, and its argument (the token;
    for WB the fence t, since the write-back is not token-checked). */
@@ -116,6 +138,17 @@
 #define OPOF(m)    ((m) / 32)
 #define ARGOF(m)   ((m) % 32)
 
+#ifdef NATIVE
+#if defined(FENCED)
+#error "NATIVE: plain locks only (a fenced lock keeps its scripts)"
+#endif
+#if defined(REORDER)
+#error "NATIVE: the two requests of an extension are pipelined on one connection; REORDER would split them"
+#endif
+#if L > 8
+#error "NATIVE: nxm has one bit per link (C*N <= 8)"
+#endif
+#endif
 #ifdef FENCED
 #define ACQ FSET
 #else
@@ -214,6 +247,17 @@ byte retm;          /* ghost: bit t set once the release of token t returned */
 #endif
 #endif
 
+#ifdef NATIVE
+/* bit i: on link i, the first request of a native extension (SET NX)
+   has run and set the key; its second (SET IFEQ), next on the link, has
+   not run yet. The pair's answer reaches the client with the second. */
+byte nxm;
+/* requests on link i were lost (DROP, CRASH): a pair half run is over */
+#define NXCLEAR(i) ; nxm = nxm & ~(1 << (i))
+#else
+#define NXCLEAR(i)
+#endif
+
 /* scratch, only used inside one atomic step: kept out of the state vector */
 hidden byte h_dec, h_c, h_n, h_i, h_k, h_m, h_m2, h_m3, h_r, h_v, h_j;
 hidden byte h_cur;
@@ -232,7 +276,13 @@ inline say_op(op)
 	:: op == FSET -> printf("FSET")
 	:: op == WB   -> printf("WB")
 	:: op == EXT  -> printf("EXT")
+#ifdef NATIVE
+	:: op == REL  -> printf("DELIFEQ")
+	:: op == XNX  -> printf("SETNX")
+	:: op == XEQ  -> printf("SETIFEQ")
+#else
 	:: op == REL  -> printf("REL")
+#endif
 	:: else -> printf("?")
 	fi
 }
@@ -287,6 +337,43 @@ inline send(c, k, op, v)
 	fi;
 	st[c*N + k] = WAIT; nwait[c]++
 }
+
+#ifdef NATIVE
+/* a native extension of client c to node k: SET NX then SET IFEQ,
+   pipelined on the one connection, so adjacent on the FIFO link, but two
+   requests the node runs one at a time (src/node/native.rs push_extend) */
+inline send_ext(c, k, v)
+{
+	if
+	:: down[k] -> skip
+	:: else ->
+		assert(len(q[c*N + k]) + 2 <= LINKCAP);   /* never blocks */
+		q[c*N + k]!MSG(XNX, v); q[c*N + k]!MSG(XEQ, v)
+	fi;
+	st[c*N + k] = WAIT; nwait[c]++
+}
+
+/* the extension to every node, on the native path (NATIVE_MIXED: on
+   either path, chosen per node and per extension) */
+inline fanout_ext(c, k, v)
+{
+	clear_tally(c);
+	for (k : 0 .. N-1) {
+#ifdef NATIVE_MIXED
+		if
+		:: true -> send(c, k, EXT, v)        /* scripted: extend.lua */
+		:: true -> send_ext(c, k, v)         /* native pair */
+		fi
+#else
+		send_ext(c, k, v)
+#endif
+	};
+	k = 0
+}
+#define FANOUT_EXT(c, k, v) fanout_ext(c, k, v)
+#else
+#define FANOUT_EXT(c, k, v) fanout(c, k, EXT, v)
+#endif
 
 /* one request to every node in parallel (src/redlock.rs fan_out) */
 inline fanout(c, k, op, v)
@@ -531,6 +618,13 @@ inline apply(i, c, n, m, cur)
 	:: OPOF(m) == SET ->
 		if
 		:: key[n] == 0 -> key[n] = ARGOF(m); life[n] = TTL; h_r = YES
+#ifdef NATIVE
+		/* SET NX PX GET (batch acquire): the key already holds our token,
+		   a resend of our own, granted (no write). Unreachable here: the
+		   model sends each token's SET once per node, and nothing else
+		   sets the token on a node before its SET ran (FIFO links). */
+		:: key[n] == ARGOF(m) -> h_r = YES
+#endif
 		:: else
 		fi
 	:: OPOF(m) == FSET ->
@@ -581,6 +675,51 @@ inline apply(i, c, n, m, cur)
 #endif
 		:: else
 		fi
+#ifdef NATIVE
+	:: OPOF(m) == XNX ->
+		/* SET key token NX PX ttl: sets (restores) only where there is no
+		   key; the answer travels with the SET IFEQ behind it */
+		if
+#ifdef NATIVE_PLAIN_SET
+		:: true ->                       /* negative controls (n, o): a
+		                                    plain SET, over any key */
+			if
+			:: key[n] != 0 && key[n] != ARGOF(m) ->
+				printf(" (overwrites %d)", key[n]);
+#ifdef PROP_TOKEN
+				assert(tokc[key[n]] == c)    /* property 4 */
+#else
+				skip
+#endif
+			:: else
+			fi;
+#else
+		:: key[n] == 0 ->
+#ifdef PROP_TOKEN
+			assert(tokc[ARGOF(m)] == c); /* property 4 */
+#endif
+			printf(" (restored)");
+#endif
+			key[n] = ARGOF(m); life[n] = TTL; nxm = nxm | (1 << i);
+			h_r = YES                    /* set: travels with the 2nd */
+		:: else
+		fi
+	:: OPOF(m) == XEQ ->
+		/* SET key token IFEQ token PX ttl: a new ttl only where the key
+		   holds our token; the pair says yes if either set the key */
+		if
+		:: key[n] == ARGOF(m) ->
+#ifdef PROP_TOKEN
+			assert(tokc[key[n]] == c);   /* property 4 */
+#endif
+			life[n] = TTL; h_r = YES
+		:: else
+		fi;
+		if
+		:: (nxm >> i) & 1 -> h_r = YES; nxm = nxm ^ (1 << i)
+		:: else
+		fi
+#endif
 	:: OPOF(m) == REL ->
 		if
 #ifdef PLAIN_DEL
@@ -611,6 +750,12 @@ inline apply(i, c, n, m, cur)
 	/* the answer reaches the tally only if the client still waits for this
 	   very request; a late answer to an older operation is dropped, as the
 	   multiplexed connection does */
+#ifdef NATIVE
+	/* the first of a native pair answers with the second, which is always
+	   behind it on the link (sent in one step, FIFO; a DROP takes the head,
+	   a crash all): so it is never the current request */
+	assert(OPOF(m) != XNX || !(cur));
+#endif
 	if
 #ifdef LOSSY
 	:: st[i] == WAIT && cur && CAN_LOSE ->
@@ -712,7 +857,7 @@ inline apply(i, c, n, m, cur)
 	:: PICKCLIENT(CAN_EXTEND); \
 		exts++; el[h_c] = 0; ph[h_c] = P_EXT; \
 		printf("MSC: t=%d client %d EXTEND token %d\n", now_h, h_c, tok[h_c]); \
-		fanout(h_c, h_k, EXT, tok[h_c]); \
+		FANOUT_EXT(h_c, h_k, tok[h_c]); \
 		h_dec = 1
 
 /* RELEASE (src/guard.rs release, and the guard's Drop): a holder releases,
@@ -753,7 +898,7 @@ inline apply(i, c, n, m, cur)
 #define LOSABLE(i) (len(q[i]) > 0 && CAN_LOSE)
 #define DROP \
 	:: PICKLINK(LOSABLE); \
-		COUNT_LOSS; q[h_i]?h_m; \
+		COUNT_LOSS; q[h_i]?h_m NXCLEAR(h_i); \
 		printf("MSC: t=%d request ", now_h); say_op(OPOF(h_m)); \
 		printf(" %d from client %d to node %d LOST\n", ARGOF(h_m), h_i / N, h_i % N)
 #else
@@ -896,7 +1041,7 @@ inline apply(i, c, n, m, cur)
 			do \
 			:: len(q[h_c*N + h_n]) > 0 -> q[h_c*N + h_n]?_ \
 			:: else -> break \
-			od \
+			od NXCLEAR(h_c*N + h_n) \
 		}; \
 		if \
 		MODE_IMMEDIATE \
