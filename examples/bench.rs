@@ -143,7 +143,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|replica, or --profile floor|library|library-wake|rslock"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|replica, or --profile floor|library|library-scripted|library-wake|rslock"
                 )
                 .into());
             }
@@ -243,7 +243,8 @@ async fn run() -> Result<(), BoxError> {
 }
 
 /// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side (`floor`,
-/// `library`, or `library-wake`: releases that announce themselves) in one
+/// `library`, `library-scripted`: scripts even where the nodes have native
+/// commands, or `library-wake`: releases that announce themselves) in one
 /// task (or many: `BENCH_PROFILE_TASKS`), on the nodes of `QUORUMLOCK_NODES` (or 5 of its own).
 async fn profile(side: &str) -> Result<(), BoxError> {
     let cycles: usize = std::env::var("BENCH_PROFILE_CYCLES")
@@ -261,6 +262,13 @@ async fn profile(side: &str) -> Result<(), BoxError> {
     let side = match side {
         "floor" => Side::Floor(Arc::new(floor_connections(&urls).await?)),
         "library" => Side::Library(Redlock::new(&urls)?),
+        // Scripts even where the nodes have native commands.
+        "library-scripted" => Side::Library(
+            Redlock::builder()
+                .nodes(&urls)
+                .native_commands(NativeCommands::Never)
+                .build()?,
+        ),
         // Releases announce themselves (nobody listens): what that costs.
         "library-wake" => Side::Library(
             Redlock::builder()
@@ -270,9 +278,10 @@ async fn profile(side: &str) -> Result<(), BoxError> {
         ),
         "rslock" => Side::Rslock(Arc::new(rslock::LockManager::new(urls.clone()))),
         other => {
-            return Err(
-                format!("--profile {other:?}: use floor, library, library-wake or rslock").into(),
-            );
+            return Err(format!(
+                "--profile {other:?}: use floor, library, library-scripted, library-wake or rslock"
+            )
+            .into());
         }
     };
     // `BENCH_PROFILE_TASKS=n`: that many tasks for `BENCH_PROFILE_CYCLES`
