@@ -6,6 +6,14 @@
 //! (`RedlockBuilder::replica_sync`) costs, on 3 masters with a replica each
 //! (not part of a default run).
 //!
+//! The native part (`--only native`; in a default run when every node has
+//! `DELIFEQ`, e.g. with `QUORUMLOCK_REDIS_SERVER` pointing at a Valkey 9
+//! `valkey-server`) runs quorumlock on native commands (the default),
+//! quorumlock forced onto scripts (`NativeCommands::Never`) and rslock on
+//! five nodes, interleaved: cycles/s at 1, 16, 64 and 256 tasks, the
+//! nodes' and this process's CPU per cycle, the commands each side makes
+//! the nodes run, and the ceiling of `SET NX PX` + `DELIFEQ` at pipeline 16.
+//!
 //! The degraded part (`--only degraded`; in a default run) starts five nodes
 //! of its own, the fifth behind the testkit's `FaultProxy`, and measures
 //! quorumlock and rslock healthy, with node 5 slowed (+10 ms each way) and
@@ -31,7 +39,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use quorumlock::testkit::{FaultProxy, Faults};
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{Redlock, RedlockBuilder, Retry, WakeOnRelease};
+use quorumlock::{NativeCommands, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use serde_json::json;
@@ -135,7 +143,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|degraded|replica, or --profile floor|library|library-wake|rslock"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|replica, or --profile floor|library|library-scripted|library-wake|rslock"
                 )
                 .into());
             }
@@ -187,6 +195,19 @@ async fn run() -> Result<(), BoxError> {
         }
     }
 
+    // Native commands against scripts (issue 33): where the nodes have
+    // them (a default run on Redis 7 skips it), or when asked for.
+    if urls.len() >= 5
+        && (only.as_deref() == Some("native")
+            || (only.is_none() && nodes_have_native(&urls[..5]).await?))
+    {
+        report.native = Some(native_part(&urls[..5], plan).await?);
+    } else if only.is_none() {
+        report.notes.push(
+            "native commands against scripts: skipped, the nodes have no DELIFEQ (--only native runs it anyway)".to_owned(),
+        );
+    }
+
     // Nodes of its own: one of them is slowed and frozen.
     if runs("degraded") {
         report.degraded = Some(degraded(plan).await?);
@@ -222,7 +243,8 @@ async fn run() -> Result<(), BoxError> {
 }
 
 /// Runs `BENCH_PROFILE_CYCLES` (default 2,000) cycles of one side (`floor`,
-/// `library`, or `library-wake`: releases that announce themselves) in one
+/// `library`, `library-scripted`: scripts even where the nodes have native
+/// commands, or `library-wake`: releases that announce themselves) in one
 /// task (or many: `BENCH_PROFILE_TASKS`), on the nodes of `QUORUMLOCK_NODES` (or 5 of its own).
 async fn profile(side: &str) -> Result<(), BoxError> {
     let cycles: usize = std::env::var("BENCH_PROFILE_CYCLES")
@@ -240,6 +262,13 @@ async fn profile(side: &str) -> Result<(), BoxError> {
     let side = match side {
         "floor" => Side::Floor(Arc::new(floor_connections(&urls).await?)),
         "library" => Side::Library(Redlock::new(&urls)?),
+        // Scripts even where the nodes have native commands.
+        "library-scripted" => Side::Library(
+            Redlock::builder()
+                .nodes(&urls)
+                .native_commands(NativeCommands::Never)
+                .build()?,
+        ),
         // Releases announce themselves (nobody listens): what that costs.
         "library-wake" => Side::Library(
             Redlock::builder()
@@ -249,9 +278,10 @@ async fn profile(side: &str) -> Result<(), BoxError> {
         ),
         "rslock" => Side::Rslock(Arc::new(rslock::LockManager::new(urls.clone()))),
         other => {
-            return Err(
-                format!("--profile {other:?}: use floor, library, library-wake or rslock").into(),
-            );
+            return Err(format!(
+                "--profile {other:?}: use floor, library, library-scripted, library-wake or rslock"
+            )
+            .into());
         }
     };
     // `BENCH_PROFILE_TASKS=n`: that many tasks for `BENCH_PROFILE_CYCLES`
@@ -543,7 +573,7 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
             Better::Lower,
         );
     }
-    if let Some(ceiling) = ceiling(urls, plan).await {
+    if let Some(ceiling) = ceiling(urls, plan, CeilingRelease::Script).await {
         let ours = report
             .rows
             .iter()
@@ -629,13 +659,22 @@ impl ServerCpu {
     }
 }
 
+/// How the ceiling's release is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CeilingRelease {
+    /// The library's release script, by `EVALSHA`.
+    Script,
+    /// The native compare-and-delete, `DELIFEQ key token` (Valkey 9.0).
+    Delifeq,
+}
+
 /// What the nodes can do at best, measured by `redis-benchmark` (if on
-/// PATH) on every node at once: `SET NX PX`, then the release script, each
-/// with 16 requests pipelined per connection. A lock cycle costs one of
-/// each on every node, so the ceiling is the slowest node's
+/// PATH) on every node at once: `SET NX PX`, then the release (`release`),
+/// each with 16 requests pipelined per connection. A lock cycle costs one
+/// of each on every node, so the ceiling is the slowest node's
 /// `1 / (1 / sets + 1 / releases)`. `None` without redis-benchmark, or for
 /// nodes with credentials.
-async fn ceiling(urls: &[String], plan: Plan) -> Option<f64> {
+async fn ceiling(urls: &[String], plan: Plan, release: CeilingRelease) -> Option<f64> {
     let addresses: Vec<(String, String)> = urls
         .iter()
         .map(|url| {
@@ -671,7 +710,12 @@ async fn ceiling(urls: &[String], plan: Plan) -> Option<f64> {
         "PX",
         "10000",
     ];
-    let release = ["EVALSHA", &sha, "1", "bench:ceiling:__rand_int__", "token"];
+    let release: Vec<&str> = match release {
+        CeilingRelease::Script => {
+            vec!["EVALSHA", &sha, "1", "bench:ceiling:__rand_int__", "token"]
+        }
+        CeilingRelease::Delifeq => vec!["DELIFEQ", "bench:ceiling:__rand_int__", "token"],
+    };
     let mut per_node = vec![[0.0f64; 2]; addresses.len()];
     for (c, command) in [&set[..], &release[..]].into_iter().enumerate() {
         progress(&format!("N={}: redis-benchmark {}", urls.len(), command[0]));
@@ -889,6 +933,415 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
+}
+
+// ---------------------------------------------------------------------------
+// Native commands against scripts (issue 33)
+
+/// The sides of the native part, in their column order.
+const NATIVE_SIDES: [&str; 3] = ["native", "scripted", "rslock"];
+
+/// One concurrency of the native part: native, scripted, rslock.
+#[derive(Debug)]
+struct NativeRow {
+    tasks: usize,
+    /// Median cycles/s of the rounds.
+    rates: [f64; 3],
+    /// Median of the rounds' native/scripted and native/rslock ratios.
+    ratios: [f64; 2],
+    /// Server CPU µs per cycle, all nodes, summed over the rounds.
+    server: [f64; 3],
+    /// This process's CPU µs per cycle.
+    client: [f64; 3],
+}
+
+/// Quorumlock on native commands (the default), quorumlock forced onto
+/// scripts (`NativeCommands::Never`) and rslock on the same nodes.
+#[derive(Debug)]
+struct NativePart {
+    nodes: usize,
+    /// Whether every node offers `DELIFEQ` and `SET … IFEQ`: if not, both
+    /// quorumlock sides take the script path.
+    native: bool,
+    rows: Vec<NativeRow>,
+    /// Per side, the commands the nodes ran per lock cycle (all nodes),
+    /// from `INFO commandstats` over a 256-task warm-up round.
+    commands: Vec<(&'static str, Vec<(String, f64)>)>,
+    /// `SET NX PX` + `DELIFEQ` at pipeline 16, every node at once, in lock
+    /// cycles/s.
+    ceiling: Option<f64>,
+    failures: [u64; 3],
+}
+
+/// Whether every node offers the native commands of a plain lock (asked
+/// from its command table, as the library does: never from a version).
+async fn nodes_have_native(urls: &[String]) -> Result<bool, BoxError> {
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let Ok(Value::Array(docs)) = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("DELIFEQ")
+            .query_async::<Value>(&mut conn)
+            .await
+        else {
+            return Ok(false);
+        };
+        if !matches!(docs.first(), Some(Value::Array(_))) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The calls per command (`cmdstat_*`) summed over every node.
+async fn command_calls(urls: &[String]) -> Result<HashMap<String, u64>, BoxError> {
+    let mut calls = HashMap::new();
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await?;
+        for line in info.lines() {
+            let Some((name, rest)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let n = rest
+                .split("calls=")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            *calls.entry(name.to_owned()).or_default() += n;
+        }
+    }
+    Ok(calls)
+}
+
+/// Native commands against scripts on the same nodes (`--only native`;
+/// in a default run when every node has them): cycles/s and the CPU
+/// spent per cycle by the nodes and by this process at each concurrency,
+/// the three sides interleaved round by round as the speed rows are, then
+/// the ceiling of the commands the native side sends.
+async fn native_part(urls: &[String], plan: Plan) -> Result<NativePart, BoxError> {
+    let n = urls.len();
+    let native = nodes_have_native(urls).await?;
+    progress(&format!(
+        "N={n}: native commands against scripts{}",
+        if native {
+            ""
+        } else {
+            " (the nodes have no DELIFEQ: both quorumlock sides run scripts)"
+        }
+    ));
+    let sides = [
+        Side::Library(Redlock::new(urls)?),
+        Side::Library(
+            Redlock::builder()
+                .nodes(urls)
+                .native_commands(NativeCommands::Never)
+                .build()?,
+        ),
+        Side::Rslock(Arc::new(rslock::LockManager::new(urls.to_vec()))),
+    ];
+    // Keys of their own per side (both quorumlock sides are named "lib").
+    let base = |s: usize| 10_000 + 1_000 * s;
+    let servers = ServerCpu::new(urls).await?;
+
+    // Warm up (connections, each node's capabilities, script caches) and
+    // check what each side makes the nodes run: the commands per cycle of a
+    // 256-task round, with the node's statistics reset before it.
+    let mut commands = Vec::new();
+    let mut scratch = Vec::new();
+    for (s, side) in sides.iter().enumerate() {
+        latency_block(side, 100, 5_000_000 + 1_000 * s, &mut scratch).await;
+        if let Side::Library(locks) = side {
+            locks.settle().await;
+        }
+        for url in urls {
+            let mut conn = redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?;
+            let () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut conn)
+                .await?;
+        }
+        let (_, cycles, _) = throughput(side, 256, plan.round, base(s) + 999).await;
+        if let Side::Library(locks) = side {
+            locks.settle().await;
+        }
+        let calls = command_calls(urls).await?;
+        let mut per_cycle: Vec<(String, f64)> = calls
+            .into_iter()
+            .filter(|(name, _)| !matches!(name.as_str(), "info" | "config|resetstat"))
+            .map(|(name, c)| (name, c as f64 / cycles.max(1) as f64))
+            .filter(|(_, c)| *c >= 0.01)
+            .collect();
+        per_cycle.sort_by(|a, b| a.0.cmp(&b.0));
+        commands.push((NATIVE_SIDES[s], per_cycle));
+    }
+
+    let mut rows = Vec::new();
+    let mut failures = [0; 3];
+    for tasks in CONCURRENCY {
+        progress(&format!("N={n}: native, scripted, rslock at {tasks} tasks"));
+        let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+        let mut spent = [Spent::default(); 3];
+        for round in 0..plan.rounds {
+            for k in 0..3 {
+                let s = (round + k) % 3;
+                let (server, client) = (servers.used().await, cpu_time());
+                let (rate, cycles, failed) =
+                    throughput(&sides[s], tasks, plan.round, base(s) + round).await;
+                spent[s].add(cycles, servers.used().await - server, cpu_time() - client);
+                rates[s].push(rate);
+                failures[s] += failed;
+            }
+        }
+        let ratio = |of: usize| -> f64 {
+            let mut r: Vec<f64> = rates[0]
+                .iter()
+                .zip(&rates[of])
+                .map(|(l, o)| l / o)
+                .collect();
+            median(&mut r)
+        };
+        let ratios = [ratio(1), ratio(2)];
+        rows.push(NativeRow {
+            tasks,
+            rates: rates.map(|mut r| median(&mut r)),
+            ratios,
+            server: spent.map(|s| s.server_per_cycle()),
+            client: spent.map(|s| s.client_per_cycle()),
+        });
+    }
+    for side in &sides {
+        if let Side::Library(locks) = side {
+            locks.settle().await;
+        }
+    }
+    let ceiling = if native {
+        ceiling(urls, plan, CeilingRelease::Delifeq).await
+    } else {
+        None
+    };
+    Ok(NativePart {
+        nodes: n,
+        native,
+        rows,
+        commands,
+        ceiling,
+        failures,
+    })
+}
+
+impl NativePart {
+    fn row(&self, tasks: usize) -> Option<&NativeRow> {
+        self.rows.iter().find(|r| r.tasks == tasks)
+    }
+
+    /// The issue's targets, each with whether this run met it.
+    fn targets(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        if !self.native {
+            return out;
+        }
+        let cpu: Vec<(usize, f64)> = self
+            .rows
+            .iter()
+            .map(|r| (r.tasks, r.server[0] / r.server[1]))
+            .collect();
+        if let Some(&(tasks, worst)) = cpu.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+            let all: Vec<String> = cpu.iter().map(|(t, r)| format!("{r:.2}x at {t}")).collect();
+            out.push((
+                format!(
+                    "server CPU per lock cycle <= 0.65x scripted's at every concurrency (worst {worst:.2}x at {tasks} tasks; {})",
+                    all.join(", ")
+                ),
+                worst <= 0.65,
+            ));
+        }
+        for (tasks, bound) in [(16, 1.3), (256, 3.0)] {
+            if let Some(r) = self.row(tasks) {
+                out.push((
+                    format!(
+                        "{tasks} tasks: >= {bound}x rslock's cycles/s ({:.2}x)",
+                        r.ratios[1]
+                    ),
+                    r.ratios[1] >= bound,
+                ));
+            }
+        }
+        if let (Some(r), Some(ceiling)) = (self.row(256), self.ceiling) {
+            let of = r.rates[0] / ceiling;
+            out.push((
+                format!(
+                    "256 tasks: >= 0.8x the native pipeline-16 ceiling ({of:.2}x of {ceiling:.0} lock cycles/s)"
+                ),
+                of >= 0.8,
+            ));
+        }
+        out
+    }
+
+    /// The group commit (64 and 256 tasks): the native pipeline against
+    /// `batch.lua`.
+    fn group_commit(&self) -> Vec<String> {
+        if !self.native {
+            return Vec::new();
+        }
+        [64, 256]
+            .iter()
+            .filter_map(|&t| self.row(t))
+            .map(|r| {
+                let faster = if r.ratios[0] >= 1.0 {
+                    "the native pipeline is faster"
+                } else {
+                    "batch.lua is FASTER"
+                };
+                format!(
+                    "group commit, {} tasks: native pipeline {:.0} cycles/s and {:.1} µs server CPU per cycle, batch.lua {:.0} and {:.1}: {:.2}x the cycles/s at {:.2}x the server CPU ({faster})",
+                    r.tasks, r.rates[0], r.server[0], r.rates[1], r.server[1], r.ratios[0],
+                    r.server[0] / r.server[1]
+                )
+            })
+            .collect()
+    }
+
+    fn table(&self, quick: bool, out: &mut String) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Native commands against scripts, N={}: quorumlock native (default), quorumlock scripted (NativeCommands::Never), rslock; interleaved rounds{}:",
+            self.nodes,
+            if self.native {
+                ""
+            } else {
+                "; THE NODES HAVE NO DELIFEQ, so both quorumlock sides run scripts"
+            }
+        );
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "| tasks | measure | native | scripted | rslock | native / scripted | native / rslock |"
+        );
+        let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|");
+        for r in &self.rows {
+            let ratio = |a: f64, b: f64| if b == 0.0 { 0.0 } else { a / b };
+            let _ = writeln!(
+                out,
+                "| {} | cycles/s | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} (higher is better) |",
+                r.tasks, r.rates[0], r.rates[1], r.rates[2], r.ratios[0], r.ratios[1]
+            );
+            let _ = writeln!(
+                out,
+                "| {} | server CPU µs per cycle, all nodes | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} (lower is better) |",
+                r.tasks,
+                r.server[0],
+                r.server[1],
+                r.server[2],
+                ratio(r.server[0], r.server[1]),
+                ratio(r.server[0], r.server[2])
+            );
+            let _ = writeln!(
+                out,
+                "| {} | client CPU µs per cycle | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} (lower is better) |",
+                r.tasks,
+                r.client[0],
+                r.client[1],
+                r.client[2],
+                ratio(r.client[0], r.client[1]),
+                ratio(r.client[0], r.client[2])
+            );
+        }
+        let _ = writeln!(out);
+        for (side, calls) in &self.commands {
+            let calls: Vec<String> = calls.iter().map(|(c, n)| format!("{c} {n:.2}")).collect();
+            let _ = writeln!(
+                out,
+                "- {side}: commands per lock cycle, all nodes, 256 tasks: {}",
+                calls.join(", ")
+            );
+        }
+        if let Some(ceiling) = self.ceiling {
+            let ours = self.row(256).map_or(0.0, |r| r.rates[0]);
+            let _ = writeln!(
+                out,
+                "- redis-benchmark ceiling (pipeline 16, SET NX PX then DELIFEQ, every node at once): {ceiling:.0} lock cycles/s; native at 256 tasks reaches {:.2}x of it",
+                ours / ceiling
+            );
+        }
+        for line in self.group_commit() {
+            let _ = writeln!(out, "- {line}");
+        }
+        if self.failures.iter().any(|&f| f > 0) {
+            let _ = writeln!(
+                out,
+                "- failed cycles: native {}, scripted {}, rslock {}",
+                self.failures[0], self.failures[1], self.failures[2]
+            );
+        }
+        let targets = self.targets();
+        if !targets.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "Targets (issue 33){}:",
+                if quick {
+                    "; a quick run is too short to judge them"
+                } else {
+                    ""
+                }
+            );
+            for (target, met) in &targets {
+                let _ = writeln!(out, "- [{}] {target}", if *met { "x" } else { " " });
+            }
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "tasks": r.tasks,
+                    "cycles_per_s": {"native": r.rates[0], "scripted": r.rates[1], "rslock": r.rates[2]},
+                    "ratio_vs_scripted": r.ratios[0],
+                    "ratio_vs_rslock": r.ratios[1],
+                    "server_cpu_us_per_cycle": {"native": r.server[0], "scripted": r.server[1], "rslock": r.server[2]},
+                    "client_cpu_us_per_cycle": {"native": r.client[0], "scripted": r.client[1], "rslock": r.client[2]},
+                })
+            })
+            .collect();
+        let commands: serde_json::Map<String, serde_json::Value> = self
+            .commands
+            .iter()
+            .map(|(side, calls)| {
+                let calls: serde_json::Map<String, serde_json::Value> =
+                    calls.iter().map(|(c, n)| (c.clone(), json!(n))).collect();
+                ((*side).to_owned(), serde_json::Value::Object(calls))
+            })
+            .collect();
+        json!({
+            "nodes": self.nodes,
+            "native_commands_on_every_node": self.native,
+            "rows": rows,
+            "commands_per_cycle_256_tasks": commands,
+            "ceiling_set_delifeq_lock_cycles_per_s": self.ceiling,
+            "failed_cycles": {"native": self.failures[0], "scripted": self.failures[1], "rslock": self.failures[2]},
+            "group_commit": self.group_commit(),
+            "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1742,6 +2195,7 @@ struct Report {
     contention: Vec<ContentionRow>,
     held: Option<HeldRow>,
     degraded: Option<Degraded>,
+    native: Option<NativePart>,
     /// Per node count, the redis-benchmark ceiling in lock cycles/s.
     ceilings: Vec<(usize, f64)>,
     notes: Vec<String>,
@@ -1762,12 +2216,16 @@ impl Report {
             .arg("server")
             .query_async(&mut conn)
             .await?;
-        let redis = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("unknown")
-            .trim()
-            .to_owned();
+        // Valkey reports `redis_version:7.2.4` whatever its own version.
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+        };
+        let redis = match field("valkey_version:") {
+            Some(valkey) => format!("valkey {valkey}"),
+            None => field("redis_version:").unwrap_or("unknown").to_owned(),
+        };
         Ok(Self {
             plan,
             nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1777,6 +2235,7 @@ impl Report {
             contention: Vec::new(),
             held: None,
             degraded: None,
+            native: None,
             ceilings: Vec::new(),
             notes: Vec::new(),
         })
@@ -1890,10 +2349,14 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "machine: {} cpus, {}; redis {}; {} run",
+            "machine: {} cpus, {}; {}; {} run",
             self.nproc,
             self.cpu,
-            self.redis,
+            if self.redis.starts_with("valkey") {
+                self.redis.clone()
+            } else {
+                format!("redis {}", self.redis)
+            },
             if self.plan.quick { "quick" } else { "full" }
         );
         if !self.rows.is_empty() {
@@ -1988,6 +2451,9 @@ impl Report {
                 h.lost
             );
         }
+        if let Some(native) = &self.native {
+            native.table(self.plan.quick, &mut out);
+        }
         if let Some(degraded) = &self.degraded {
             degraded.table(self.plan.quick, &mut out);
         }
@@ -2051,6 +2517,7 @@ impl Report {
             "contention": contention,
             "held": held,
             "degraded": self.degraded.as_ref().map(Degraded::json),
+            "native": self.native.as_ref().map(NativePart::json),
             "ceilings": self.ceilings.iter().map(|(n, c)| json!({"nodes": n, "lock_cycles_per_s": c})).collect::<Vec<_>>(),
             "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
             "notes": self.notes,
