@@ -37,6 +37,25 @@ impl Node {
         deadline: Deadline,
     ) -> Result<usize, NodeError> {
         let inline = self.inline_announce(announce);
+        if let ([key], None) = (keys, inline) {
+            // One command: no pipeline to build or to answer.
+            let cmd = delete.command(key.as_ref(), token);
+            let reply = match self
+                .command(&cmd, &[token], Resend::IfDropped, deadline)
+                .await
+            {
+                // A key of another type is simply not ours.
+                Err(NodeError::Redis(e)) if e.code() == Some("WRONGTYPE") => Value::Int(0),
+                reply => reply?,
+            };
+            let deleted = usize::from(self.native_status(&reply, token)? == 1);
+            if deleted == 1
+                && let Some(id) = announce
+            {
+                self.announce(key.as_ref(), id, deadline).await;
+            }
+            return Ok(deleted);
+        }
         let mut commands = Vec::with_capacity(keys.len() * 2);
         for key in keys {
             push_release(&mut commands, delete, key.as_ref(), token, inline);
