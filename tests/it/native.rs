@@ -346,6 +346,54 @@ async fn native_and_scripted_managers_exclude_each_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorumlock_and_rslock_exclude_each_other_on_the_same_keys() {
+    // rslock writes the same thing a lock of ours does (`SET key value NX
+    // PX`, released by a token-checked script), whichever path our
+    // releases take on this server.
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let ours = patient_builder(&nodes).build().expect("config");
+    let theirs = Arc::new(rslock::LockManager::new(nodes.urls()));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let counter = counter.clone();
+        if i % 2 == 0 {
+            let locks = ours.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = locks.lock("x:shared", TTL).await.expect("lock");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            }));
+        } else {
+            let theirs = theirs.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let lock = theirs
+                        .acquire_no_guard("x:shared".as_bytes(), TTL)
+                        .await
+                        .expect("rslock");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    theirs.unlock(&lock).await;
+                }
+            }));
+        }
+    }
+    no_hang("20 lockers of two libraries", async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    })
+    .await;
+    assert_eq!(counter.load(Ordering::SeqCst), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
     if !native_or_skip("native::a_fleet_of_unlike_servers_puts_each_node_on_its_best_path") {
         return;
