@@ -822,10 +822,16 @@ fn spawn(
     }
     let log = join_log(&log);
     let said = said.lock().unwrap_or_else(|e| e.into_inner());
+    // Redis 8 takes an unknown directive for a module's setting, logs it
+    // (`# >>> 'no-such-option x'`) and aborts: its reason is in the log.
+    let logged: Vec<&str> = log.lines().filter(|line| line.contains(" # ")).collect();
     let reason = if log.contains("Address already in use") {
         "port in use".to_owned()
-    } else if said.is_empty() {
+    } else if said.is_empty() && logged.is_empty() {
         failure.to_owned()
+    } else if said.is_empty() {
+        let tail = logged.len().saturating_sub(2);
+        format!("{failure}: {}", logged[tail..].join(" "))
     } else {
         // A rejected configuration: the directive and why, e.g.
         // `>>> 'enable-debug-command "local"'` and `Bad directive or wrong
