@@ -239,7 +239,11 @@ async fn callers_that_disagree_on_the_count_are_refused_until_the_holders_are_go
     second.release().await.expect("release");
     two.release().await.expect("release");
     // Once no permit of the old count is held, the new count is taken.
+    // Both managers' background work first: the refused attempts of
+    // `patient` clean up after themselves there, on nodes that answered
+    // after its decision.
     locks.settle().await;
+    patient.settle().await;
     assert_eq!(keys_left(&nodes, "api").await, Vec::<String>::new());
     let three = locks
         .semaphore("api", 3)
