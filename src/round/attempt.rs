@@ -32,6 +32,14 @@ pub(crate) trait Acquire: Sync {
         ShapeRef::LOCK
     }
 
+    /// What the cleanup after a failed attempt releases: the grant's
+    /// [`shape`](Self::shape) unless said otherwise. A waiting writer's
+    /// says otherwise: its call still waits, so the mark it keeps on the
+    /// nodes stays (a cancelled attempt's cleanup takes the mark too).
+    fn failed_shape(&self) -> ShapeRef {
+        self.shape()
+    }
+
     /// One node's request in the attempt (see [`NodeCall`]).
     fn call(
         &self,
@@ -99,6 +107,7 @@ pub(crate) async fn attempt<A: Acquire>(
     let cleanup = Cleanup {
         core: Some(core.clone()),
         lock: holding(acquire, token.clone(), None),
+        failed: acquire.failed_shape(),
     };
     let (round, stragglers) = ask(core, acquire, &token, start, &window).await;
     // Only a failed round needs it (see `Cleanup::run`).
@@ -217,7 +226,10 @@ fn holding<A: Acquire>(acquire: &A, token: Token, fence: Option<(Arc<str>, u64)>
 struct Cleanup {
     /// `None` once disarmed.
     core: Option<Arc<Core>>,
+    /// What a cancelled attempt releases.
     lock: Holding,
+    /// What a failed one releases (see [`Acquire::failed_shape`]).
+    failed: ShapeRef,
 }
 
 impl Cleanup {
@@ -247,7 +259,10 @@ impl Cleanup {
         {
             return;
         }
-        let lock = Arc::new(self.lock.clone());
+        let lock = Arc::new(Holding {
+            shape: self.failed.clone(),
+            ..self.lock.clone()
+        });
         release_in_background(&core, lock, skip.as_deref());
     }
 }

@@ -284,16 +284,24 @@ impl RwLock {
             Mode::Read => rw.readers.clone(),
             Mode::Write => rw.writer.clone(),
         };
+        let read = mode == Mode::Read;
+        // A failed attempt's cleanup leaves the call's mark alone: the
+        // call still waits (an id that is no mark's).
+        let failed = Arc::new(RwShape {
+            rw: RwKeys {
+                waiter: Arc::from(""),
+                ..rw.clone()
+            },
+            read,
+        });
         Ok(RwAttempt {
             target: Target {
                 resource: self.name.clone(),
                 keys: Arc::from([held]),
                 ttl: lock.ttl,
             },
-            shape: Arc::new(RwShape {
-                rw,
-                read: mode == Mode::Read,
-            }),
+            shape: Arc::new(RwShape { rw, read }),
+            failed,
             mode,
         })
     }
@@ -342,6 +350,9 @@ struct RwAttempt {
     target: Target,
     /// Its keys and mode.
     shape: Arc<RwShape>,
+    /// The same, without the writer's id: what a failed attempt's cleanup
+    /// releases, keeping the mark of a writer whose call still waits.
+    failed: Arc<RwShape>,
     mode: Mode,
 }
 
@@ -354,6 +365,13 @@ impl Acquire for RwAttempt {
 
     fn shape(&self) -> ShapeRef {
         self.shape.clone().into()
+    }
+
+    /// The writer's attempt was refused (readers still hold, most
+    /// likely) and its call waits on: the mark stays, or new readers
+    /// would get in on the nodes its cleanup reached.
+    fn failed_shape(&self) -> ShapeRef {
+        self.failed.clone().into()
     }
 
     fn call(

@@ -39,7 +39,7 @@ pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
 });
 
 /// A reader-writer lock's keys.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RwKeys {
     /// The writer's token, while a writer holds.
     pub(crate) writer: Arc<str>,
@@ -48,6 +48,8 @@ pub(crate) struct RwKeys {
     /// The mark of a writer waiting for the readers to leave.
     pub(crate) waiting: Arc<str>,
     /// The id a writer's mark holds: one per call, across its attempts.
+    /// Empty in a release that must leave the mark (no mark holds an
+    /// empty id: `release.lua` finds none to delete).
     pub(crate) waiter: Arc<str>,
 }
 
