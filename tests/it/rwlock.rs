@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::{RedisNodes, ServerOptions, server_version};
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions, server_version};
 use quorumlock::{ArgumentError, Error, FUNCTIONS_LIBRARY, Redlock, Retry, ScriptMode};
 use support::{builder, conn, keys_left, no_hang, no_stall, patient, until_no_keys_left};
 use tokio::time::Instant;
@@ -55,7 +55,7 @@ async fn readers_share_and_a_writer_is_alone() {
     ));
     w.extend(ttl).await.expect("extend");
     let summary = w.release().await.expect("release").settled().await;
-    assert_eq!(summary.released(), 3);
+    assert_eq!(summary.released(), 3, "{summary:?}");
     // The mark of the refused writer expires by itself; nothing else is left.
     // release and cleanup return at the decision; the other nodes follow
     locks.settle().await;
@@ -108,6 +108,58 @@ async fn a_waiting_writer_holds_new_readers_back_and_gets_in() {
     locks.settle().await;
     let left = keys_left(&nodes, "pref").await;
     assert_eq!(left, Vec::<String>::new(), "{left:?}");
+}
+
+/// A writer refused by a majority while its request to a slow node is
+/// still on its way cleans up after that attempt there — but the writer's
+/// call still waits, so its mark must stay there too, or a new reader gets
+/// in wherever the writer's requests come late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writers_mark_stays_where_its_request_came_late() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = impatient(&nodes);
+    let ttl = Duration::from_secs(30);
+    let reader = locks.rwlock("late").try_read(ttl).await.expect("reader");
+    // The writer reaches the first node through a slow link: that node
+    // answers after the other two refused, every attempt.
+    let slow = FaultProxy::start(nodes[0].port()).await.expect("proxy");
+    slow.set(Faults::latency(
+        Duration::from_millis(300),
+        Duration::ZERO,
+        Duration::ZERO,
+    ));
+    let mut urls = nodes.urls();
+    urls[0] = slow.url();
+    // One attempt, then a long wait before the next: what the first
+    // attempt's cleanup did shows until then.
+    let writers = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_secs(5))
+        .retry(Retry::forever().delay(Duration::from_secs(20)))
+        .build()
+        .expect("config");
+    // Its connections made first: a request still waiting for one when the
+    // attempt is decided is never sent.
+    let warm = writers.try_lock("late-warm", ttl).await.expect("warm-up");
+    warm.release().await.expect("release");
+    writers.settle().await;
+    let waiting = tokio::spawn(writers.rwlock("late").write(ttl));
+    no_hang("the writer's mark on every node, the slow one too", async {
+        while support::values(&nodes, "late:writer-waiting")
+            .await
+            .iter()
+            .any(Option::is_none)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(matches!(
+        locks.rwlock("late").try_read(ttl).await,
+        Err(Error::Contended { .. })
+    ));
+    waiting.abort();
+    reader.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
