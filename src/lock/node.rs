@@ -229,38 +229,46 @@ impl Node {
                 Ok(u8::from(granted))
             }
             SingleOp::Release { announce } => {
-                let caps = self.capabilities_within(deadline).await;
-                if let Some(delete) = caps.and_then(|c| c.delete()) {
-                    let deleted = self
-                        .release_native(delete, &[key], token, announce, deadline)
-                        .await?;
-                    return Ok(u8::from(deleted == 1));
-                }
-                let released = self.release_lock(key, token, announce, deadline).await;
-                match released {
-                    Err(e) if e.is_incompatible() => self.native_after(e, request, deadline).await,
-                    released => Ok(u8::from(released?)),
-                }
+                self.with_capabilities(deadline, async |caps| {
+                    if let Some(delete) = caps.and_then(|c| c.delete()) {
+                        let deleted = self
+                            .release_native(delete, &[key], token, announce, deadline)
+                            .await?;
+                        return Ok(u8::from(deleted == 1));
+                    }
+                    let released = self.release_lock(key, token, announce, deadline).await;
+                    match released {
+                        Err(e) if e.is_incompatible() => {
+                            self.native_after(e, request, deadline).await
+                        }
+                        released => Ok(u8::from(released?)),
+                    }
+                })
+                .await
             }
             SingleOp::Extend { ttl } => {
-                let caps = self.capabilities_within(deadline).await;
-                if caps.is_some_and(|c| c.extend()) {
-                    return self.extend_native(key, token, ttl, deadline).await;
-                }
-                let ttl = ttl.ms().to_string();
-                let args = [token, ttl.as_str(), "1", "0"];
-                match self
-                    .script(&EXTEND, &[key], &args, &[token], deadline)
-                    .await
-                {
-                    Ok(Value::Array(items)) => match items.as_slice() {
-                        [Value::Int(status @ 0..=2)] => Ok(*status as u8),
-                        _ => Err(unexpected(&Value::Array(items))),
-                    },
-                    Ok(other) => Err(unexpected(&other)),
-                    Err(e) if e.is_incompatible() => self.native_after(e, request, deadline).await,
-                    Err(e) => Err(e),
-                }
+                self.with_capabilities(deadline, async |caps| {
+                    if caps.is_some_and(|c| c.extend()) {
+                        return self.extend_native(key, token, ttl, deadline).await;
+                    }
+                    let ttl = ttl.ms().to_string();
+                    let args = [token, ttl.as_str(), "1", "0"];
+                    match self
+                        .script(&EXTEND, &[key], &args, &[token], deadline)
+                        .await
+                    {
+                        Ok(Value::Array(items)) => match items.as_slice() {
+                            [Value::Int(status @ 0..=2)] => Ok(*status as u8),
+                            _ => Err(unexpected(&Value::Array(items))),
+                        },
+                        Ok(other) => Err(unexpected(&other)),
+                        Err(e) if e.is_incompatible() => {
+                            self.native_after(e, request, deadline).await
+                        }
+                        Err(e) => Err(e),
+                    }
+                })
+                .await
             }
         }
     }
@@ -323,33 +331,36 @@ impl Node {
         };
         // Natively where the node can do every step of a batch; else
         // `batch.lua`.
-        let native = self
-            .capabilities_within(deadline)
-            .await
-            .filter(|c| c.extend())
-            .and_then(|c| c.delete());
-        let calls = groups.iter().map(|group| async move {
-            if let Some(delete) = native {
-                return self.batch_native(delete, requests, group, deadline).await;
-            }
-            match self.batch_call(requests, group, deadline).await {
-                // Refused as a script before the node's commands were known.
-                Err(error) if error.is_incompatible() => {
-                    match self
-                        .capabilities()
-                        .filter(|c| c.extend())
-                        .and_then(|c| c.delete())
-                    {
-                        Some(delete) => self.batch_native(delete, requests, group, deadline).await,
-                        None => Err(error),
+        let replies = self
+            .with_capabilities(deadline, async |caps| {
+                let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
+                let calls = groups.iter().map(|group| async move {
+                    if let Some(delete) = native {
+                        return self.batch_native(delete, requests, group, deadline).await;
                     }
-                }
-                answers => answers,
-            }
-        });
+                    match self.batch_call(requests, group, deadline).await {
+                        // Refused as a script before the node's commands were known.
+                        Err(error) if error.is_incompatible() => {
+                            match self
+                                .capabilities()
+                                .filter(|c| c.extend())
+                                .and_then(|c| c.delete())
+                            {
+                                Some(delete) => {
+                                    self.batch_native(delete, requests, group, deadline).await
+                                }
+                                None => Err(error),
+                            }
+                        }
+                        answers => answers,
+                    }
+                });
+                futures::future::join_all(calls).await
+            })
+            .await;
         let mut answers: Vec<Option<Result<u8, NodeError>>> =
             (0..requests.len()).map(|_| None).collect();
-        for (group, answer) in groups.iter().zip(futures::future::join_all(calls).await) {
+        for (group, answer) in groups.iter().zip(replies) {
             for (&i, status) in group.iter().zip(answer?) {
                 answers[i] = Some(status);
             }

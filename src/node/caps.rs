@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use redis::{Cmd, Value};
 use tokio::sync::Notify;
 
-use super::{Deadline, Node, Resend, within};
+use super::{Backend, Deadline, Node, Resend, within};
 use crate::error::NodeError;
 use crate::scripts::NativeCommands;
 
@@ -193,11 +193,11 @@ impl Node {
         }
     }
 
-    /// The native commands this node's server offers, for a step that has
-    /// a native form: while they are not known, asked (or the question in
-    /// flight awaited, within `deadline`), so that even a node's first
-    /// release goes natively. `None` if the node did not say in time: the
-    /// step then takes the script path.
+    /// The native commands this node's server offers: while they are not
+    /// known, asked (or the question in flight awaited, within
+    /// `deadline`). `None` if the node did not say in time. For the doctor,
+    /// and the steps that depend on them (see
+    /// [`with_capabilities`](Self::with_capabilities)).
     ///
     /// The question goes out beside the node's first request (see
     /// [`learning`](Self::learning)), usually an acquire, and is answered
@@ -223,6 +223,43 @@ impl Node {
             }
         }
         self.capabilities()
+    }
+
+    /// Runs `step` — a release or an extension, whose form depends on the
+    /// server's native commands — with what this node offers. Known, at
+    /// once. Not known yet (a node's first requests, or the first since its
+    /// connection dropped), a standalone node's step waits for the answer
+    /// (within `deadline`) holding its place in the node's queue: its
+    /// requests reach the server in the order they were issued (see
+    /// `node::ordered`), and a step that waited outside would go out behind
+    /// requests issued after it — a release behind the next grant's
+    /// request, which the node would refuse. A cluster node, whose order is
+    /// not kept anyway, just waits. `None` if the node did not say in time:
+    /// the step takes its script.
+    pub(crate) async fn with_capabilities<T>(
+        &self,
+        deadline: Deadline,
+        step: impl AsyncFnOnce(Option<Capabilities>) -> T,
+    ) -> T {
+        if let Some(caps) = self.capabilities() {
+            return step(Some(caps)).await;
+        }
+        match &self.backend {
+            Backend::Standalone(ordered) => {
+                match within(deadline, async { Ok(ordered.turn().await) }).await {
+                    Ok(turn) => {
+                        ordered
+                            .in_turn(turn, async {
+                                step(self.capabilities_within(deadline).await).await
+                            })
+                            .await
+                    }
+                    // Out of time: the step's own requests say so.
+                    Err(_) => step(None).await,
+                }
+            }
+            Backend::Cluster(_) => step(self.capabilities_within(deadline).await).await,
+        }
     }
 
     /// Runs `request`, and while this node's capabilities are not known,

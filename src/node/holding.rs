@@ -173,37 +173,40 @@ impl Node {
             caps.filter(|_| shape.token_keys())
                 .and_then(|caps| caps.delete())
         };
-        if let Some(delete) = native(self.capabilities_within(deadline).await) {
-            let deleted = self
-                .release_native(delete, keys, token, announce, deadline)
-                .await?;
-            return Ok(deleted == keys.len());
-        }
-        let release = Release {
-            keys,
-            token,
-            announce,
-        };
-        let fill = |cmd: &mut Cmd| shape.release_call(&release, cmd);
-        // Keys, token, release id and a channel per key: about.
-        let bytes: usize = keys.iter().map(|k| 2 * k.len()).sum::<usize>() + token.len() + 48;
-        let size = (4 + 2 * keys.len(), bytes);
-        let reply = self
-            .run_script(shape.release_script(), fill, size, &[token], deadline)
-            .await;
-        match reply {
-            // Refused as a script before the node's commands were known.
-            Err(error) if error.is_incompatible() => match native(self.capabilities()) {
-                Some(delete) => {
-                    let deleted = self
-                        .release_native(delete, keys, token, announce, deadline)
-                        .await?;
-                    Ok(deleted == keys.len())
-                }
-                None => Err(error),
-            },
-            reply => shape.released(&release, &reply?),
-        }
+        self.with_capabilities(deadline, async |caps| {
+            if let Some(delete) = native(caps) {
+                let deleted = self
+                    .release_native(delete, keys, token, announce, deadline)
+                    .await?;
+                return Ok(deleted == keys.len());
+            }
+            let release = Release {
+                keys,
+                token,
+                announce,
+            };
+            let fill = |cmd: &mut Cmd| shape.release_call(&release, cmd);
+            // Keys, token, release id and a channel per key: about.
+            let bytes: usize = keys.iter().map(|k| 2 * k.len()).sum::<usize>() + token.len() + 48;
+            let size = (4 + 2 * keys.len(), bytes);
+            let reply = self
+                .run_script(shape.release_script(), fill, size, &[token], deadline)
+                .await;
+            match reply {
+                // Refused as a script before the node's commands were known.
+                Err(error) if error.is_incompatible() => match native(self.capabilities()) {
+                    Some(delete) => {
+                        let deleted = self
+                            .release_native(delete, keys, token, announce, deadline)
+                            .await?;
+                        Ok(deleted == keys.len())
+                    }
+                    None => Err(error),
+                },
+                reply => shape.released(&release, &reply?),
+            }
+        })
+        .await
     }
 
     /// Extends one holding on this node (see [`extend_many`](Self::extend_many)).
@@ -234,12 +237,23 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<Vec<ExtendReply>, NodeError> {
         let deadline: Deadline = deadline.into();
+        self.with_capabilities(deadline, async |caps| {
+            let native = caps.is_some_and(|caps| caps.extend());
+            self.extend_each(locks, native, deadline).await
+        })
+        .await
+    }
+
+    /// [`extend_many`](Self::extend_many), natively where `native` and the
+    /// lock can.
+    async fn extend_each(
+        &self,
+        locks: &[Extension<'_>],
+        native: bool,
+        deadline: Deadline,
+    ) -> Result<Vec<ExtendReply>, NodeError> {
         // One call per extension script (or the native commands), and on a
         // cluster per hash slot as well.
-        let native = self
-            .capabilities_within(deadline)
-            .await
-            .is_some_and(|caps| caps.extend());
         let call_of = |lock: &Extension<'_>| {
             if native && is_native(lock) {
                 NATIVE
@@ -265,7 +279,19 @@ impl Node {
                 Some(lock) if call_of(lock) == NATIVE => {
                     self.extend_natively(locks, group, deadline).await
                 }
-                _ => self.extend_group(locks, group, deadline).await,
+                _ => match self.extend_group(locks, group, deadline).await {
+                    // Refused as a script before the node's commands were
+                    // known (see `capabilities_for_step`): natively, if the
+                    // server now says it can.
+                    Err(error)
+                        if error.is_incompatible()
+                            && self.capabilities().is_some_and(|caps| caps.extend())
+                            && group.iter().all(|&i| locks.get(i).is_some_and(is_native)) =>
+                    {
+                        self.extend_natively(locks, group, deadline).await
+                    }
+                    answers => answers,
+                },
             }
         });
         let mut answers = vec![ExtendReply::Refused; locks.len()];

@@ -73,6 +73,19 @@ pub(super) struct Ordered {
     scripts: AtomicU64,
 }
 
+tokio::task_local! {
+    /// The node (its [`Ordered`]'s address) whose [`Turn`] the task holds:
+    /// its requests to that node go straight to the connection.
+    static TURN: usize;
+}
+
+/// One caller's turn at a node's gate (see [`Ordered::turn`]): requests
+/// issued after it was taken wait until it is dropped.
+pub(super) struct Turn<'a> {
+    _gate: tokio::sync::MutexGuard<'a, ()>,
+    _leave: Leave<'a>,
+}
+
 /// Takes a request off the gate's count when it leaves (also when it is
 /// cancelled).
 struct Leave<'a>(&'a AtomicUsize);
@@ -108,6 +121,39 @@ impl Ordered {
         self.current.lock().ok()?.clone()
     }
 
+    /// Takes the gate's turn, in the order requests come (from its first
+    /// poll), for a caller that must wait for something before it knows
+    /// what to send — what the server offers — without losing its place:
+    /// whatever is issued after this waits until the turn is dropped. What
+    /// the holder sends runs in [`in_turn`](Self::in_turn).
+    pub(super) async fn turn(&self) -> Turn<'_> {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let leave = Leave(&self.queued);
+        let gate = self.gate.lock().await;
+        Turn {
+            _gate: gate,
+            _leave: leave,
+        }
+    }
+
+    /// Runs `work` holding `turn`: its requests to this node skip the gate
+    /// (which would otherwise wait for `work` itself); the turn is given up
+    /// when `work` ends.
+    pub(super) async fn in_turn<F: Future>(&self, turn: Turn<'_>, work: F) -> F::Output {
+        let output = TURN.scope(self.id(), work).await;
+        drop(turn);
+        output
+    }
+
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Whether this task holds this node's turn.
+    fn holds_turn(&self) -> bool {
+        TURN.try_with(|&id| id == self.id()).unwrap_or(false)
+    }
+
     /// Sends a request: `request` is given the connection and hands the
     /// request to it on its first poll. Requests reach the server in the
     /// order their `send` was first polled, whether the connection exists,
@@ -118,6 +164,17 @@ impl Ordered {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
+        if self.holds_turn() {
+            // The gate is this task's: straight to the connection (made
+            // here, if it dropped meanwhile).
+            let (conn, generation) = match self.ready() {
+                Some(ready) => ready,
+                None => Box::pin(self.connect()).await?,
+            };
+            let reply = unconstrained(request(conn)).await;
+            self.check(&reply, generation);
+            return reply;
+        }
         if self.queued.load(Ordering::SeqCst) == 0
             && let Some((conn, generation)) = self.ready()
         {
@@ -332,6 +389,72 @@ mod tests {
                 .await
                 .expect("LRANGE");
             redis::from_redis_value(reply).expect("numbers")
+        }
+
+        /// A release issued before the node said which native commands it
+        /// has (its first request) waits for the answer, but keeps its
+        /// place: a grant's request issued after it goes out after it, and
+        /// finds the key free.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_step_waiting_for_the_servers_commands_keeps_its_place() {
+            let server = RedisServer::start().expect("redis-server");
+            let url = server.url();
+            let setter = Node::parse(&url, &NodeOptions::default()).expect("node");
+            let mut set = redis::cmd("SET");
+            set.arg("k").arg("old");
+            setter
+                .command(&set, &[], Resend::Never, deadline())
+                .await
+                .expect("SET");
+            let node = Arc::new(Node::parse(&url, &NodeOptions::default()).expect("node"));
+            assert!(node.capabilities().is_none(), "a fresh node knows nothing");
+            let keys: Vec<Arc<str>> = vec!["k".into()];
+            let release: Request = {
+                let node = node.clone();
+                Box::pin(async move {
+                    let shape = crate::node::ShapeRef::LOCK;
+                    node.release(&keys, &*shape, "old", None, deadline())
+                        .await
+                        .map(Value::Boolean)
+                })
+            };
+            let grant: Request = {
+                let node = node.clone();
+                let mut cmd = redis::cmd("SET");
+                cmd.arg("k").arg("new").arg("NX");
+                Box::pin(async move { node.command(&cmd, &[], Resend::Never, deadline()).await })
+            };
+            // Issued in this order: each polled once, release first.
+            let mut requests = [Some(release), Some(grant)];
+            std::future::poll_fn(|cx| {
+                for slot in &mut requests {
+                    if let Some(request) = slot
+                        && request.as_mut().poll(cx).is_ready()
+                    {
+                        *slot = None;
+                    }
+                }
+                Poll::Ready(())
+            })
+            .await;
+            let [release, grant] = requests;
+            if let Some(release) = release {
+                assert_eq!(release.await.expect("release"), Value::Boolean(true));
+            }
+            if let Some(grant) = grant {
+                assert_eq!(
+                    grant.await.expect("grant"),
+                    Value::Okay,
+                    "the release came second"
+                );
+            }
+            let mut get = redis::cmd("GET");
+            get.arg("k");
+            let now = setter
+                .command(&get, &[], Resend::Never, deadline())
+                .await
+                .expect("GET");
+            assert_eq!(now, Value::BulkString(b"new".to_vec()));
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
