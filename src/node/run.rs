@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use super::ordered::Ordered;
 use super::*;
@@ -21,6 +21,25 @@ pub(crate) enum Resend {
     /// The call is idempotent: sending it twice does what sending it once
     /// does.
     IfDropped,
+}
+
+/// What goes to a node in one round trip: a command, or a pipeline of them.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Command(&'a Cmd),
+    Pipeline(&'a redis::Pipeline),
+}
+
+impl Payload<'_> {
+    async fn query<T: FromRedisValue>(
+        self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Self::Command(cmd) => cmd.query_async(conn).await,
+            Self::Pipeline(pipe) => pipe.query_async(conn).await,
+        }
+    }
 }
 
 impl Node {
@@ -46,31 +65,7 @@ impl Node {
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        let reply = within(deadline, async {
-            let mut sent = 0;
-            loop {
-                sent += 1;
-                let reply = match &self.backend {
-                    Backend::Standalone(ordered) => {
-                        ordered
-                            .send(|mut conn| async move { cmd.query_async(&mut conn).await })
-                            .await
-                    }
-                    Backend::Cluster(cluster) => {
-                        let mut conn = self.cluster_connection(cluster).await?;
-                        cmd.query_async(&mut conn).await
-                    }
-                };
-                if let Err(e) = &reply {
-                    self.dropped(e);
-                }
-                match reply {
-                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
-                    reply => return Ok(reply?),
-                }
-            }
-        })
-        .await;
+        let reply = within(deadline, self.deliver(Payload::Command(cmd), resend)).await;
         reply.map_err(|error| self.redact(error, secrets))
     }
 
@@ -106,39 +101,17 @@ impl Node {
         let Some(sync) = self.replica_sync else {
             return self.command(cmd, secrets, resend, deadline).await;
         };
+        // Refused by the builder: WAIT would go to any member.
+        if self.is_cluster() {
+            return Err(NodeError::UnexpectedReply(
+                "replica sync on a cluster node".to_owned(),
+            ));
+        }
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(sync.wait());
         let sent = within(deadline, async {
-            let mut sent = 0;
-            loop {
-                sent += 1;
-                let reply = match &self.backend {
-                    Backend::Standalone(ordered) => {
-                        let pipe = &pipe;
-                        ordered
-                            .send(|mut conn| async move {
-                                pipe.query_async::<(Value, i64)>(&mut conn).await
-                            })
-                            .await
-                    }
-                    // Refused by the builder: WAIT would go to any member.
-                    Backend::Cluster(_) => {
-                        return Err(NodeError::UnexpectedReply(
-                            "replica sync on a cluster node".to_owned(),
-                        ));
-                    }
-                };
-                if let Err(e) = &reply {
-                    self.dropped(e);
-                }
-                match reply {
-                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
-                    reply => {
-                        let (value, acknowledged) = reply?;
-                        return sync.check(value, acknowledged);
-                    }
-                }
-            }
+            let (value, acknowledged) = self.deliver(Payload::Pipeline(&pipe), resend).await?;
+            sync.check(value, acknowledged)
         });
         self.learning(deadline, sent)
             .await
@@ -173,34 +146,8 @@ impl Node {
             pipe.add_command(sync.wait());
         }
         pipe.ignore_errors();
-        let sent = within(deadline, async {
-            let mut sent = 0;
-            loop {
-                sent += 1;
-                let reply = match &self.backend {
-                    Backend::Standalone(ordered) => {
-                        let pipe = &pipe;
-                        ordered
-                            .send(|mut conn| async move {
-                                pipe.query_async::<Vec<Value>>(&mut conn).await
-                            })
-                            .await
-                    }
-                    Backend::Cluster(cluster) => {
-                        let mut conn = self.cluster_connection(cluster).await?;
-                        pipe.query_async::<Vec<Value>>(&mut conn).await
-                    }
-                };
-                if let Err(e) = &reply {
-                    self.dropped(e);
-                }
-                match reply {
-                    Err(e) if sent == 1 && self.resends(resend, &e) => continue,
-                    reply => return Ok(reply?),
-                }
-            }
-        });
-        let mut replies = self
+        let sent = within(deadline, self.deliver(Payload::Pipeline(&pipe), resend));
+        let mut replies: Vec<Value> = self
             .learning(deadline, sent)
             .await
             .map_err(|error| self.redact(error, secrets))?;
@@ -215,6 +162,40 @@ impl Node {
             return Err(unexpected(&Value::Array(replies)));
         }
         Ok(replies)
+    }
+
+    /// Sends `payload` and reads its reply as a `T`: the one loop every
+    /// request takes to a node's connection — sent once more where
+    /// `resend` allows and the connection dropped (see
+    /// [`resends`](Self::resends)), with the connection's loss noted. The
+    /// callers bound it by their deadline and redact its errors.
+    async fn deliver<T: FromRedisValue>(
+        &self,
+        payload: Payload<'_>,
+        resend: Resend,
+    ) -> Result<T, NodeError> {
+        let mut sent = 0;
+        loop {
+            sent += 1;
+            let reply = match &self.backend {
+                Backend::Standalone(ordered) => {
+                    ordered
+                        .send(|mut conn| async move { payload.query(&mut conn).await })
+                        .await
+                }
+                Backend::Cluster(cluster) => {
+                    let mut conn = self.cluster_connection(cluster).await?;
+                    payload.query(&mut conn).await
+                }
+            };
+            if let Err(e) = &reply {
+                self.dropped(e);
+            }
+            match reply {
+                Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                reply => return Ok(reply?),
+            }
+        }
     }
 
     /// Whether a call that failed with `error` goes out once more: an
