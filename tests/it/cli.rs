@@ -396,6 +396,30 @@ fn bad_arguments_are_usage_errors() {
         stderr(&out)
     );
 
+    // An empty entry is not one node fewer: it is refused, from the
+    // option and from the environment alike.
+    let url = nodes.urls()[0].clone();
+    for list in [format!("{url},,{url}"), format!("{url},")] {
+        let mut cmd = quorumlock();
+        cmd.args(["status", "--nodes", &list, "r"]);
+        let out = output(cmd);
+        assert_status(&out, USAGE);
+        assert!(
+            stderr(&out).contains("an empty entry"),
+            "{list}: {}",
+            stderr(&out)
+        );
+        let mut cmd = quorumlock();
+        cmd.env("QUORUMLOCK_NODES", &list).args(["status", "r"]);
+        let out = output(cmd);
+        assert_status(&out, USAGE);
+        assert!(
+            stderr(&out).contains("an empty entry"),
+            "{list}: {}",
+            stderr(&out)
+        );
+    }
+
     // Each malformed URL names its cause, not the parser's generic error.
     for (url, cause) in [
         ("127.0.0.1:6379", "no scheme; write redis://"),

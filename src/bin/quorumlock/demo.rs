@@ -21,17 +21,12 @@ const LOCAL_NODES: usize = 5;
 pub(crate) struct DemoArgs {
     /// Run the non-destructive part against these nodes instead of starting
     /// local ones (nodes you give are never killed).
-    #[arg(long, value_delimiter = ',', value_name = "URLS")]
+    #[arg(long, value_delimiter = ',', value_parser = crate::nodes::node_entry, value_name = "URLS")]
     pub(crate) nodes: Vec<String>,
 }
 
 pub(crate) async fn run(args: DemoArgs) -> Result<u8, clap::Error> {
-    let given: Vec<String> = args
-        .nodes
-        .iter()
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty())
-        .collect();
+    let given = args.nodes;
     if given.is_empty() {
         local().await
     } else {

@@ -19,6 +19,7 @@ pub(crate) struct NodeArgs {
         // URLs may carry passwords: never echo the variable in --help.
         hide_env_values = true,
         value_delimiter = ',',
+        value_parser = node_entry,
         required = true,
         value_name = "URLS"
     )]
@@ -33,14 +34,26 @@ pub(crate) struct NodeArgs {
     pub(crate) node_timeout: Option<Duration>,
 }
 
+/// One entry of a comma-separated `--nodes` list, trimmed. An empty one
+/// (`a,,b`, or a comma at an end) is a usage error: taken as nothing, it
+/// would leave the lock on fewer nodes than the user listed, and with them
+/// a smaller quorum.
+pub(crate) fn node_entry(entry: &str) -> Result<String, String> {
+    let url = entry.trim();
+    if url.is_empty() {
+        return Err(
+            "an empty entry in the comma-separated list (two commas in a row, or one at \
+             an end): give each node's URL once"
+                .to_owned(),
+        );
+    }
+    Ok(url.to_owned())
+}
+
 impl NodeArgs {
-    /// The URLs, trimmed, without empty entries (a trailing comma).
+    /// The URLs, as given (each checked by [`node_entry`]).
     pub(crate) fn urls(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .map(|u| u.trim().to_owned())
-            .filter(|u| !u.is_empty())
-            .collect()
+        self.nodes.clone()
     }
 
     /// A manager over these nodes, or a usage error naming what is wrong
