@@ -401,7 +401,7 @@ impl LockGuard {
     /// let guard = locks.lock("ledger:close", Duration::from_secs(10)).await?;
     /// // … close the ledger …
     /// match guard.release().await {
-    ///     Ok(summary) => println!("released on {} of {} nodes", summary.released(), summary.asked()),
+    ///     Ok(summary) => println!("{summary}"), // released on 3 of 3 nodes
     ///     Err(quorumlock::Error::Lost { .. }) => eprintln!("the lock had expired: check the ledger"),
     ///     Err(other) => return Err(other),
     /// }
@@ -711,7 +711,10 @@ typed_guard!(
 /// The outcome of [`LockGuard::release`], per node: what was known when it
 /// returned (a quorum's answers, at least), and a way to wait for the
 /// rest ([`settled`](Self::settled)).
-#[derive(Debug)]
+///
+/// Its `Display` says it in a line for a log:
+/// `released on 2 of 3 nodes; 1 still answering (127.0.0.1:7003), followed
+/// in the background`. Its `Debug` lists the same, field by field.
 #[non_exhaustive]
 pub struct ReleaseSummary {
     released_on: Vec<Arc<str>>,
@@ -723,7 +726,6 @@ pub struct ReleaseSummary {
 
 /// The nodes a release still followed when it returned, and where their
 /// answers show.
-#[derive(Debug)]
 struct Following {
     nodes: Vec<(usize, Arc<str>)>,
     answers: watch::Receiver<Answers>,
@@ -754,6 +756,23 @@ impl ReleaseSummary {
     /// [`settled`](Self::settled) waits for them.
     pub fn pending(&self) -> usize {
         self.following.as_ref().map_or(0, |f| f.nodes.len())
+    }
+
+    /// The nodes that had not answered yet when the release returned (see
+    /// [`pending`](Self::pending)).
+    pub fn pending_on(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.following
+            .as_ref()
+            .map_or(&[][..], |f| &f.nodes[..])
+            .iter()
+            .map(|(_, label)| &**label)
+    }
+
+    /// The nodes that answered that they did not hold the token (its key
+    /// had expired there, or never landed).
+    pub fn not_held(&self) -> usize {
+        self.asked
+            .saturating_sub(self.released() + self.pending() + self.failures.len())
     }
 
     /// The nodes that did not answer, with their errors. Their keys, if
@@ -823,5 +842,103 @@ impl ReleaseSummary {
         }
         drop(answers);
         self
+    }
+}
+
+impl fmt::Display for ReleaseSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes = if self.asked == 1 { "node" } else { "nodes" };
+        write!(
+            f,
+            "released on {} of {} {nodes}",
+            self.released(),
+            self.asked
+        )?;
+        if self.pending() > 0 {
+            let pending: Vec<&str> = self.pending_on().collect();
+            write!(
+                f,
+                "; {} still answering ({}), followed in the background",
+                pending.len(),
+                pending.join(", ")
+            )?;
+        }
+        if !self.failures.is_empty() {
+            let failures: Vec<String> = self.failures.iter().map(ToString::to_string).collect();
+            write!(
+                f,
+                "; {} failed ({}): their keys expire after the ttl",
+                failures.len(),
+                failures.join("; ")
+            )?;
+        }
+        if self.not_held() > 0 {
+            write!(f, "; {} did not hold the token", self.not_held())?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ReleaseSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseSummary")
+            .field("released_on", &self.released_on)
+            .field("asked", &self.asked)
+            .field("failures", &self.failures)
+            .field("pending_on", &self.pending_on().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(released: &[&str], failed: &[&str], pending: &[&str]) -> ReleaseSummary {
+        let (_tx, answers) = watch::channel(Answers::new());
+        ReleaseSummary {
+            released_on: released.iter().map(|&n| Arc::from(n)).collect(),
+            asked: 3,
+            failures: failed
+                .iter()
+                .map(|&n| NodeFailure {
+                    node: Arc::from(n),
+                    error: NodeError::Timeout(Duration::from_millis(250)),
+                })
+                .collect(),
+            following: (!pending.is_empty()).then(|| Following {
+                nodes: pending
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| (i, Arc::from(n)))
+                    .collect(),
+                answers,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_summary_says_what_happened_on_each_node() {
+        let all = summary(&["a:1", "b:2", "c:3"], &[], &[]);
+        assert_eq!(all.to_string(), "released on 3 of 3 nodes");
+        let following = summary(&["a:1", "b:2"], &[], &["c:3"]);
+        assert_eq!(
+            following.to_string(),
+            "released on 2 of 3 nodes; 1 still answering (c:3), followed in the background"
+        );
+        assert_eq!(following.pending_on().collect::<Vec<_>>(), ["c:3"]);
+        assert_eq!(following.not_held(), 0);
+        let mixed = summary(&["a:1"], &["b:2"], &[]);
+        assert_eq!(mixed.not_held(), 1);
+        let text = mixed.to_string();
+        assert!(
+            text.starts_with("released on 1 of 3 nodes; 1 failed (b:2: "),
+            "{text}"
+        );
+        assert!(text.ends_with("; 1 did not hold the token"), "{text}");
+        // Debug shows the nodes, not the channel the followers answer on.
+        let debug = format!("{following:?}");
+        assert!(debug.contains("pending_on: [\"c:3\"]"), "{debug}");
+        assert!(!debug.contains("Receiver"), "{debug}");
     }
 }
