@@ -93,17 +93,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let started = Instant::now();
     let mut last = stats.snapshot();
+    // Each line is a phase: from when its fault was made (the end of the
+    // phase before) to now, and what the workers saw meanwhile.
+    let mut since = 0.0;
     let mut report = |what: &str| {
         let now = stats.snapshot();
+        let to = started.elapsed().as_secs_f64();
         println!(
-            "{:>5.2}s  {what:<44} locked {:>4}  contended {:>4}  no quorum {:>4}  other {:>3}",
-            started.elapsed().as_secs_f64(),
+            "{since:>5.2}-{to:<5.2}s  {what:<44} locked {:>4}  contended {:>4}  no quorum {:>4}  other {:>3}",
             now[0] - last[0],
             now[1] - last[1],
             now[2] - last[2],
             now[3] - last[3],
         );
         last = now;
+        since = to;
     };
     // Blocking calls (signals, waiting for a restarted node to be ready)
     // must not stall the runtime's other tasks.
