@@ -135,10 +135,13 @@ pub enum Error {
     /// answer, and waiting will not change that: in
     /// [`ScriptMode::Functions`](crate::ScriptMode::Functions), servers
     /// without Redis Functions (before Redis 7.0, or `FCALL` renamed) or
-    /// without quorumlock's library loaded. Each such node is listed with
-    /// its server and version ([`NodeError::is_incompatible`]). Not
-    /// retryable: the nodes need the library loaded, or the manager
-    /// [`ScriptMode::Eval`](crate::ScriptMode::Eval).
+    /// without quorumlock's library loaded; users who may not run scripts
+    /// where the step has no native form; or servers that refuse the
+    /// nodes' credentials ([`NodeError::AuthRefused`]). Each such node is
+    /// listed with what it said ([`NodeError::is_incompatible`]). Not
+    /// retryable: the nodes need the library loaded, the manager
+    /// [`ScriptMode::Eval`](crate::ScriptMode::Eval), or the right
+    /// credentials.
     #[error(
         "nodes cannot run what `{resource}` needs: {} of {nodes} cannot, a quorum of {quorum} tolerates {}{}",
         failures.iter().filter(|f| f.error.is_incompatible()).count(),
@@ -356,6 +359,17 @@ pub enum NodeError {
         /// would not say.
         server: String,
     },
+    /// The server refused the node's credentials (`WRONGPASS`, or a user
+    /// that is disabled or does not exist): a configuration error, not an
+    /// outage, so nothing is retried. Names the user; never the password.
+    #[error(
+        "the server refused the credentials of user `{user}`: check the user and password in this node's URL (and that the user is enabled)"
+    )]
+    #[non_exhaustive]
+    AuthRefused {
+        /// The user the node's URL names (`default` when it names none).
+        user: String,
+    },
 }
 
 impl NodeError {
@@ -363,14 +377,17 @@ impl NodeError {
     /// administrator changes it (loads quorumlock's library, or upgrades
     /// the server), so that trying again will not help:
     /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded),
-    /// [`FunctionsUnsupported`](Self::FunctionsUnsupported) and
-    /// [`ScriptsRefused`](Self::ScriptsRefused).
+    /// [`FunctionsUnsupported`](Self::FunctionsUnsupported),
+    /// [`ScriptsRefused`](Self::ScriptsRefused) and
+    /// [`AuthRefused`](Self::AuthRefused) (the node's credentials are
+    /// wrong).
     pub fn is_incompatible(&self) -> bool {
         matches!(
             self,
             NodeError::FunctionsNotLoaded { .. }
                 | NodeError::FunctionsUnsupported { .. }
                 | NodeError::ScriptsRefused { .. }
+                | NodeError::AuthRefused { .. }
         )
     }
 }

@@ -193,9 +193,21 @@ impl Node {
             }
             match reply {
                 Err(e) if sent == 1 && self.resends(resend, &e) => continue,
+                Err(e) if is_auth_refusal(&e) => {
+                    return Err(NodeError::AuthRefused { user: self.user() });
+                }
                 reply => return Ok(reply?),
             }
         }
+    }
+
+    /// The user this node's URL names (`default` when none).
+    pub(crate) fn user(&self) -> String {
+        self.servers()
+            .first()
+            .and_then(|client| client.get_connection_info().redis_settings().username())
+            .unwrap_or("default")
+            .to_owned()
     }
 
     /// Whether a call that failed with `error` goes out once more: an
@@ -425,6 +437,15 @@ impl Node {
             other => Err(unexpected(&other)),
         }
     }
+}
+
+/// Whether the server refused the connection's credentials: redis-rs's
+/// `AuthenticationFailed`, or the server's `WRONGPASS` (a wrong password,
+/// or a user that does not exist or is disabled).
+fn is_auth_refusal(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::AuthenticationFailed
+        || e.code() == Some("WRONGPASS")
+        || e.to_string().contains("WRONGPASS")
 }
 
 /// Whether a script call was refused because the user may not run scripts

@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisServer, ServerOptions};
-use quorumlock::{Error, Redlock, Retry};
+use quorumlock::{Error, NodeError, Redlock, Retry};
 use support::{ELECTION_COMMANDS, LOCK_COMMANDS, RWLOCK_COMMANDS, SEMAPHORE_COMMANDS};
 
 const PASSWORD: &str = "s3cret-pw-7f1e";
@@ -80,6 +80,66 @@ async fn password_and_acl_user_in_the_url_work() {
     }
 }
 
+/// `err` is a refusal of `user`'s credentials on every node: a
+/// configuration error, not an outage.
+fn assert_refused(err: &Error, user: &str) {
+    assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    for failure in err.node_failures() {
+        assert!(
+            matches!(&failure.error, NodeError::AuthRefused { user: u, .. } if u == user),
+            "{failure}"
+        );
+    }
+    assert!(err.to_string().contains(&format!("user `{user}`")), "{err}");
+}
+
+/// Wrong credentials are not an outage: however patient the retry policy,
+/// the call fails at once, naming the user that was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_fail_at_once_naming_the_user() {
+    let servers = [secured(), secured(), secured()];
+    let port = |i: usize| servers[i].port();
+    // The default user with a wrong password, on every node.
+    let locks = Redlock::builder()
+        .nodes((0..3).map(|i| format!("redis://:nope-0@127.0.0.1:{}", port(i))))
+        .retry(Retry::forever())
+        .build()
+        .expect("config");
+    let err = support::no_hang(
+        "a refused lock",
+        locks.lock("locks:r", Duration::from_secs(5)),
+    )
+    .await
+    .expect_err("wrong password");
+    assert_refused(&err, "default");
+    assert!(!format!("{err} {err:?}").contains("nope-0"), "{err:?}");
+    // A user that does not exist is refused the same way.
+    let locks = Redlock::builder()
+        .nodes((0..3).map(|i| format!("redis://mallory:pw@127.0.0.1:{}", port(i))))
+        .retry(Retry::forever())
+        .build()
+        .expect("config");
+    let err = support::no_hang(
+        "a refused lock",
+        locks.lock("locks:r", Duration::from_secs(5)),
+    )
+    .await
+    .expect_err("no such user");
+    assert_refused(&err, "mallory");
+    // One node of three refusing is one node fewer, not an error.
+    let locks = Redlock::builder()
+        .node(format!("redis://alice:wrong@127.0.0.1:{}", port(0)))
+        .nodes((1..3).map(|i| format!("redis://alice:{USER_PASSWORD}@127.0.0.1:{}", port(i))))
+        .build()
+        .expect("config");
+    let guard = locks
+        .lock("locks:r", Duration::from_secs(5))
+        .await
+        .expect("a quorum accepts alice");
+    guard.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_appear_in_errors_or_debug_output() {
     let server = secured();
@@ -94,7 +154,7 @@ async fn secrets_never_appear_in_errors_or_debug_output() {
         .lock("locks:a", Duration::from_secs(5))
         .await
         .expect_err("bad password");
-    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    assert_refused(&err, "alice");
     let shown = format!("{err} {err:?} {locks:?}");
     assert!(!shown.contains(wrong), "{shown}");
     assert!(shown.contains(&port.to_string()), "names the node: {shown}");

@@ -436,6 +436,33 @@ fn bad_arguments_are_usage_errors() {
     }
 }
 
+/// Credentials the nodes refuse are a configuration error with a status
+/// of its own, reported at once, naming the user and never the password.
+#[test]
+fn refused_credentials_exit_77_naming_the_user() {
+    let server = quorumlock::testkit::RedisServer::start_with(
+        quorumlock::testkit::ServerOptions::new()
+            .arg("--requirepass")
+            .arg("right-pw"),
+    )
+    .expect("server");
+    let mut cmd = quorumlock();
+    cmd.args([
+        "exec",
+        "--nodes",
+        &format!("redis://:wrong-pw-5e1@127.0.0.1:{}", server.port()),
+        "r",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, 77);
+    let err = stderr(&out);
+    assert!(err.contains("credentials refused"), "{err}");
+    assert!(err.contains("user `default`"), "{err}");
+    assert!(!err.contains("wrong-pw-5e1"), "{err}");
+}
+
 #[test]
 fn a_missing_command_exits_127_and_releases_the_lock() {
     let nodes = RedisNodes::start(1).expect("nodes");

@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use quorumlock::Error;
+use quorumlock::{Error, NodeError};
 
 use crate::duration::show;
 
@@ -21,6 +21,9 @@ pub(crate) const FREE: u8 = 1;
 pub(crate) const UNSAFE: u8 = 1;
 /// Too few nodes answered to lock (or, for `status`, to tell).
 pub(crate) const UNAVAILABLE: u8 = 69;
+/// A quorum of nodes refused the credentials in their URLs (sysexits.h's
+/// "permission denied"): not an outage, so nothing was retried.
+pub(crate) const AUTH_REFUSED: u8 = 77;
 /// The resource is held by someone else (and stayed held for `--wait`).
 pub(crate) const BUSY: u8 = 75;
 /// The lock was lost before the command finished; a running command was
@@ -43,6 +46,8 @@ Exit status:
            stderr): 10 attempts in a row found too many nodes unreachable
   75       the resource is busy: held by another owner, with --no-wait or
            until --wait ran out
+  77       too many nodes refused the credentials in their URLs (the user
+           is named on stderr, never the password); nothing was retried
   124      the lock was lost before the command finished; if it was still
            running it got SIGTERM, then SIGKILL after --grace
   125      quorumlock itself failed
@@ -88,6 +93,8 @@ Exit status:
   69       too few nodes reachable to campaign (one line per failed node on
            stderr): 10 attempts in a row found too many nodes unreachable;
            another instance leading is waited for, not an exit
+  77       too many nodes refused the credentials in their URLs (the user
+           is named on stderr, never the password); nothing was retried
   124      the leadership was lost before the command finished (without
            --again); if it was still running it got SIGTERM, then SIGKILL
            after --grace
@@ -120,6 +127,7 @@ pub(crate) fn acquire_failed(attempt: &str, err: &Error) -> u8 {
     let what = match status {
         BUSY => "busy",
         UNAVAILABLE => "nodes unavailable",
+        AUTH_REFUSED => "credentials refused",
         USAGE => "invalid request",
         _ => "failed",
     };
@@ -202,6 +210,13 @@ pub(crate) fn classify(err: &Error) -> u8 {
         | Error::FenceUnconfirmed { .. }
         | Error::ValidityExpired { .. } => UNAVAILABLE,
         Error::WaitTimeout { last, .. } => classify(last),
+        Error::Incompatible { failures, .. }
+            if failures
+                .iter()
+                .any(|f| matches!(f.error, NodeError::AuthRefused { .. })) =>
+        {
+            AUTH_REFUSED
+        }
         Error::InvalidArgument(_) | Error::InvalidConfig(_) => USAGE,
         _ => INTERNAL,
     }
