@@ -113,6 +113,8 @@ pub(crate) struct Settings<'a> {
     pub(crate) options: &'a CheckOptions,
     /// The library text the nodes should hold, in Functions mode.
     pub(crate) library: &'a str,
+    /// How many nodes must vote for a lock.
+    pub(crate) quorum: usize,
 }
 
 /// Judges every node's facts: per-server findings, then the findings that
@@ -182,7 +184,38 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
         node.findings
             .sort_by(|a, b| b.severity.cmp(&a.severity).then(a.aspect.cmp(&b.aspect)));
     }
-    Report { nodes }
+    // Too few nodes answering for a quorum: no lock can be taken. Whatever
+    // each node's own verdict, the fleet is not fit to gate a deploy on.
+    let voting = facts.iter().filter(|node| answered(node)).count();
+    let mut fleet = Vec::new();
+    if voting < settings.quorum {
+        fleet.push(Finding::new(
+            Severity::Unsafe,
+            Aspect::Reachability,
+            format!(
+                "only {voting} of {} nodes answered: a quorum of {} cannot be reached, no lock can be taken",
+                facts.len(),
+                settings.quorum
+            ),
+            "bring nodes back, or fix their addresses and credentials (see each node's rows)",
+        ));
+    }
+    Report { nodes, fleet }
+}
+
+/// Whether a node answered the check: every server it names was probed,
+/// and a cluster's slot map was read.
+fn answered(node: &NodeFacts) -> bool {
+    !node.servers.is_empty()
+        && node.servers.iter().all(|(_, probed)| probed.is_ok())
+        && node.slots.as_ref().is_none_or(Result::is_ok)
+}
+
+/// Whether a probe's error says the server refused the credentials.
+fn credentials_refused(error: &str) -> bool {
+    error.contains("WRONGPASS")
+        || error.contains("refused the credentials")
+        || error.to_ascii_lowercase().contains("authentication failed")
 }
 
 fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
@@ -218,6 +251,13 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
             String::new()
         };
         match probed {
+            // Not an outage: a configuration error, named as such.
+            Err(e) if credentials_refused(e) => findings.push(Finding::new(
+                Severity::Degraded,
+                Aspect::Capability,
+                format!("{prefix}the server refused the credentials in the node's URL: {e}"),
+                "fix the user and password in the node's URL (or enable the user): a node that refuses them cannot vote",
+            )),
             Err(e) => findings.push(Finding::new(
                 Severity::Degraded,
                 if cluster {
@@ -638,6 +678,7 @@ mod tests {
             node_timeout: Duration::from_millis(250),
             options,
             library: "#!lua name=quorumlock\n",
+            quorum: 1,
         }
     }
 
@@ -940,6 +981,58 @@ mod tests {
         );
         assert_eq!(report.nodes[0].findings[0].aspect, Aspect::Capability);
         assert_eq!(report.nodes[1].findings[0].aspect, Aspect::Reachability);
+    }
+
+    /// Fewer nodes answering than a quorum is unsafe for the fleet, though
+    /// each node alone is only degraded; refused credentials are named as
+    /// such. The summary counts nodes by verdict, findings apart.
+    #[test]
+    fn too_few_nodes_answering_for_a_quorum_is_unsafe() {
+        let down = |node: &str, error: &str| NodeFacts {
+            node: node.into(),
+            servers: vec![(format!("{node}:1"), Err(error.into()))],
+            slots: None,
+            refused: Err(error.into()),
+            path: None,
+        };
+        let facts = [
+            node("a", healthy("r1")),
+            down("b", "connection refused"),
+            down(
+                "c",
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ),
+        ];
+        let options = options();
+        let quorum_of = |quorum| Settings {
+            quorum,
+            ..settings(&options)
+        };
+        let report = judge(&facts, quorum_of(2));
+        assert!(report.is_unsafe(), "{report}");
+        assert_eq!(report.fleet.len(), 1);
+        assert!(report.fleet[0].seen.contains("only 1 of 3 nodes answered"));
+        assert!(
+            report
+                .nodes
+                .iter()
+                .all(|n| n.worst() != Some(Severity::Unsafe))
+        );
+        let refused = &report.nodes[2].findings[0];
+        assert_eq!(refused.aspect, Aspect::Capability);
+        assert!(
+            refused.seen.contains("refused the credentials"),
+            "{refused:?}"
+        );
+        let text = report.to_string();
+        assert!(
+            text.contains("3 nodes: 0 unsafe, 2 degraded, 1 ok (0 with notes only); findings: 1 unsafe, 2 degraded"),
+            "{text}"
+        );
+        assert!(text.contains(FLEET), "{text}");
+        // With a quorum of one, the one answering node is enough.
+        let report = judge(&facts, quorum_of(1));
+        assert!(report.fleet.is_empty() && !report.is_unsafe(), "{report}");
     }
 
     #[test]

@@ -196,33 +196,52 @@ impl NodeReport {
 pub struct Report {
     /// One entry per configured node, in configuration order.
     pub nodes: Vec<NodeReport>,
+    /// What holds for the nodes together: too few of them answering for a
+    /// quorum is [`Severity::Unsafe`] (no lock can be taken), whatever each
+    /// node's own verdict.
+    pub fleet: Vec<Finding>,
 }
 
 impl Report {
     /// The worst severity found on any node, `None` when nothing was found.
     pub fn worst(&self) -> Option<Severity> {
-        self.nodes.iter().filter_map(NodeReport::worst).max()
+        self.nodes
+            .iter()
+            .filter_map(NodeReport::worst)
+            .chain(self.fleet.iter().map(|f| f.severity))
+            .max()
     }
 
-    /// Whether any finding is [`Severity::Unsafe`].
+    /// Whether any finding is [`Severity::Unsafe`], the fleet's included
+    /// (fewer nodes answering than a quorum).
     pub fn is_unsafe(&self) -> bool {
         self.worst() == Some(Severity::Unsafe)
     }
 
     /// Every finding with its node's name, node by node, worst first
-    /// within a node.
+    /// within a node, then the fleet's, named [`FLEET`].
     pub fn findings(&self) -> impl Iterator<Item = (&str, &Finding)> {
         self.nodes
             .iter()
             .flat_map(|n| n.findings.iter().map(move |f| (&*n.node, f)))
+            .chain(self.fleet.iter().map(|f| (FLEET, f)))
     }
 }
+
+/// The name [`Report::findings`] and the table give the fleet's findings.
+pub const FLEET: &str = "(all nodes)";
 
 /// One row per finding (`node severity aspect seen → advice`), and a row
 /// saying `ok` for a node without findings.
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let node_width = self.nodes.iter().map(|n| n.node.len()).max().unwrap_or(4);
+        let node_width = self
+            .nodes
+            .iter()
+            .map(|n| n.node.len())
+            .chain((!self.fleet.is_empty()).then_some(FLEET.len()))
+            .max()
+            .unwrap_or(4);
         let server = |n: &NodeReport| {
             let mut s = n.server.clone().unwrap_or_else(|| "-".to_owned());
             if let Some(latency) = n.latency {
@@ -270,15 +289,39 @@ impl fmt::Display for Report {
                 )?;
             }
         }
-        let count = |s: Severity| self.findings().filter(|(_, f)| f.severity == s).count();
+        for finding in &self.fleet {
+            writeln!(
+                f,
+                "{:<node_width$}  {:<8}  {:<12}  {} -> {}",
+                FLEET,
+                finding.severity.to_string(),
+                finding.aspect.to_string(),
+                finding.seen,
+                finding.advice
+            )?;
+        }
+        // Nodes by their worst finding; the findings counted apart.
+        let nodes = |s: Option<Severity>| self.nodes.iter().filter(|n| n.worst() == s).count();
+        let found = |s: Severity| self.findings().filter(|(_, f)| f.severity == s).count();
         write!(
             f,
-            "{} nodes: {} unsafe, {} degraded, {} notes",
+            "{} nodes: {} unsafe, {} degraded, {} ok ({} with notes only); findings: {} unsafe, {} degraded, {} notes",
             self.nodes.len(),
-            count(Severity::Unsafe),
-            count(Severity::Degraded),
-            count(Severity::Note)
-        )
+            nodes(Some(Severity::Unsafe)),
+            nodes(Some(Severity::Degraded)),
+            nodes(None) + nodes(Some(Severity::Note)),
+            nodes(Some(Severity::Note)),
+            found(Severity::Unsafe),
+            found(Severity::Degraded),
+            found(Severity::Note)
+        )?;
+        if self.fleet.iter().any(|f| f.severity == Severity::Unsafe) {
+            write!(
+                f,
+                "; UNSAFE as a whole: too few nodes answered for a quorum"
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -98,6 +98,7 @@ impl Redlock {
                 node_timeout: core.node_timeout(),
                 options,
                 library: FUNCTIONS_LIBRARY,
+                quorum: core.quorum(),
             },
         )
     }

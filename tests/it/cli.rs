@@ -590,6 +590,22 @@ fn doctor_passes_healthy_nodes_and_fails_one_server_listed_twice() {
     assert!(unsafe_rows[0].starts_with("localhost:"), "{text}");
     assert!(unsafe_rows[0].contains("run_id"), "{text}");
     assert!(!text.contains(PASSWORD) && !stderr(&out).contains(PASSWORD));
+
+    // A wrong password on one node and another node down: one of three
+    // answers, no quorum. A gate must fail, and the refusal is named.
+    let mut broken = urls.clone();
+    broken[1] = format!("redis://:wrong-93f2@127.0.0.1:{}", nodes[1].port());
+    nodes[2].kill();
+    let out = doctor(&broken);
+    assert_status(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(text.contains("(all nodes)"), "{text}");
+    assert!(text.contains("only 1 of 3 nodes answered"), "{text}");
+    assert!(
+        !text.contains("wrong-93f2") && !text.contains(PASSWORD),
+        "{text}"
+    );
 }
 
 #[test]

@@ -438,10 +438,12 @@ async fn functions_not_loaded_or_of_another_version_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_node_is_degraded() {
     let up = RedisServer::start().expect("server");
+    let also_up = RedisServer::start().expect("server");
     let down = RedisServer::start().expect("server");
     let down_url = url(&down);
     down.kill();
-    let locks = Redlock::new([url(&up), down_url]).expect("config");
+    // One node of three down: the others still make a quorum.
+    let locks = Redlock::new([url(&up), down_url.clone(), url(&also_up)]).expect("config");
     let report = check(&locks, &quick()).await;
     assert_eq!(
         severities(&report, 1, Aspect::Reachability),
@@ -449,7 +451,22 @@ async fn an_unreachable_node_is_degraded() {
         "{report}"
     );
     assert_eq!(report.nodes[1].server, None);
+    assert!(report.fleet.is_empty(), "{report}");
     assert!(!report.is_unsafe(), "{report}");
+    // One of two: no quorum answers, and no lock can be taken. Each node
+    // alone is as before; the fleet is unsafe.
+    let locks = Redlock::new([url(&up), down_url]).expect("config");
+    let report = check(&locks, &quick()).await;
+    assert_eq!(
+        severities(&report, 1, Aspect::Reachability),
+        [Severity::Degraded],
+        "{report}"
+    );
+    assert!(report.is_unsafe(), "{report}");
+    assert!(
+        report.fleet[0].seen.contains("only 1 of 2 nodes answered"),
+        "{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

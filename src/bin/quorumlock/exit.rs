@@ -71,7 +71,8 @@ Exit status:
 pub(crate) const DOCTOR_HELP: &str = "\
 Exit status:
   0   nothing unsafe (degraded nodes and notes may still be listed)
-  1   some node is unsafe for Redlock: mutual exclusion can break
+  1   some node is unsafe for Redlock (mutual exclusion can break), or
+      fewer nodes answered than a quorum (no lock can be taken)
   2   bad arguments or node URLs
 
 Severities:
