@@ -461,6 +461,19 @@ fn refused_credentials_exit_77_naming_the_user() {
     assert!(err.contains("credentials refused"), "{err}");
     assert!(err.contains("user `default`"), "{err}");
     assert!(!err.contains("wrong-pw-5e1"), "{err}");
+    // `status` cannot tell either, for the same reason, and says so.
+    let mut cmd = quorumlock();
+    cmd.args([
+        "status",
+        "--nodes",
+        &format!("redis://:wrong-pw-5e1@127.0.0.1:{}", server.port()),
+        "r",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, 77);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!text.contains("wrong-pw-5e1"), "{text}");
 }
 
 #[test]

@@ -65,7 +65,8 @@ Exit status:
       writer's or a reader's (for an election: a leader)
   1   free: no token can be on a quorum (for an election: no leader)
   2   bad arguments or node URLs
-  69  unknown: too many nodes unreachable to tell";
+  69  unknown: too many nodes unreachable to tell
+  77  unknown: nodes refused the credentials in their URLs";
 
 /// The exit-status table shown by `doctor --help`.
 pub(crate) const DOCTOR_HELP: &str = "\

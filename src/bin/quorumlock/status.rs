@@ -85,7 +85,7 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
         View::Semaphore(permits) => crate::status_many::semaphore(&inspection, timeout, permits),
         View::RwLock => crate::status_many::rwlock(&inspection, timeout),
     }
-    Ok(status_of(inspection.verdict()))
+    Ok(status_of(&inspection))
 }
 
 /// A lock, or an election (a lock with its leader's value beside it).

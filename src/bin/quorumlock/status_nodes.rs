@@ -60,11 +60,20 @@ pub(crate) fn listed(keys: &[String]) -> String {
     }
 }
 
-/// The exit status of a verdict: held (0), free, or unknown.
-pub(crate) fn status_of(verdict: Verdict) -> u8 {
-    match verdict {
+/// The exit status of an inspection's verdict: held (0), free, or
+/// unknown — because nodes refused the credentials in their URLs (a
+/// configuration error, as for `exec`), or did not answer.
+pub(crate) fn status_of(inspection: &Inspection) -> u8 {
+    match inspection.verdict() {
         Verdict::Held => 0,
         Verdict::Free => exit::FREE,
+        _ if inspection
+            .failures()
+            .iter()
+            .any(|f| matches!(f.error, NodeError::AuthRefused { .. })) =>
+        {
+            exit::AUTH_REFUSED
+        }
         _ => exit::UNAVAILABLE,
     }
 }
