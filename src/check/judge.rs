@@ -204,11 +204,27 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
 }
 
 /// Whether a node answered the check: every server it names was probed,
-/// and a cluster's slot map was read.
+/// and a cluster's slot map was read. A cluster member given as a plain
+/// node does not count: most keys are not its to answer for.
 fn answered(node: &NodeFacts) -> bool {
     !node.servers.is_empty()
         && node.servers.iter().all(|(_, probed)| probed.is_ok())
         && node.slots.as_ref().is_none_or(Result::is_ok)
+        && !plain_cluster_member(node)
+}
+
+/// Whether a node given as a plain (standalone) node is a Redis Cluster
+/// member, as its `INFO` says.
+fn plain_cluster_member(node: &NodeFacts) -> bool {
+    node.slots.is_none()
+        && node.servers.iter().any(|(_, probed)| {
+            probed.as_ref().is_ok_and(|server| {
+                server
+                    .info
+                    .as_ref()
+                    .is_ok_and(|info| info.get("cluster_enabled").is_some_and(|v| v == "1"))
+            })
+        })
 }
 
 /// Whether a probe's error says the server refused the credentials.
@@ -282,7 +298,21 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
             }
         }
     }
+    // A Redis Cluster member given as a plain node answers for the slots
+    // it owns and redirects the rest (MOVED): whether the probe key lands
+    // on it is chance. One finding, every time, instead of a verdict that
+    // depends on the probe key.
+    let member = plain_cluster_member(facts);
+    if member {
+        findings.push(Finding::new(
+            Severity::Degraded,
+            Aspect::Cluster,
+            "this server is a Redis Cluster member (cluster_enabled:1), given as a plain node".to_owned(),
+            "give its cluster as one node (RedlockBuilder::cluster with its members' URLs): as a plain node it refuses every key of a slot it does not own",
+        ));
+    }
     match &facts.refused {
+        _ if member => {}
         Ok(refused) => {
             for (operation, error) in refused {
                 let lower = error.to_lowercase();
@@ -1033,6 +1063,39 @@ mod tests {
         // With a quorum of one, the one answering node is enough.
         let report = judge(&facts, quorum_of(1));
         assert!(report.fleet.is_empty() && !report.is_unsafe(), "{report}");
+    }
+
+    /// A cluster member given as a plain node gets one finding whatever
+    /// the probe key met, and does not count towards a quorum.
+    #[test]
+    fn a_cluster_member_given_as_a_plain_node_is_named_as_such() {
+        let mut member = healthy("m1");
+        if let Ok(info) = &mut member.info {
+            info.insert("cluster_enabled".into(), "1".into());
+        }
+        let mut facts = node("m", member);
+        facts.refused = Ok(vec![(
+            "acquire (SET NX PX)".into(),
+            "Moved: 15130 127.0.0.1:7003".into(),
+        )]);
+        let options = options();
+        let report = judge(
+            &[facts],
+            Settings {
+                quorum: 1,
+                ..settings(&options)
+            },
+        );
+        let findings = &report.nodes[0].findings;
+        assert_eq!(findings.len(), 1, "{report}");
+        assert_eq!(findings[0].aspect, Aspect::Cluster);
+        assert!(
+            findings[0].seen.contains("Redis Cluster member"),
+            "{report}"
+        );
+        assert!(!report.to_string().contains("Moved"), "{report}");
+        // It cannot answer for most keys: no quorum of one.
+        assert!(report.is_unsafe(), "{report}");
     }
 
     #[test]

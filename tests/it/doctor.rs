@@ -489,6 +489,20 @@ async fn a_cluster_node_is_checked_master_by_master() {
             .all(|(s, seen)| *s == Severity::Degraded && seen.starts_with("master "))
     );
     assert!(!report.is_unsafe(), "{report}");
+    // A member given as a plain node: named as such, never a verdict that
+    // depends on which slot the probe key fell in.
+    let plain = Redlock::new([cluster.seed_urls()[0].clone()]).expect("config");
+    for _ in 0..3 {
+        let report = check(&plain, &quick()).await;
+        let cluster_rows = found(&report, 0, Aspect::Cluster);
+        assert_eq!(cluster_rows.len(), 1, "{report}");
+        assert!(
+            cluster_rows[0].1.contains("Redis Cluster member"),
+            "{report}"
+        );
+        assert!(!report.to_string().contains("Moved"), "{report}");
+        assert!(report.is_unsafe(), "a lone member is no quorum: {report}");
+    }
 }
 
 /// A `tracing` writer into a shared buffer.
