@@ -436,6 +436,59 @@ fn bad_arguments_are_usage_errors() {
     }
 }
 
+/// A Redis Cluster is one node on the command line too: `--cluster` takes
+/// its seeds, beside `--nodes` or alone.
+#[test]
+fn a_cluster_is_one_node_on_the_command_line() {
+    let cluster = quorumlock::testkit::RedisCluster::start_with(
+        3,
+        0,
+        quorumlock::testkit::ServerOptions::new(),
+    )
+    .expect("cluster");
+    let seeds = cluster.seed_urls().join(",");
+    let mut cmd = quorumlock();
+    cmd.args(["exec", "--cluster", &seeds, "{app}:job", "--", "true"]);
+    assert_status(&output(cmd), 0);
+    // With two standalone nodes: three nodes, a quorum of two.
+    let nodes = RedisNodes::start(2).expect("nodes");
+    let held = {
+        let mut cmd = quorumlock();
+        cmd.args([
+            "exec",
+            "--nodes",
+            &nodes_arg(&nodes),
+            "--cluster",
+            &seeds,
+            "{app}:job",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ]);
+        output(cmd)
+    };
+    assert_status(&held, 3);
+    let mut cmd = quorumlock();
+    cmd.args([
+        "status",
+        "--nodes",
+        &nodes_arg(&nodes),
+        "--cluster",
+        &seeds,
+        "{app}:job",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, 1);
+    assert!(stdout(&out).contains("cluster("), "{}", stdout(&out));
+    // An empty seed is refused as an empty --nodes entry is.
+    let mut cmd = quorumlock();
+    cmd.args(["status", "--cluster", &format!("{seeds},"), "r"]);
+    let out = output(cmd);
+    assert_status(&out, USAGE);
+    assert!(stderr(&out).contains("an empty entry"), "{}", stderr(&out));
+}
+
 /// Credentials the nodes refuse are a configuration error with a status
 /// of its own, reported at once, naming the user and never the password.
 #[test]

@@ -20,10 +20,16 @@ pub(crate) struct NodeArgs {
         hide_env_values = true,
         value_delimiter = ',',
         value_parser = node_entry,
-        required = true,
+        required_unless_present = "cluster",
         value_name = "URLS"
     )]
     pub(crate) nodes: Vec<String>,
+
+    /// A Redis Cluster as one node: some of its members' URLs,
+    /// comma-separated (keys route to the master owning their slot). Give
+    /// it once per cluster; with --nodes or alone.
+    #[arg(long, value_parser = cluster_seeds, value_name = "SEEDS")]
+    pub(crate) cluster: Vec<Seeds>,
 
     /// A prefix put before the resource name to form the Redis key.
     #[arg(long, value_name = "PREFIX", default_value = "")]
@@ -50,6 +56,19 @@ pub(crate) fn node_entry(entry: &str) -> Result<String, String> {
     Ok(url.to_owned())
 }
 
+/// One cluster's seed URLs, as `--cluster` gives them.
+#[derive(Debug, Clone)]
+pub(crate) struct Seeds(Vec<String>);
+
+/// A `--cluster` value: its seeds, each checked as a `--nodes` entry.
+pub(crate) fn cluster_seeds(value: &str) -> Result<Seeds, String> {
+    value
+        .split(',')
+        .map(node_entry)
+        .collect::<Result<Vec<_>, _>>()
+        .map(Seeds)
+}
+
 impl NodeArgs {
     /// The URLs, as given (each checked by [`node_entry`]).
     pub(crate) fn urls(&self) -> Vec<String> {
@@ -70,6 +89,9 @@ impl NodeArgs {
             .nodes(self.urls())
             .key_prefix(self.prefix.clone())
             .retry(retry);
+        for Seeds(seeds) in &self.cluster {
+            builder = builder.cluster(seeds);
+        }
         if let Some(timeout) = self.node_timeout {
             builder = builder.node_timeout(timeout);
         }
