@@ -97,6 +97,9 @@ def scan(text):
 
 SOAK = Path("tests") / "it" / "soak-results.jsonl"
 
+# The pages that quote the latest soak's figures (seeds, grants, violations).
+SOAK_QUOTED_IN = ["README.md", "docs/safety.md"]
+
 
 def soak_runs(path):
     """The soak runs recorded in `path`, oldest first: a run is the lines
@@ -200,14 +203,17 @@ class Site:
             if relative != "README.md" and page.resolve() not in linked_from_readme:
                 problems.append(f"{relative}: not linked from README.md")
 
+        # The pages that quote the latest soak must quote it as recorded.
         soak = self.root / SOAK
-        readme = self.root / "README.md"
         runs = soak_runs(soak) if soak.is_file() else []
-        if runs and readme.is_file():
-            text = readme.read_text(encoding="utf-8")
+        for quoting in SOAK_QUOTED_IN:
+            page = self.root / quoting
+            if not runs or not page.is_file():
+                continue
+            text = page.read_text(encoding="utf-8")
             missing = [q for q in soak_quote(runs[-1]) if q not in text]
             if missing:
-                problems.append(f"README.md: does not quote the latest soak in {SOAK.as_posix()} "
+                problems.append(f"{quoting}: does not quote the latest soak in {SOAK.as_posix()} "
                                 f"(at {runs[-1]['commit']}): {', '.join(missing)}")
         return problems
 
@@ -264,6 +270,9 @@ def self_test():
             "## Same\n\n## Same\n\n- ```sh\n  [in a list fence](nowhere.md)\n  ```\n",
             encoding="utf-8")
         (root / "docs" / "b.md").write_text("# B\n\n[up](../README.md)\n", encoding="utf-8")
+        (root / "docs" / "safety.md").write_text(
+            "# Safety\n\n[up](../README.md). The latest soak: 2 seeds, 2,000 grants, "
+            "1 violations.\n", encoding="utf-8")
         (root / "src" / "lib.rs").write_text(
             '#[cfg(doctest)]\n#[doc = include_str!("../README.md")]\nstruct ReadmeDoctests;\n'
             '#[cfg(doctest)]\n#[doc = include_str!("../docs/a.md")]\nstruct ADoctests;\n',
@@ -279,6 +288,11 @@ def self_test():
             "docs/b.md: not linked from README.md",
             "README.md: does not quote the latest soak in tests/it/soak-results.jsonl "
             "(at new): 2,000 grants, 2 violations",
+            "docs/safety.md: does not quote the latest soak in tests/it/soak-results.jsonl "
+            "(at new): 3 seeds, 2 violations",
+            "docs/safety.md: its code blocks are not doctests: src/lib.rs has no "
+            '#[cfg(doctest)] #[doc = include_str!("../docs/safety.md")] item',
+            "docs/safety.md: not linked from README.md",
         ])
         for line in expected:
             if line not in got:
@@ -292,8 +306,8 @@ def self_test():
             print(f"docs/check.py --self-test: {failure}", file=sys.stderr)
         return 1
     print(f"docs/check.py --self-test OK: {len(slugs)} slugs; a broken link, a broken anchor, "
-          f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests and a stale "
-          f"soak quote reported")
+          f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests and stale "
+          f"soak quotes (README.md, docs/safety.md) reported")
     return 0
 
 
