@@ -160,6 +160,35 @@ class Site:
         except ValueError:
             return str(path)
 
+    def targets(self):
+        """Every relative link of the pages, resolved: (where, target, path)."""
+        for page in self.pages:
+            if not page.is_file():
+                continue
+            _, _, links = scan(page.read_text(encoding="utf-8"))
+            for number, target in links:
+                if not target or SCHEME.match(target) or target.startswith("//"):
+                    continue
+                path = target.partition("#")[0]
+                if not path:
+                    continue
+                base = self.root if path.startswith("/") else page.parent
+                resolved = (base / unquote(path).lstrip("/")).resolve()
+                yield f"{self.name(page)}:{number}", target, resolved
+
+    def unshipped(self, shipped):
+        """The links whose targets the published crate does not hold:
+        `shipped` is `cargo package --list`'s output (paths from the root).
+        A link to a directory needs something shipped below it."""
+        problems = []
+        for where, target, resolved in self.targets():
+            name = self.name(resolved)
+            if name in shipped or any(s.startswith(name + "/") for s in shipped):
+                continue
+            problems.append(f"{where}: {target} is not in the published crate "
+                            f"(add {name} to Cargo.toml's include)")
+        return problems
+
     def check(self):
         problems = []
         linked_from_readme = set()
@@ -300,22 +329,42 @@ def self_test():
         for line in got:
             if line not in expected:
                 failures.append(f"reported wrongly: {line}")
+        # A package without tests/: the links into it are reported; with
+        # a file below tests/, a link to the directory resolves.
+        unshipped = Site(root).unshipped({"README.md", "docs/a.md", "docs/b.md", "src/lib.rs"})
+        if not any("tests/data.txt is not in the published crate" in p for p in unshipped):
+            failures.append(f"unshipped link not reported: {unshipped}")
+        unshipped = Site(root).unshipped({"README.md", "docs/a.md", "docs/b.md", "tests/data.txt",
+                                          "docs/missing.md", "docs/safety.md"})
+        if unshipped:
+            failures.append(f"shipped links reported: {unshipped}")
 
     if failures:
         for failure in failures:
             print(f"docs/check.py --self-test: {failure}", file=sys.stderr)
         return 1
     print(f"docs/check.py --self-test OK: {len(slugs)} slugs; a broken link, a broken anchor, "
-          f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests and stale "
-          f"soak quotes (README.md, docs/safety.md) reported")
+          f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests, stale "
+          f"soak quotes (README.md, docs/safety.md) and links the package lacks reported")
     return 0
 
 
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
+    if len(argv) == 3 and argv[1] == "--package-list":
+        # Every link of the README and docs resolves in the published crate
+        # too (its page on crates.io and docs.rs shows them).
+        shipped = {line.strip() for line in Path(argv[2]).read_text().splitlines() if line.strip()}
+        problems = Site(ROOT).unshipped(shipped)
+        for problem in problems:
+            print(f"docs/check.py: {problem}", file=sys.stderr)
+        if problems:
+            return 1
+        print(f"docs OK in the package: every link resolves among its {len(shipped)} files")
+        return 0
     if argv[1:]:
-        print(f"usage: {argv[0]} [--self-test]", file=sys.stderr)
+        print(f"usage: {argv[0]} [--self-test | --package-list FILE]", file=sys.stderr)
         return 2
     site = Site(ROOT)
     problems = site.check()
