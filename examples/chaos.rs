@@ -189,7 +189,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(path) = report_to {
         Report::new(&history, &verdict)
             .title("examples/chaos.rs: eight workers, five nodes killed, paused and restarted")
-            .replay("cargo run --example chaos --features testkit -- --report chaos.html")
+            .replay(format!(
+                "cargo run --example chaos --features testkit -- --report {}",
+                path.display()
+            ))
             .write(&path)?;
         println!("report written to {}", path.display());
     }

@@ -20,6 +20,8 @@ const ACQUIRE: RGBColor = RGBColor(0x2f, 0x5a, 0x88);
 const RELEASE: RGBColor = RGBColor(0x2e, 0x7d, 0x32);
 const FAILED: RGBColor = RGBColor(0xef, 0x6c, 0x00);
 const OUTAGE: RGBAColor = RGBAColor(0xc6, 0x28, 0x28, 0.12);
+/// While a quorum was coming back after an outage (nodes restarting).
+const OUTAGE_BACK: RGBAColor = RGBAColor(0xc6, 0x28, 0x28, 0.05);
 
 /// Writes both charts (or, if plotters fails, what it said).
 pub(super) fn write(page: &mut String, history: &History, span: Duration) {
@@ -266,6 +268,15 @@ where
             Rectangle::new(
                 [(o.from.as_secs_f64(), low), (o.to.as_secs_f64(), high)],
                 OUTAGE.filled(),
+            )
+        }))
+        .map_err(draw_error)?;
+    // Until the quorum was certainly back, as the timeline's lanes show.
+    chart
+        .draw_series(history.outages.iter().filter(|o| o.back > o.to).map(|o| {
+            Rectangle::new(
+                [(o.to.as_secs_f64(), low), (o.back.as_secs_f64(), high)],
+                OUTAGE_BACK.filled(),
             )
         }))
         .map_err(draw_error)?;

@@ -547,6 +547,7 @@ svg.timeline path.other { stroke: #6a1b9a; }
 svg.timeline path.loss { stroke: #000; stroke-width: 2px; vector-effect: non-scaling-stroke; fill: none; }
 svg.timeline path.key-loss { stroke: #000; stroke-width: 2px; vector-effect: non-scaling-stroke; fill: none; }
 svg.timeline rect.outage { fill: rgba(198, 40, 40, .10); }
+svg.timeline rect.outage-back { fill: rgba(198, 40, 40, .04); }
 svg.timeline rect.stall { fill: #795548; }
 svg.timeline rect.starved { fill: #8d6e63; }
 svg.timeline rect.fault { stroke: rgba(0,0,0,.35); stroke-width: 1px; vector-effect: non-scaling-stroke; }

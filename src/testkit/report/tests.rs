@@ -99,8 +99,10 @@ fn every_grant_is_one_bar_and_a_calm_history_has_no_violation() {
     // A node's lost key is ticked on its lane, on its resource's timeline
     // only.
     assert_eq!(count(&page, "<path class=\"key-loss\" data-node=\"4\""), 1);
-    // An outage is shaded on each resource's timeline.
+    // An outage is shaded on each resource's timeline, until its quorum
+    // was certainly back (as the node lanes show the nodes down).
     assert_eq!(count(&page, "<rect class=\"outage\""), 2);
+    assert_eq!(count(&page, "<rect class=\"outage-back\""), 2);
     // Both charts are drawn by plotters, none failed.
     assert_eq!(count(&page, "<div class=\"chart\""), 2);
     assert!(!page.contains("chart-error"), "a chart failed");

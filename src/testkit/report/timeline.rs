@@ -203,7 +203,7 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          until it was lost). Two bars of one resource must never overlap in time. \
          Ticks are failed attempts; black ticks, locks lost. \
          Node lanes are shaded while a fault hit the node; a black tick on a node's lane: \
-         it came back from a restart without a holder's key. A light red band is a majority outage.</p>\n",
+         it came back from a restart without a holder's key. A light red band is a majority outage, lighter while a quorum was coming back (nodes restarting).</p>\n",
     );
     controls(page, &all.colour);
     let axis = axis(span);
@@ -231,7 +231,8 @@ fn controls(page: &mut String, colour: &BTreeMap<&str, &str>) {
          <span><i style=\"background:#ef6c00\"></i>unavailable</span>\
          <span><i style=\"background:#6a1b9a\"></i>other failure</span>\
          <span><i style=\"background:#000\"></i>lock lost</span>\
-         <span><i style=\"background:rgba(198,40,40,.25)\"></i>majority outage</span>",
+         <span><i style=\"background:rgba(198,40,40,.25)\"></i>majority outage</span>\
+         <span><i style=\"background:rgba(198,40,40,.10)\"></i>quorum coming back</span>",
     );
     for (kind, c) in colour {
         let _ = write!(
@@ -355,6 +356,20 @@ impl<'a> Timelines<'a> {
                 ms(outage.to),
                 ms(outage.back)
             );
+            // The nodes' lanes show them down until they are back: so does
+            // the band, lighter where a quorum was coming back.
+            if outage.back > outage.to {
+                let _ = writeln!(
+                    page,
+                    "<rect class=\"outage-back\" x=\"{}\" y=\"0\" width=\"{}\" height=\"{}\">\
+                     <title>a quorum coming back {:.1}\u{2013}{:.1} ms (nodes restarting)</title></rect>",
+                    X(outage.to),
+                    X(outage.back.saturating_sub(outage.to)),
+                    t.height,
+                    ms(outage.to),
+                    ms(outage.back)
+                );
+            }
         }
     }
 
