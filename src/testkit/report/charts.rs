@@ -15,6 +15,8 @@ use crate::testkit::history::{History, OpKind, Outcome};
 const SLICES: usize = 120;
 /// A chart's size in pixels.
 const SIZE: (u32, u32) = (1100, 300);
+/// The width of the legend, right of the plot area (never on the data).
+const LEGEND_WIDTH: u32 = 170;
 
 const ACQUIRE: RGBColor = RGBColor(0x2f, 0x5a, 0x88);
 const RELEASE: RGBColor = RGBColor(0x2e, 0x7d, 0x32);
@@ -159,7 +161,8 @@ fn latency(history: &History, slices: &Slices) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(draw_error)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, beside) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
             .caption(
                 "Acquire and release latency (ms, log scale; per time slice)",
                 ("sans-serif", 16),
@@ -178,7 +181,7 @@ fn latency(history: &History, slices: &Slices) -> Result<String, String> {
             .map_err(draw_error)?;
         shade_outages(&mut chart, history, (low, high))?;
         draw(&mut chart, &series)?;
-        legend(&mut chart)?;
+        legend(&beside, &series, !history.outages.is_empty())?;
         root.present().map_err(draw_error)?;
     }
     Ok(svg)
@@ -227,7 +230,8 @@ fn rate(history: &History, slices: &Slices) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(draw_error)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, beside) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
             .caption(
                 "Grants and failed attempts per second (per time slice)",
                 ("sans-serif", 16),
@@ -246,7 +250,7 @@ fn rate(history: &History, slices: &Slices) -> Result<String, String> {
             .map_err(draw_error)?;
         shade_outages(&mut chart, history, (0.0, high))?;
         draw(&mut chart, &series)?;
-        legend(&mut chart)?;
+        legend(&beside, &series, !history.outages.is_empty())?;
         root.present().map_err(draw_error)?;
     }
     Ok(svg)
@@ -289,8 +293,7 @@ where
 {
     for s in series {
         let style = s.colour.stroke_width(if s.dashed { 1 } else { 2 });
-        // Each run of slices with data is one line; the legend takes the
-        // first.
+        // Each run of slices with data is one line.
         let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
         let mut run = Vec::new();
         for p in &s.points {
@@ -303,35 +306,119 @@ where
         if !run.is_empty() {
             runs.push(run);
         }
-        for (i, run) in runs.into_iter().enumerate() {
-            let drawn = if s.dashed {
+        for run in runs {
+            if s.dashed {
                 chart
                     .draw_series(DashedLineSeries::new(run, 4, 3, style))
-                    .map_err(draw_error)?
+                    .map_err(draw_error)?;
             } else {
                 chart
                     .draw_series(LineSeries::new(run, style))
-                    .map_err(draw_error)?
-            };
-            if i == 0 {
-                drawn
-                    .label(s.name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+                    .map_err(draw_error)?;
             }
         }
     }
     Ok(())
 }
 
-fn legend<'a, 'b: 'a, Y>(chart: &mut Chart<'a, 'b, Y>) -> Result<(), String>
-where
-    Y: Ranged<ValueType = f64>,
-{
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(draw_error)
+/// The legend, in its own area right of the plot: each series' line as the
+/// chart draws it (dashed where the chart dashes it), and the outage shades
+/// when there were outages.
+fn legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    series: &[Series],
+    outages: bool,
+) -> Result<(), String> {
+    let row = |i: usize| 40 + 22 * i as i32;
+    for (i, s) in series.iter().enumerate() {
+        let y = row(i);
+        let style = s.colour.stroke_width(if s.dashed { 1 } else { 2 });
+        let segments: &[(i32, i32)] = if s.dashed {
+            &[(4, 8), (11, 15), (18, 22), (25, 28)]
+        } else {
+            &[(4, 28)]
+        };
+        for &(from, to) in segments {
+            area.draw(&PathElement::new(vec![(from, y), (to, y)], style))
+                .map_err(draw_error)?;
+        }
+        area.draw(&Text::new(s.name, (34, y - 7), ("sans-serif", 13)))
+            .map_err(draw_error)?;
+    }
+    if outages {
+        for (k, (name, colour)) in [
+            ("majority outage", OUTAGE),
+            ("quorum coming back", OUTAGE_BACK),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let y = row(series.len() + k);
+            area.draw(&Rectangle::new([(4, y - 6), (28, y + 6)], colour.filled()))
+                .map_err(draw_error)?;
+            area.draw(&Text::new(name, (34, y - 7), ("sans-serif", 13)))
+                .map_err(draw_error)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The x coordinates of the SVG `<text>` elements that say `label`.
+    fn text_x(svg: &str, label: &str) -> Vec<f64> {
+        svg.split("<text")
+            .skip(1)
+            .filter(|t| {
+                t.split_once('>')
+                    .and_then(|(_, rest)| rest.split_once("</text>"))
+                    .is_some_and(|(text, _)| text.trim() == label)
+            })
+            .filter_map(|t| {
+                let at = t.find("x=\"")? + 3;
+                t[at..].split('"').next()?.parse().ok()
+            })
+            .collect()
+    }
+
+    /// The legend sits right of the plot area, never on the data, and
+    /// draws a dashed series dashed.
+    #[test]
+    fn the_legend_is_beside_the_plot_and_dashes_what_the_chart_dashes() {
+        let series = [
+            Series {
+                name: "acquire p50",
+                colour: ACQUIRE,
+                dashed: false,
+                points: vec![Some((0.5, 1.0))],
+            },
+            Series {
+                name: "acquire p99",
+                colour: ACQUIRE,
+                dashed: true,
+                points: vec![Some((0.5, 2.0))],
+            },
+        ];
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+            let (_, beside) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+            legend(&beside, &series, true).expect("legend");
+            root.present().expect("present");
+        }
+        let plot_right = f64::from(SIZE.0 - LEGEND_WIDTH);
+        for label in ["acquire p50", "acquire p99", "majority outage"] {
+            let xs = text_x(&svg, label);
+            assert_eq!(xs.len(), 1, "{label}: {svg}");
+            assert!(xs[0] > plot_right, "{label} at x {} is on the plot", xs[0]);
+        }
+        // The solid line is one segment, the dashed one four.
+        assert_eq!(
+            svg.matches("<polyline").count() + svg.matches("<line").count(),
+            5,
+            "{svg}"
+        );
+    }
 }
