@@ -166,17 +166,18 @@ struct Show<'a>(&'a Grant);
 impl fmt::Display for Show<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = self.0;
+        write!(f, "client {}, token {}…", g.client, g.token)?;
+        if let Some(fence) = g.fence {
+            write!(f, ", fence {fence}")?;
+        }
         write!(
             f,
-            "client {} token {}… fence {:?}: invoked {}, granted {}, deadline {}, release called {}, wrote {}",
-            g.client,
-            g.token,
-            g.fence,
+            ": invoked {}, granted {}, deadline {}, release called {}{}",
             Ms(g.invoked),
             Ms(g.granted),
             Ms(g.deadline),
             Ms(g.release_called),
-            g.wrote
+            if g.wrote { ", wrote" } else { "" }
         )
     }
 }

@@ -215,7 +215,14 @@ impl<'a> Report<'a> {
                 .entry(format!("{} {outcome}", op.kind))
                 .or_default() += 1;
         }
-        row("calls", counts(&outcomes));
+        row(
+            "calls",
+            if outcomes.is_empty() {
+                "none recorded".to_owned()
+            } else {
+                counts(&outcomes)
+            },
+        );
         let mut faults: BTreeMap<String, usize> = BTreeMap::new();
         for fault in &history.faults {
             *faults.entry(fault.kind.clone()).or_default() += 1;

@@ -136,6 +136,21 @@ fn an_overlap_is_listed_marked_and_its_bars_are_red() {
     assert!(page.contains("<header class=\"bad\">"));
     // The mark spans the overlap: 70..80 ms.
     assert!(page.contains("<rect x=\"70.000\" y=\"0\" width=\"10.000\""));
+    // The violation reads as prose, not as Rust's Debug output.
+    for debug in ["fence None", "wrote false", "wrote true", "Some("] {
+        assert!(!page.contains(debug), "{debug} on the page");
+    }
+}
+
+/// A history made by hand, with grants and no calls recorded: the calls
+/// row says so rather than staying blank.
+#[test]
+fn a_history_without_calls_says_so() {
+    let mut history = History::default();
+    history.grants.push(Grant::new(1, "jobs:a", ms(0), ms(50)));
+    let verdict = check(&history);
+    let page = html(&history, &verdict);
+    assert!(page.contains("none recorded"), "the calls row is blank");
 }
 
 #[test]

@@ -381,10 +381,21 @@ impl<'a> Timelines<'a> {
                 .get(fault.kind.as_str())
                 .copied()
                 .unwrap_or("#757575");
+            let on = match fault.nodes.as_slice() {
+                [] => "no node in particular".to_owned(),
+                [node] => format!("node {node}"),
+                nodes => format!(
+                    "nodes {}",
+                    nodes
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             let title = format!(
-                "{} on nodes {:?}: {:.1}\u{2013}{:.1} ms",
+                "{} on {on}: {:.1}\u{2013}{:.1} ms",
                 esc(&fault.kind),
-                fault.nodes,
                 ms(fault.from),
                 ms(fault.to)
             );
