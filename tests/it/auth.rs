@@ -100,32 +100,27 @@ fn assert_refused(err: &Error, user: &str) {
 async fn refused_credentials_fail_at_once_naming_the_user() {
     let servers = [secured(), secured(), secured()];
     let port = |i: usize| servers[i].port();
+    // A lock on every node with the credentials `userinfo`, with a retry
+    // policy that would wait forever for an outage.
+    let refused = async |userinfo: &str| {
+        let locks = Redlock::builder()
+            .nodes((0..3).map(|i| format!("redis://{userinfo}@127.0.0.1:{}", port(i))))
+            .retry(Retry::forever())
+            .build()
+            .expect("config");
+        support::no_hang(
+            "a refused lock",
+            locks.lock("locks:r", Duration::from_secs(5)),
+        )
+        .await
+        .expect_err("refused credentials")
+    };
     // The default user with a wrong password, on every node.
-    let locks = Redlock::builder()
-        .nodes((0..3).map(|i| format!("redis://:nope-0@127.0.0.1:{}", port(i))))
-        .retry(Retry::forever())
-        .build()
-        .expect("config");
-    let err = support::no_hang(
-        "a refused lock",
-        locks.lock("locks:r", Duration::from_secs(5)),
-    )
-    .await
-    .expect_err("wrong password");
+    let err = refused(":nope-0").await;
     assert_refused(&err, "default");
     assert!(!format!("{err} {err:?}").contains("nope-0"), "{err:?}");
     // A user that does not exist is refused the same way.
-    let locks = Redlock::builder()
-        .nodes((0..3).map(|i| format!("redis://mallory:pw@127.0.0.1:{}", port(i))))
-        .retry(Retry::forever())
-        .build()
-        .expect("config");
-    let err = support::no_hang(
-        "a refused lock",
-        locks.lock("locks:r", Duration::from_secs(5)),
-    )
-    .await
-    .expect_err("no such user");
+    let err = refused("mallory:pw").await;
     assert_refused(&err, "mallory");
     // One node of three refusing is one node fewer, not an error.
     let locks = Redlock::builder()

@@ -400,24 +400,21 @@ fn bad_arguments_are_usage_errors() {
     // option and from the environment alike.
     let url = nodes.urls()[0].clone();
     for list in [format!("{url},,{url}"), format!("{url},")] {
-        let mut cmd = quorumlock();
-        cmd.args(["status", "--nodes", &list, "r"]);
-        let out = output(cmd);
-        assert_status(&out, USAGE);
-        assert!(
-            stderr(&out).contains("an empty entry"),
-            "{list}: {}",
-            stderr(&out)
-        );
-        let mut cmd = quorumlock();
-        cmd.env("QUORUMLOCK_NODES", &list).args(["status", "r"]);
-        let out = output(cmd);
-        assert_status(&out, USAGE);
-        assert!(
-            stderr(&out).contains("an empty entry"),
-            "{list}: {}",
-            stderr(&out)
-        );
+        let mut option = quorumlock();
+        option.args(["status", "--nodes", &list, "r"]);
+        let mut environment = quorumlock();
+        environment
+            .env("QUORUMLOCK_NODES", &list)
+            .args(["status", "r"]);
+        for cmd in [option, environment] {
+            let out = output(cmd);
+            assert_status(&out, USAGE);
+            assert!(
+                stderr(&out).contains("an empty entry"),
+                "{list}: {}",
+                stderr(&out)
+            );
+        }
     }
 
     // Each malformed URL names its cause, not the parser's generic error.
