@@ -13,7 +13,6 @@
 //! `batch` (group commit per node) below the round engine, and this file,
 //! the acquisitions, on it.
 
-pub(crate) mod batch;
 pub(crate) mod node;
 
 use std::future::Future;
@@ -26,8 +25,8 @@ use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Kind, Request, Target};
 use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow};
 
-use self::batch::Op;
 use self::node::LockShape;
+use crate::node::Op;
 
 /// A node's answer to a lock's acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -66,7 +66,7 @@ pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| {
 pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         "quorumlock_batch",
-        include_str!("batch.lua"),
+        include_str!("../node/batch.lua"),
         Replicas::Wait,
     )
 });

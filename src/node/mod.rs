@@ -25,6 +25,7 @@
 
 mod caps;
 mod deadline;
+mod group;
 mod holding;
 mod native;
 mod ordered;
@@ -36,6 +37,7 @@ pub(crate) mod pubsub;
 
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
+pub(crate) use group::{Lanes, Op};
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
-use crate::lock::batch::Lanes;
+use crate::node::Lanes;
 use crate::node::{Extension, Node, ShapeRef, nth};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};

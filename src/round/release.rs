@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use super::{Core, Holding, Round, fan_out, follow};
 use crate::error::NodeError;
-use crate::lock::batch::Op;
 use crate::metrics;
 use crate::node::Deadline;
+use crate::node::Op;
 use crate::quorum::Rule;
 use crate::round::calls::Requests;
 
