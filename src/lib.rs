@@ -202,19 +202,19 @@
 //!      its `Shape` (the trait a primitive implements to say how), and the
 //!      manager's pub/sub connection per node (`node/pubsub.rs`),
 //!      subscribed to the channels anyone listens on (waiters, election
-//!      observers), handing each message to the channel's listeners.
-//!    - `lock::node` — a lock's commands on one node (plain `SET NX PX`,
-//!      fenced, multi-resource, and the group-commit batch of many plain
-//!      locks' requests), its scripts beside it, and the lock's `Shape`.
+//!      observers), handing each message to the channel's listeners; and
+//!      group commit per node (`node/group.rs`): under heavy load, the
+//!      acquires, releases and extensions of one-key holdings whose `Shape`
+//!      allows it that meet a call in flight go out together as one call
+//!      (`batch.lua`, or native commands) once it answers; under light
+//!      load, and always for a lone request, at once.
+//!    - `lock::node` — a lock's commands on one node (fenced,
+//!      multi-resource), its scripts beside it, and the lock's `Shape`.
 //!    - `check::probe` — what a node shows the node check: `INFO`, `TIME`,
 //!      round trips, slot maps, an access probe.
 //! 3. **Round**
 //!    - `round::calls` — the poller of one fan-out's requests, under one timer.
 //!    - `round::tasks` — background work that outlives a caller, for [`Redlock::settle`].
-//!    - `lock::batch` — group commit per node: under heavy load, plain locks'
-//!      acquires, releases and extensions that meet a call in flight go out
-//!      together as one script call once it answers; under light load, and
-//!      always for a lone request, at once.
 //!    - `round` — the engine: the one fan-out (one request to every node,
 //!      decided by a rule from `quorum::decide`: a lock's votes, a
 //!      renewal's batch, a leader read), the requests still in flight,
@@ -256,8 +256,8 @@
 //! renewal, releases and wake-ups serve it without knowing which primitive
 //! it is. Its folder is one module in the layers, unless lower modules use
 //! a part of it: the lock's commands (`lock::node`), which the node check
-//! and the group commit use, and its group commit (`lock::batch`), which
-//! the engine uses, are listed on their own levels.
+//! uses, are listed on their own level. The engine imports nothing from a
+//! primitive's folder.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.
@@ -290,7 +290,7 @@ mod token;
 // and what a node shows the node check, check::probe, in src/check/)
 mod node;
 // 3. round: one request to every node, and the primitives on it (the
-// lock's group commit, lock::batch, and its acquisitions, lock)
+// lock's acquisitions, lock)
 mod lock;
 mod round;
 // 4. holding

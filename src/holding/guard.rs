@@ -15,7 +15,6 @@ use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::holding::lease::{Extended, Lease, LockState, RoundId};
 use crate::holding::renew::Renewer;
 use crate::metrics;
-use crate::node::ExtendReply;
 use crate::node::Op;
 use crate::quorum::{Answer, Rule, Vote};
 use crate::request::Ttl;
@@ -307,19 +306,12 @@ impl LockGuard {
                     let (core, held) = (core.clone(), held.clone());
                     async move {
                         let holding = &held.holding;
-                        let op = Op::Extend { ttl };
-                        let fenced = holding.fence.is_some();
-                        if let Some(key) = op.batched(&*holding.shape, &holding.keys, fenced) {
-                            // With whatever else is bound for this node
-                            // meanwhile.
-                            let token = &holding.token;
-                            return match core.lanes().send(i, op, key, token, deadline).await? {
-                                1 => Ok(ExtendReply::Extended),
-                                2 => Ok(ExtendReply::Restored),
-                                _ => Ok(ExtendReply::Refused),
-                            };
-                        }
-                        core.node(i)?.extend(holding.extension(ttl), deadline).await
+                        let alone =
+                            async { core.node(i)?.extend(holding.extension(ttl), deadline).await };
+                        // With whatever else is bound for this node
+                        // meanwhile, where it can.
+                        let (op, on_node) = (Op::Extend { ttl }, holding.on_node());
+                        core.lanes().send_or(i, op, on_node, deadline, alone).await
                     }
                 },
             )

@@ -8,10 +8,11 @@
 //! extending and releasing them is the same for all three (see
 //! [`Holding`](crate::round::Holding)).
 //!
-//! The folder stands on three levels of the layers: `node` (the commands
+//! The folder stands on two levels of the layers: `node` (the commands
 //! on one node, the scripts beside it, the lock's `Shape`) on the wire,
-//! `batch` (group commit per node) below the round engine, and this file,
-//! the acquisitions, on it.
+//! and this file, the acquisitions, on the round engine. A plain lock's
+//! requests go through the node's group commit (`node/group.rs`), which
+//! serves any `Shape` that allows it.
 
 pub(crate) mod node;
 
@@ -21,12 +22,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
+use crate::node::{OnNode, Op, ShapeRef, Status};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Kind, Request, Target};
 use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow};
-
-use self::node::LockShape;
-use crate::node::Op;
 
 /// A node's answer to a lock's acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +42,13 @@ impl Answer for Acquired {
             Acquired::Granted { .. } => Vote::Yes,
             Acquired::Refused => Vote::No,
         }
+    }
+}
+
+/// Granted (without a counter: a lane carries no fenced acquire) or not.
+impl From<Status> for Acquired {
+    fn from(status: Status) -> Self {
+        (status == Status::Done).into()
     }
 }
 
@@ -74,29 +80,37 @@ impl Acquire for Request {
                 token, deadline, ..
             } = &call;
             let node = call.server()?;
-            let op = Op::Acquire { ttl };
-            if let Some(key) = op.batched(&LockShape, &keys, kind == Kind::Fenced) {
-                // With whatever else is bound for this node meanwhile.
-                let lanes = call.core.lanes();
-                let status = lanes.send(call.node, op, key, token, *deadline).await?;
-                return Ok((status == 1).into());
-            }
-            match (kind, &*keys, fence_key.as_deref()) {
-                (Kind::Fenced, [key], Some(fence_key)) => {
-                    let counter = node
-                        .acquire_fenced(key, fence_key, token.as_str(), ttl, *deadline)
-                        .await?;
-                    Ok(
-                        counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
-                            counter: Some(counter),
-                        }),
-                    )
+            let alone = async {
+                match (kind, &*keys, fence_key.as_deref()) {
+                    (Kind::Fenced, [key], Some(fence_key)) => {
+                        let counter = node
+                            .acquire_fenced(key, fence_key, token.as_str(), ttl, *deadline)
+                            .await?;
+                        Ok(
+                            counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
+                                counter: Some(counter),
+                            }),
+                        )
+                    }
+                    (_, keys, _) => Ok(node
+                        .acquire_many(keys, token.as_str(), ttl, *deadline)
+                        .await?
+                        .into()),
                 }
-                (_, keys, _) => Ok(node
-                    .acquire_many(keys, token.as_str(), ttl, *deadline)
-                    .await?
-                    .into()),
-            }
+            };
+            // A plain lock's, with whatever else is bound for this node
+            // meanwhile.
+            let on_node = OnNode {
+                keys: &keys,
+                token,
+                shape: &ShapeRef::LOCK,
+                fenced: kind == Kind::Fenced,
+            };
+            let op = Op::Acquire { ttl };
+            let lanes = call.core.lanes();
+            lanes
+                .send_or(call.node, op, on_node, *deadline, alone)
+                .await
         }
     }
 

@@ -29,18 +29,23 @@
 //! order — so a release queued behind an acquire of the same token runs
 //! after it.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::{ErrorKind, ServerErrorKind};
+use redis::cluster_routing::Slot;
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::NodeError;
-use crate::lock::node::{Single, SingleOp};
-use crate::node::{Deadline, Node, Shape, nth, within};
-use crate::request::Ttl;
-use crate::round::tasks::Background;
+use crate::node::{
+    Deadline, ExtendReply, Extension, NativeDelete, Node, Resend, ShapeRef, nth, push_extend,
+    push_release, unexpected, within,
+};
+use crate::request::{Ttl, channel};
+use crate::scripts::{Lua, Replicas};
 use crate::token::Token;
 
 /// How many lone requests a node may have in flight while its load is
@@ -64,20 +69,20 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// Whether this request for a holding of `shape` on `keys` goes through
-    /// its node's group-commit lane, and under which key: the one place
-    /// that decides it. Only one-key locks do (`batch.lua` knows nothing
-    /// else): every op of a plain lock, and a fenced lock's release (a
-    /// token-checked delete, like a plain one's); a fenced lock's acquire
-    /// and extension touch its counter too, and go alone.
-    pub(crate) fn batched<'k>(
-        &self,
-        shape: &dyn Shape,
-        keys: &'k [Arc<str>],
-        fenced: bool,
-    ) -> Option<&'k Arc<str>> {
-        match keys {
-            [key] if shape.group_commits() && (!fenced || matches!(self, Op::Release { .. })) => {
+    /// Whether this request for `holding` goes through its node's
+    /// group-commit lane, and under which key: the one place that decides
+    /// it. Only one-key holdings of a shape that
+    /// [group-commits](crate::node::Shape::group_commits) do (`batch.lua`
+    /// knows keys that hold just their token): every op of an unfenced
+    /// one, and a fenced one's release (a token-checked delete, like an
+    /// unfenced one's); a fenced acquire and extension touch its counter
+    /// too, and go alone.
+    fn batched<'k>(&self, holding: &OnNode<'k>) -> Option<&'k Arc<str>> {
+        match holding.keys {
+            [key]
+                if holding.shape.group_commits()
+                    && (!holding.fenced || matches!(self, Op::Release { .. })) =>
+            {
                 Some(key)
             }
             _ => None,
@@ -100,6 +105,7 @@ struct Waiting {
     op: Op,
     key: Arc<str>,
     token: Token,
+    shape: ShapeRef,
     deadline: Instant,
     /// How long its caller gave it, for its timeout error.
     given: Duration,
@@ -112,6 +118,7 @@ impl Waiting {
             op: self.op.borrow(),
             key: &self.key,
             token: self.token.as_str(),
+            shape: &self.shape,
         }
     }
 
@@ -168,7 +175,64 @@ impl Lane {
 pub(crate) struct Lanes {
     nodes: Arc<[Node]>,
     lanes: Box<[Mutex<Lane>]>,
-    background: Arc<Background>,
+    background: Box<dyn Spawn>,
+}
+
+/// Where a node's flusher runs: the manager's counted background tasks,
+/// so that whoever waits for those waits for the batches in flight too.
+pub(crate) trait Spawn: Send + Sync {
+    /// Runs `work` in the background; false when there is no runtime to
+    /// run it on.
+    fn spawn_boxed(&self, work: Pin<Box<dyn Future<Output = ()> + Send>>) -> bool;
+}
+
+/// A holding's request as the lanes see it: its keys, token and shape, and
+/// whether it is fenced (see [`Op::batched`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OnNode<'a> {
+    pub(crate) keys: &'a [Arc<str>],
+    pub(crate) token: &'a Token,
+    pub(crate) shape: &'a ShapeRef,
+    pub(crate) fenced: bool,
+}
+
+/// What a request that went through a lane got: `batch.lua`'s status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Refused (the key exists, or holds another token).
+    Refused,
+    /// Granted, deleted or extended.
+    Done,
+    /// Extended by setting the key again: the node had lost it.
+    Restored,
+}
+
+impl Status {
+    fn of(code: u8) -> Self {
+        match code {
+            1 => Self::Done,
+            2 => Self::Restored,
+            _ => Self::Refused,
+        }
+    }
+}
+
+/// A release's answer: whether the node deleted the token.
+impl From<Status> for bool {
+    fn from(status: Status) -> bool {
+        status == Status::Done
+    }
+}
+
+/// An extension's answer.
+impl From<Status> for ExtendReply {
+    fn from(status: Status) -> Self {
+        match status {
+            Status::Done => Self::Extended,
+            Status::Restored => Self::Restored,
+            Status::Refused => Self::Refused,
+        }
+    }
 }
 
 impl std::fmt::Debug for Lanes {
@@ -180,7 +244,7 @@ impl std::fmt::Debug for Lanes {
 }
 
 impl Lanes {
-    pub(crate) fn new(nodes: Arc<[Node]>, background: Arc<Background>) -> Arc<Self> {
+    pub(crate) fn new(nodes: Arc<[Node]>, background: Box<dyn Spawn>) -> Arc<Self> {
         let lanes = nodes.iter().map(|_| Mutex::default()).collect();
         Arc::new(Self {
             nodes,
@@ -194,20 +258,42 @@ impl Lanes {
         Some(lane.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Sends one plain lock's request to node `node`: at once if the node
-    /// has no call in flight, else with whatever else queued behind that
-    /// call. Its status as `batch.lua` answers it (1 granted / deleted /
+    /// Sends `op` for `holding` to node `node`: through the node's lane
+    /// when [`Op::batched`] says it goes there, else `alone` (the
+    /// holding's own request, not yet polled). The one place where a
+    /// request is batched or not, for every step of every primitive.
+    pub(crate) async fn send_or<T: From<Status>>(
+        self: &Arc<Self>,
+        node: usize,
+        op: Op,
+        holding: OnNode<'_>,
+        deadline: Deadline,
+        alone: impl Future<Output = Result<T, NodeError>>,
+    ) -> Result<T, NodeError> {
+        match op.batched(&holding) {
+            Some(key) => {
+                let code = self.send(node, op, key, &holding, deadline).await?;
+                Ok(Status::of(code).into())
+            }
+            None => alone.await,
+        }
+    }
+
+    /// Sends one one-key request to node `node`: at once if the node has
+    /// no call in flight, else with whatever else queued behind that call.
+    /// Its status as `batch.lua` answers it (1 granted / deleted /
     /// extended, 2 restored, 0 refused).
-    pub(crate) async fn send(
+    async fn send(
         self: &Arc<Self>,
         node: usize,
         op: Op,
         key: &Arc<str>,
-        token: &Token,
+        holding: &OnNode<'_>,
         deadline: Deadline,
     ) -> Result<u8, NodeError> {
         let target = nth(&self.nodes, node)?;
-        let Some(answer) = self.queue(node, &op, key, token, deadline) else {
+        let token = holding.token;
+        let Some(answer) = self.queue(node, &op, key, holding, deadline) else {
             // Hands what queues meanwhile to a batch when this call ends,
             // however it ends (a dropped caller included).
             let _turn = Lone {
@@ -218,6 +304,7 @@ impl Lanes {
                 op: op.borrow(),
                 key,
                 token: token.as_str(),
+                shape: holding.shape,
             };
             return target.single(request, deadline).await;
         };
@@ -242,7 +329,7 @@ impl Lanes {
         node: usize,
         op: &Op,
         key: &Arc<str>,
-        token: &Token,
+        holding: &OnNode<'_>,
         deadline: Deadline,
     ) -> Option<oneshot::Receiver<Result<u8, NodeError>>> {
         let mut lane = self.lane(node)?;
@@ -256,7 +343,8 @@ impl Lanes {
         lane.waiting.push(Waiting {
             op: op.clone(),
             key: key.clone(),
-            token: token.clone(),
+            token: holding.token.clone(),
+            shape: holding.shape.clone(),
             deadline: deadline.at(),
             given: deadline.at().saturating_duration_since(Instant::now()),
             reply,
@@ -371,8 +459,10 @@ impl Lanes {
 
     /// Starts a flusher with `batch` (see [`hand_over`](Self::hand_over)).
     fn spawn_flusher(self: &Arc<Self>, node: usize, batch: Vec<Waiting>) {
-        let spawned = self.background.spawn(self.clone().flush(node, batch));
-        if spawned.is_none() {
+        let spawned = self
+            .background
+            .spawn_boxed(Box::pin(self.clone().flush(node, batch)));
+        if !spawned {
             // No runtime to send them: their callers get an error (the
             // senders are dropped with the batch).
             if let Some(mut lane) = self.lane(node) {
@@ -433,5 +523,331 @@ impl Drop for Flusher {
         if !self.done {
             self.lanes.call_ended(self.node, true);
         }
+    }
+}
+
+/// Plain locks: many acquires, releases and extensions of one node in one
+/// call (group commit, see this file's docs).
+pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        "quorumlock_batch",
+        include_str!("batch.lua"),
+        Replicas::Wait,
+    )
+});
+
+/// One plain (one-key, unfenced) lock's request to a node, alone or in a
+/// batch with others (see `batch.lua` and `batch.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Single<'a> {
+    pub(crate) op: SingleOp<'a>,
+    pub(crate) key: &'a Arc<str>,
+    pub(crate) token: &'a str,
+    pub(crate) shape: &'a ShapeRef,
+}
+
+/// What a [`Single`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SingleOp<'a> {
+    /// `SET key token NX PX ttl`: 1 granted, 0 refused.
+    Acquire { ttl: Ttl },
+    /// Token-checked delete, announced with this release id on the key's
+    /// channel when given: 1 deleted, 0 not ours.
+    Release { announce: Option<&'a str> },
+    /// Token-checked extension (or restore): 1 extended, 2 restored, 0
+    /// refused.
+    Extend { ttl: Ttl },
+}
+
+impl SingleOp<'_> {
+    /// Its op in `batch.lua`.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::Acquire { .. } => "a",
+            Self::Release { .. } => "r",
+            Self::Extend { .. } => "e",
+        }
+    }
+}
+
+impl Node {
+    /// `SET key token NX PX ttl`: true if granted, false if the key exists
+    /// (whatever its type: NX never touches an existing key).
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Ttl,
+        deadline: impl Into<Deadline>,
+    ) -> Result<bool, NodeError> {
+        let deadline: Deadline = deadline.into();
+        let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
+        cmd.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.ms());
+        // Never sent twice: a SET that landed before the connection dropped
+        // would answer "no" the second time, and a node that said "no" is
+        // skipped by the cleanup of a failed attempt.
+        match self.write(&cmd, &[token], Resend::Never, deadline).await? {
+            Value::Okay => Ok(true),
+            Value::SimpleString(s) if s == "OK" => Ok(true),
+            Value::Nil => Ok(false),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// One request on its own: `SET NX PX` for an acquire (never sent
+    /// twice: a SET that landed before the connection dropped would answer
+    /// "no" the second time, and a node that said "no" is skipped by the
+    /// cleanup of a failed attempt), the holding's own release and
+    /// extension (see [`release`](Node::release), [`extend`](Node::extend))
+    /// for the others, so that a deployment with only those scripts loaded
+    /// keeps working while nothing is concurrent. Its status as
+    /// `batch.lua` answers it.
+    pub(crate) async fn single(
+        &self,
+        request: Single<'_>,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let Single {
+            key, token, shape, ..
+        } = request;
+        let keys = std::slice::from_ref(key);
+        match request.op {
+            SingleOp::Acquire { ttl } => {
+                let granted = self.acquire(key, token, ttl, deadline).await?;
+                Ok(u8::from(granted))
+            }
+            SingleOp::Release { announce } => {
+                let released = self
+                    .release(keys, &**shape, token, announce, deadline)
+                    .await?;
+                Ok(u8::from(released))
+            }
+            SingleOp::Extend { ttl } => {
+                let lock = Extension {
+                    keys,
+                    token,
+                    ttl,
+                    fence: None,
+                    shape: &**shape,
+                };
+                Ok(match self.extend(lock, deadline).await? {
+                    ExtendReply::Refused => 0,
+                    ExtendReply::Extended => 1,
+                    ExtendReply::Restored => 2,
+                })
+            }
+        }
+    }
+
+    /// Many plain locks' requests in one script call (`batch.lua`), one
+    /// answer per request, in order; on a cluster one call per hash slot
+    /// among them, all in parallel. An error of the whole call is the
+    /// `Err`; a request whose own command failed gets its error in its
+    /// place. Every request of a batch is idempotent for its own token, so
+    /// a call whose connection dropped goes out once more.
+    pub(crate) async fn batch(
+        &self,
+        requests: &[Single<'_>],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let groups: Vec<Vec<usize>> = if self.is_cluster() {
+            let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
+            for (i, request) in requests.iter().enumerate() {
+                let slot = Slot::for_key(request.key.as_bytes());
+                match slots.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(i),
+                    None => slots.push((slot, vec![i])),
+                }
+            }
+            slots.into_iter().map(|(_, group)| group).collect()
+        } else {
+            vec![(0..requests.len()).collect()]
+        };
+        // Natively where the node can do every step of a batch; else
+        // `batch.lua`.
+        let replies = self
+            .with_capabilities(deadline, async |caps| {
+                let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
+                let calls = groups.iter().map(|group| async move {
+                    if let Some(delete) = native {
+                        return self.batch_native(delete, requests, group, deadline).await;
+                    }
+                    match self.batch_call(requests, group, deadline).await {
+                        // Refused as a script before the node's commands were known.
+                        Err(error) if error.is_incompatible() => {
+                            match self
+                                .capabilities()
+                                .filter(|c| c.extend())
+                                .and_then(|c| c.delete())
+                            {
+                                Some(delete) => {
+                                    self.batch_native(delete, requests, group, deadline).await
+                                }
+                                None => Err(error),
+                            }
+                        }
+                        answers => answers,
+                    }
+                });
+                futures::future::join_all(calls).await
+            })
+            .await;
+        let mut answers: Vec<Option<Result<u8, NodeError>>> =
+            (0..requests.len()).map(|_| None).collect();
+        for (group, answer) in groups.iter().zip(replies) {
+            for (&i, status) in group.iter().zip(answer?) {
+                answers[i] = Some(status);
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(unexpected(&Value::Nil))))
+            .collect())
+    }
+
+    /// One `batch.lua` call for `group` of `requests` (on a cluster, all
+    /// in one hash slot).
+    async fn batch_call(
+        &self,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        // Written straight into the command: keys, then four args each.
+        let fill = |cmd: &mut Cmd| {
+            cmd.arg(group.len());
+            for &i in group {
+                cmd.arg(&**requests[i].key);
+            }
+            for &i in group {
+                let request = &requests[i];
+                cmd.arg(request.op.code()).arg(request.token);
+                match request.op {
+                    SingleOp::Acquire { ttl } | SingleOp::Extend { ttl } => {
+                        cmd.arg(ttl.ms()).arg("");
+                    }
+                    SingleOp::Release { announce: None } => {
+                        cmd.arg("").arg("");
+                    }
+                    SingleOp::Release { announce: Some(id) } => {
+                        cmd.arg(id).arg(channel(request.key));
+                    }
+                }
+            }
+        };
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        // A key, a token, a ttl or release id, and a channel per entry.
+        let bytes: usize = group
+            .iter()
+            .map(|&i| 2 * requests[i].key.len() + requests[i].token.len() + 32)
+            .sum();
+        let size = (1 + 5 * group.len(), bytes + 4);
+        match self
+            .run_script(&BATCH, fill, size, &tokens, deadline)
+            .await?
+        {
+            Value::Array(items) if items.len() == group.len() => Ok(items
+                .into_iter()
+                .zip(group)
+                .map(|(item, &i)| match item {
+                    Value::Int(status @ 0..=2) => Ok(status as u8),
+                    Value::ServerError(error) => {
+                        Err(self.redact(NodeError::Redis(error.into()), &[requests[i].token]))
+                    }
+                    other => Err(unexpected(&other)),
+                })
+                .collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+impl Node {
+    /// Many plain locks' requests in one pipeline of native commands, one
+    /// answer per request, in order, as [`batch_call`](Self::batch_call)
+    /// answers them.
+    async fn batch_native(
+        &self,
+        delete: NativeDelete,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let mut commands = Vec::with_capacity(2 * group.len());
+        let mut writes = false;
+        for &i in group {
+            let Single { op, key, token, .. } = requests[i];
+            let key = &**key;
+            match op {
+                SingleOp::Acquire { ttl } => {
+                    writes = true;
+                    let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
+                    cmd.arg("SET")
+                        .arg(key)
+                        .arg(token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl.ms())
+                        .arg("GET");
+                    commands.push(cmd);
+                }
+                SingleOp::Release { announce } => {
+                    let inline = self.inline_announce(announce);
+                    push_release(&mut commands, delete, key, token, inline);
+                }
+                SingleOp::Extend { ttl } => {
+                    writes = true;
+                    push_extend(&mut commands, key, token, ttl);
+                }
+            }
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        let replies = self
+            .pipeline(commands, writes, &tokens, Resend::IfDropped, deadline)
+            .await?;
+        let mut replies = replies.iter();
+        let mut answers = Vec::with_capacity(group.len());
+        // Releases to announce after the pipeline (on a cluster).
+        let mut late: Vec<(&str, &str)> = Vec::new();
+        for &i in group {
+            let Single { op, token, .. } = requests[i];
+            let answer = match op {
+                SingleOp::Acquire { .. } => match replies.next() {
+                    // Nil: set now; our token: set by this request before
+                    // its connection dropped and it went out again.
+                    Some(Value::Nil) => Ok(1),
+                    Some(Value::BulkString(value)) => Ok(u8::from(value == token.as_bytes())),
+                    Some(reply) => self.native_status(reply, token).map(|_| 0),
+                    None => Err(unexpected(&Value::Nil)),
+                },
+                SingleOp::Release { announce } => {
+                    let status = replies.next().map(|r| self.native_status(r, token));
+                    match (announce, self.inline_announce(announce)) {
+                        (_, Some(_)) => {
+                            replies.next();
+                        }
+                        (Some(id), None) if matches!(status, Some(Ok(1))) => {
+                            late.push((&**requests[i].key, id));
+                        }
+                        _ => {}
+                    }
+                    status.unwrap_or_else(|| Err(unexpected(&Value::Nil)))
+                }
+                SingleOp::Extend { .. } => {
+                    let pair: Vec<Value> = replies.by_ref().take(2).cloned().collect();
+                    self.extended(&pair, token)
+                }
+            };
+            answers.push(answer);
+        }
+        for (key, id) in late {
+            self.announce(key, id, deadline).await;
+        }
+        Ok(answers)
     }
 }

@@ -27,8 +27,9 @@ use crate::scripts::Lua;
 /// knowing which primitive it is.
 pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
     /// Whether a one-key holding of this shape may go through its node's
-    /// group-commit lane (see [`Op::batched`](crate::lock::batch::Op::batched)):
-    /// `batch.lua` knows only plain locks.
+    /// group-commit lane (see [`Lanes::send_or`](crate::node::Lanes::send_or)):
+    /// `batch.lua` sets, deletes and extends keys that hold just the
+    /// token, as a lock's do (so [`token_keys`](Self::token_keys) too).
     fn group_commits(&self) -> bool {
         false
     }

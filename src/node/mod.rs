@@ -18,6 +18,9 @@
 //!   `DELEX … IFEQ`), found from its command table once per connection;
 //! - `native`: the token-checked release and extension with those
 //!   commands, for holdings whose keys hold just the token;
+//! - `group`: group commit — one-key holdings' requests that meet a call
+//!   in flight go out together in one call once it answers, for any
+//!   [`Shape`] that allows it.
 //!
 //! A primitive's own commands and reply decoding are in its folder, beside
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
@@ -37,7 +40,9 @@ pub(crate) mod pubsub;
 
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
-pub(crate) use group::{Lanes, Op};
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) use group::BATCH;
+pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};

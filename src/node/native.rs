@@ -97,23 +97,6 @@ impl Node {
         }
     }
 
-    /// Extends (or restores) one plain lock's key with `SET … NX` and
-    /// `SET … IFEQ`: 1 extended, 2 restored, 0 refused.
-    pub(crate) async fn extend_native(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Ttl,
-        deadline: Deadline,
-    ) -> Result<u8, NodeError> {
-        let mut commands = Vec::with_capacity(2);
-        push_extend(&mut commands, key, token, ttl);
-        let replies = self
-            .pipeline(commands, true, &[token], Resend::IfDropped, deadline)
-            .await?;
-        self.extended(&replies, token)
-    }
-
     /// What a native extension's two replies say: 2 restored (the `NX`
     /// set it), 1 extended (the `IFEQ` set it), 0 refused.
     pub(crate) fn extended(&self, replies: &[Value], token: &str) -> Result<u8, NodeError> {

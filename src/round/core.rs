@@ -7,8 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
-use crate::node::Lanes;
-use crate::node::{Extension, Node, ShapeRef, nth};
+use crate::node::{Extension, Lanes, Node, OnNode, ShapeRef, nth};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
 use crate::round::tasks::Background;
@@ -45,7 +44,7 @@ impl Core {
         let nodes: Arc<[Node]> = nodes.into();
         let background: Arc<Background> = Arc::default();
         Self {
-            lanes: Lanes::new(nodes.clone(), background.clone()),
+            lanes: Lanes::new(nodes.clone(), Box::new(background.clone())),
             nodes,
             node_timeout,
             drift_factor,
@@ -171,6 +170,17 @@ impl Holding {
             ttl,
             fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
             shape: &*self.shape,
+        }
+    }
+
+    /// What the group-commit lanes need of it (see
+    /// [`Lanes::send_or`]).
+    pub(crate) fn on_node(&self) -> OnNode<'_> {
+        OnNode {
+            keys: &self.keys,
+            token: &self.token,
+            shape: &self.shape,
+            fenced: self.fence.is_some(),
         }
     }
 

@@ -11,8 +11,7 @@ use tokio::time::Instant;
 use super::{Core, Holding, Round, fan_out, follow};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::Deadline;
-use crate::node::Op;
+use crate::node::{Deadline, Op};
 use crate::quorum::Rule;
 use crate::round::calls::Requests;
 
@@ -123,7 +122,8 @@ impl OnNodes for Holding {
 
 /// The token-checked release of `lock` on node `node`, owned, so that it
 /// can be followed after its caller returned. A one-key lock goes with
-/// whatever else is bound for the node meanwhile (see [`Op::batched`]).
+/// whatever else is bound for the node meanwhile (see
+/// [`Lanes::send_or`](crate::node::Lanes::send_or)).
 async fn release_request<L: OnNodes>(
     core: Arc<Core>,
     lock: Arc<L>,
@@ -135,18 +135,16 @@ async fn release_request<L: OnNodes>(
     let op = Op::Release {
         announce: announce.clone(),
     };
-    if let Some(key) = op.batched(&*holding.shape, &holding.keys, holding.fence.is_some()) {
-        let status = core
-            .lanes()
-            .send(node, op, key, &holding.token, deadline)
-            .await?;
-        return Ok(status == 1);
-    }
-    let target = core.node(node)?;
-    let announce = announce.as_deref();
-    let token = holding.token.as_str();
-    target
-        .release(&holding.keys, &*holding.shape, token, announce, deadline)
+    let alone = async {
+        let (keys, shape, token) = (&holding.keys, &*holding.shape, holding.token.as_str());
+        let target = core.node(node)?;
+        target
+            .release(keys, shape, token, announce.as_deref(), deadline)
+            .await
+    };
+    let lanes = core.lanes();
+    lanes
+        .send_or(node, op, holding.on_node(), deadline, alone)
         .await
 }
 

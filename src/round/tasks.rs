@@ -64,6 +64,13 @@ impl Background {
     }
 }
 
+/// The group-commit lanes' flushers are counted like any other task.
+impl crate::node::Spawn for Arc<Background> {
+    fn spawn_boxed(&self, work: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) -> bool {
+        self.spawn(work).is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

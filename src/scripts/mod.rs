@@ -215,7 +215,7 @@ mod tests {
             &*crate::rwlock::node::ACQUIRE,
             &*crate::rwlock::node::EXTEND,
             &*crate::rwlock::node::RELEASE,
-            &*crate::lock::node::BATCH,
+            &*crate::node::BATCH,
         ]
     }
 

@@ -178,7 +178,7 @@ enum Frame {
 fn batch_argv(args: &[Vec<u8>]) -> Option<usize> {
     let name = args.first()?.to_ascii_uppercase();
     let body = args.get(1)?;
-    let batch = &*crate::lock::node::BATCH;
+    let batch = &*crate::node::BATCH;
     let is_batch = match &*name {
         b"EVALSHA" => body.eq_ignore_ascii_case(batch.script.get_hash().as_bytes()),
         b"EVAL" => body == batch.source.as_bytes(),
@@ -324,7 +324,7 @@ mod tests {
     #[test]
     fn batched_acquires_are_scaled_and_the_rest_pass() {
         let (mut requests, _) = pair(2.0);
-        let batch = &*crate::lock::node::BATCH;
+        let batch = &*crate::node::BATCH;
         let hash = batch.script.get_hash().as_bytes().to_vec();
         let entries: [&[u8]; 8] = [b"a", b"t1", b"1000", b"", b"e", b"t2", b"1000", b""];
         let mut cmd = vec![

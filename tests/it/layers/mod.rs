@@ -56,7 +56,7 @@ const LAYERS: [Layer; 5] = [
     (
         "wire",
         &[
-            // One node: connection, url, run, Shape, pub/sub.
+            // One node: connection, url, run, Shape, group commit, pub/sub.
             &["node"],
             // A lock's commands on one node.
             &["lock::node"],
@@ -70,9 +70,6 @@ const LAYERS: [Layer; 5] = [
             // The engine's parts that know no engine: the poller of one
             // fan-out's calls, and the background tasks.
             &["round::calls", "round::tasks"],
-            // The lock's group commit per node (on its way to the node
-            // layer: issue 35, item 1).
-            &["lock::batch"],
             // The engine: one request to every node, decided by a rule.
             &["round"],
             // The lock kinds as descriptions the engine runs.
