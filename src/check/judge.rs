@@ -2,10 +2,9 @@
 //! into findings, per node and for the whole set. Pure: no I/O, every rule
 //! unit-tested below.
 
+use super::{Aspect, CheckOptions, Finding, Latency, NodeReport, Report, Severity};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
-
-use super::*;
 
 /// Two readings of a node's clock (`TIME`), each with the client's
 /// monotonic clock just before sending and just after the answer.
@@ -697,6 +696,7 @@ fn judge_clock(clock: ClockSample, drift_factor: f64) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::FLEET;
 
     fn options() -> CheckOptions {
         CheckOptions::default()

@@ -14,24 +14,17 @@
 //! - `verdict`: the quorum verdict on the answers so far (pure);
 //! - `types`: the public result ([`Inspection`] and what it holds).
 
-use std::collections::HashMap;
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
-use redis::{Cmd, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{ArgumentError, Error, NodeError, NodeFailure};
 use crate::keys::Layout;
-use crate::node::Deadline;
 use crate::quorum::decide::Decide;
 use crate::redlock::Redlock;
 use crate::round::{Core, Traced, fan_out_with, follow};
-use crate::semaphore::Semaphore;
-use crate::token::Token;
 
 mod read;
 mod types;

@@ -1,6 +1,16 @@
 //! One node's read: plain read commands, and their replies decoded.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
+use crate::error::NodeError;
+use crate::keys::Layout;
+use crate::node::Deadline;
+use crate::round::Core;
+use crate::semaphore::Semaphore;
 
 pub(super) fn command(name: &str, args: &[&str]) -> Cmd {
     let mut cmd = redis::cmd(name);

@@ -1,11 +1,21 @@
 //! The public result of an inspection: what each node keeps, the claims,
 //! the verdict.
 
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Following, Shared};
+use crate::error::{NodeError, NodeFailure};
+use crate::keys::Layout;
+use crate::round::Core;
+use crate::semaphore::Semaphore;
+use crate::token::Token;
+
 use super::verdict::{Judgement, judge};
-use super::*;
 
 /// What the nodes keep under one resource name, and what a quorum of them
-/// confirms: the result of [`Redlock::inspect`].
+/// confirms: the result of [`Redlock::inspect`](crate::Redlock::inspect).
 ///
 /// Each node's answer is in [`nodes`](Self::nodes): what it keeps
 /// ([`Stored`]), or why it did not answer. Every token seen is a
@@ -143,7 +153,7 @@ impl Inspection {
         self.judgement.kind
     }
 
-    /// Each node's answer, in the order of [`Redlock::nodes`].
+    /// Each node's answer, in the order of [`Redlock::nodes`](crate::Redlock::nodes).
     pub fn nodes(&self) -> &[InspectedNode] {
         &self.nodes
     }
@@ -245,7 +255,7 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ResourceKind {
-    /// A lock ([`Redlock::lock`]), fenced or not.
+    /// A lock ([`Redlock::lock`](crate::Redlock::lock)), fenced or not.
     Lock,
     /// A [`Semaphore`](crate::Semaphore).
     Semaphore,
@@ -265,7 +275,7 @@ pub struct InspectedNode {
 }
 
 impl InspectedNode {
-    /// The node, as [`Redlock::nodes`] names it (never with credentials).
+    /// The node, as [`Redlock::nodes`](crate::Redlock::nodes) names it (never with credentials).
     pub fn node(&self) -> &str {
         &self.node
     }

@@ -1,7 +1,10 @@
 //! The quorum verdict on the nodes' answers so far: pure, tested without
 //! Redis.
 
-use super::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict};
 
 /// What the answers so far say.
 #[derive(Debug)]
@@ -190,6 +193,8 @@ pub(super) fn quorum_ttl(ttls: &[Option<Duration>], quorum: usize) -> Option<Dur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::NodeError;
+    use crate::inspect::{HeldPermit, Holder};
     use crate::quorum::decide::testing::patterns;
 
     const Q3: usize = 2;

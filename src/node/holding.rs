@@ -12,10 +12,10 @@ use std::sync::Arc;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
-use super::*;
 use crate::error::NodeError;
 use crate::node::caps::Capabilities;
 use crate::node::native::push_extend;
+use crate::node::{Deadline, Node, Resend, unexpected};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
 use crate::scripts::Lua;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use super::ordered::Ordered;
-use super::*;
 use crate::error::NodeError;
+use crate::node::{Backend, Deadline, Node, redact, unexpected, within};
 use crate::scripts::{Lua, Replicas, ScriptMode};
 
 /// Whether a call may go out again when its connection dropped before the

@@ -3,8 +3,8 @@
 
 use redis::{ConnectionAddr, ConnectionInfo};
 
-use super::*;
 use crate::error::ConfigError;
+use crate::node::NodeOptions;
 
 /// Parses one URL into a client, without connecting. A `rediss://` URL
 /// trusts the configured CA if there is one, else Mozilla's root CAs;
@@ -177,7 +177,10 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::node::Node;
 
     #[test]
     fn redacts_user_information() {
