@@ -415,7 +415,8 @@ pub enum ArgumentError {
         "the keys {keys:?} cannot share a Redis Cluster hash slot; give the resources one hash tag, e.g. `{{orders}}:1` and `{{orders}}:2` (only the part in braces is hashed)"
     )]
     CrossSlot {
-        /// The keys of the request.
+        /// The keys of the request; of more than four (a semaphore's), the
+        /// first and one outside its slot.
         keys: Vec<String>,
     },
     /// A semaphore with no permits: nobody could ever hold one.

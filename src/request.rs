@@ -48,6 +48,46 @@ pub(crate) struct Limits<'a> {
     pub(crate) cluster: bool,
 }
 
+impl Limits<'_> {
+    /// The key of the resource `name`, for every primitive: the prefix and
+    /// the name. An empty name is refused.
+    pub(crate) fn key(&self, name: &str) -> Result<Arc<str>, Error> {
+        if name.is_empty() {
+            return Err(ArgumentError::EmptyResource.into());
+        }
+        Ok(if self.prefix.is_empty() {
+            Arc::from(name)
+        } else {
+            Arc::from(format!("{}{name}", self.prefix))
+        })
+    }
+
+    /// Refuses `keys` that one script touches together if some node is a
+    /// Redis Cluster and they do not share a hash slot: now, with an
+    /// explanation, rather than on every cluster node later. The one
+    /// cross-slot check, for every primitive. The error names every key,
+    /// or for more than [`NAMED`] keys the first and one outside its slot.
+    pub(crate) fn one_slot(&self, keys: &[&str]) -> Result<(), Error> {
+        /// The most keys a cross-slot error lists.
+        const NAMED: usize = 4;
+        if !self.cluster || same_slot(keys) {
+            return Ok(());
+        }
+        let named: Vec<&str> = match keys {
+            [first, ..] if keys.len() > NAMED => {
+                let slot = Slot::for_key(first);
+                let elsewhere = keys.iter().find(|k| Slot::for_key(k) != slot);
+                std::iter::once(*first).chain(elsewhere.copied()).collect()
+            }
+            _ => keys.to_vec(),
+        };
+        Err(ArgumentError::CrossSlot {
+            keys: named.into_iter().map(str::to_owned).collect(),
+        }
+        .into())
+    }
+}
+
 /// What an acquisition is for, whatever the primitive: its name, the keys
 /// a grant holds, and the ttl it asks for.
 #[derive(Debug, Clone)]
@@ -82,9 +122,12 @@ impl Request {
         if resources.is_empty() {
             return Err(ArgumentError::NoResources.into());
         }
-        if resources.iter().any(|r| r.is_empty()) {
-            return Err(ArgumentError::EmptyResource.into());
-        }
+        // Every name's key, which refuses an empty one (before a repeated
+        // one is looked for).
+        let keys: Keys = resources
+            .iter()
+            .map(|resource| limits.key(resource))
+            .collect::<Result<_, _>>()?;
         for (i, resource) in resources.iter().enumerate() {
             if resources[..i].contains(resource) {
                 return Err(ArgumentError::DuplicateResource {
@@ -94,17 +137,6 @@ impl Request {
             }
         }
         let ttl = Ttl::new(ttl, limits.drift_factor)?;
-        let prefix = limits.prefix;
-        let keys: Keys = resources
-            .iter()
-            .map(|resource| {
-                if prefix.is_empty() {
-                    Arc::from(*resource)
-                } else {
-                    Arc::from(format!("{prefix}{resource}"))
-                }
-            })
-            .collect();
         let (fence_key, kind) = match (&*keys, fencing) {
             ([_], Fencing::Off) => (None, Kind::Plain),
             (_, Fencing::Off) => (None, Kind::Many),
@@ -115,16 +147,10 @@ impl Request {
             // Not offered by the public API; refuse rather than guess.
             (_, Fencing::On) => return Err(ArgumentError::NoResources.into()),
         };
-        // One script may only touch one slot of a cluster: refuse now, with
-        // an explanation, rather than fail on every cluster node later.
+        // One script touches them all.
         let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         all_keys.extend(fence_key.as_deref());
-        if all_keys.len() > 1 && limits.cluster && !same_slot(&all_keys) {
-            return Err(ArgumentError::CrossSlot {
-                keys: all_keys.iter().map(|k| (*k).to_owned()).collect(),
-            }
-            .into());
-        }
+        limits.one_slot(&all_keys)?;
         let resource = match (resources, &*keys) {
             // Without a prefix the key is the resource name: share it.
             ([one], [key]) if **key == **one => key.clone(),
@@ -349,5 +375,41 @@ mod tests {
         assert!(!same_slot(&["{lock_goods}:300", "{lock_goods}:300", "bar"]));
         // An empty tag hashes the whole key.
         assert!(!same_slot(&["{}a", "{}b"]));
+    }
+
+    #[test]
+    fn keys_that_cannot_share_a_slot_are_named_on_a_cluster_only() {
+        let cluster = Limits {
+            cluster: true,
+            ..LIMITS
+        };
+        // `a` and `b` hash to different slots; a hash tag shares one.
+        assert!(LIMITS.one_slot(&["a", "b"]).is_ok(), "no cluster: no check");
+        assert!(cluster.one_slot(&["{t}a", "{t}b", "{t}c"]).is_ok());
+        assert!(cluster.one_slot(&[]).is_ok() && cluster.one_slot(&["a"]).is_ok());
+        let named = |keys: &[&str]| match cluster.one_slot(keys) {
+            Err(Error::InvalidArgument(ArgumentError::CrossSlot { keys })) => keys,
+            other => panic!("expected CrossSlot, got {other:?}"),
+        };
+        assert_eq!(named(&["a", "b"]), ["a", "b"]);
+        // Of many keys, the first and one outside its slot.
+        let many = ["{t}0", "{t}1", "{t}2", "{t}3", "other"];
+        assert_eq!(named(&many), ["{t}0", "other"]);
+    }
+
+    #[test]
+    fn a_key_is_the_prefix_and_the_name_and_never_empty() {
+        let prefixed = Limits {
+            prefix: "app:",
+            ..LIMITS
+        };
+        assert_eq!(&*LIMITS.key("x").expect("key"), "x");
+        assert_eq!(&*prefixed.key("x").expect("key"), "app:x");
+        for limits in [LIMITS, prefixed] {
+            assert!(matches!(
+                limits.key(""),
+                Err(Error::InvalidArgument(ArgumentError::EmptyResource))
+            ));
+        }
     }
 }

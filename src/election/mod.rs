@@ -19,12 +19,12 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::Notify;
 
-use crate::error::{ArgumentError, Error, LossReason};
+use crate::error::{Error, LossReason};
 use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
 use crate::node::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
-use crate::request::{Fencing, Keys, Request, Ttl, channel, same_slot};
+use crate::request::{Fencing, Keys, Request, Ttl, channel};
 use crate::round::Core;
 
 impl Redlock {
@@ -187,20 +187,11 @@ impl Election {
 
     /// The election's lock key and leader key, checked.
     fn keys(&self) -> Result<(Arc<str>, Arc<str>), Error> {
-        if self.name.is_empty() {
-            return Err(ArgumentError::EmptyResource.into());
-        }
         let limits = self.locks.limits();
-        let key: Arc<str> = format!("{}{}", limits.prefix, self.name).into();
+        let key = limits.key(&self.name)?;
         let leader_key = leader::leader_key(&key);
         let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
-        let all = [&*key, &*fence_key, &*leader_key];
-        if limits.cluster && !same_slot(&all) {
-            return Err(ArgumentError::CrossSlot {
-                keys: all.iter().map(|k| (*k).to_owned()).collect(),
-            }
-            .into());
-        }
+        limits.one_slot(&[&key, &fence_key, &leader_key])?;
         Ok((key, leader_key))
     }
 
@@ -287,8 +278,15 @@ impl Election {
 
     /// Validates a campaign's arguments into its request. No I/O.
     fn campaign_request(&self, value: &str, ttl: Duration) -> Result<Campaign, Error> {
-        let (key, leader_key) = self.keys()?;
+        // The lock's request forms the key and its counter's key, and
+        // checks both; the leader key joins them here.
         let lock = self.locks.request(&[&self.name], ttl, Fencing::On)?;
+        let key = lock.target.keys.first().cloned().unwrap_or_default();
+        let leader_key = leader::leader_key(&key);
+        let fence_key = lock.fence_key.as_deref().unwrap_or_default();
+        self.locks
+            .limits()
+            .one_slot(&[&key, fence_key, &leader_key])?;
         Ok(Campaign {
             lock,
             key,

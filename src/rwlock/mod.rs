@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{ArgumentError, Error, NodeError};
+use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
 use crate::holding::guard::{LockGuard, ReadGuard, WriteGuard};
@@ -23,7 +23,7 @@ use crate::holding::lease::Lease;
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::node::ShapeRef;
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Target, same_slot};
+use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
 use crate::token::Token;
 
@@ -258,28 +258,16 @@ impl RwLock {
 
     /// Validates the name and `ttl` into a request. No I/O.
     fn request(&self, mode: Mode, ttl: Duration) -> Result<RwAttempt, Error> {
-        // The name, prefix and ttl are checked as a lock's.
-        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?.target;
-        let key = lock
-            .keys
-            .first()
-            .cloned()
-            .unwrap_or_else(|| self.name.clone());
+        let limits = self.locks.limits();
+        let key = limits.key(&self.name)?;
+        let ttl = Ttl::new(ttl, limits.drift_factor)?;
         let rw = RwKeys {
             writer: Arc::from(format!("{key}{WRITER_SUFFIX}")),
             readers: Arc::from(format!("{key}{READERS_SUFFIX}")),
             waiting: Arc::from(format!("{key}{WRITER_WAITING_SUFFIX}")),
             waiter: Arc::from(Token::generate()?.as_str()),
         };
-        if self.locks.has_cluster_node() && !same_slot(&[&rw.writer, &rw.readers, &rw.waiting]) {
-            return Err(ArgumentError::CrossSlot {
-                keys: [&rw.writer, &rw.readers, &rw.waiting]
-                    .iter()
-                    .map(|k| k.to_string())
-                    .collect(),
-            }
-            .into());
-        }
+        limits.one_slot(&[&rw.writer, &rw.readers, &rw.waiting])?;
         let held = match mode {
             Mode::Read => rw.readers.clone(),
             Mode::Write => rw.writer.clone(),
@@ -298,7 +286,7 @@ impl RwLock {
             target: Target {
                 resource: self.name.clone(),
                 keys: Arc::from([held]),
-                ttl: lock.ttl,
+                ttl,
             },
             shape: Arc::new(RwShape { rw, read }),
             failed,

@@ -28,7 +28,7 @@ use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::node::ShapeRef;
 use crate::quorum::{Answer, Vote};
 use crate::redlock::{Acquisition, Attempts, Redlock};
-use crate::request::{Fencing, Keys, Target, Ttl, same_slot};
+use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
 
 use self::node::{PermitReply, Permits, acquire_permit};
@@ -289,29 +289,16 @@ impl Semaphore {
             }
             .into());
         }
-        // The name, prefix and ttl are checked as a lock's.
-        let lock = self.locks.request(&[&self.name], ttl, Fencing::Off)?.target;
-        let key = lock
-            .keys
-            .first()
-            .cloned()
-            .unwrap_or_else(|| self.name.clone());
+        let limits = self.locks.limits();
+        let key = limits.key(&self.name)?;
+        let ttl = Ttl::new(ttl, limits.drift_factor)?;
         let slots: Keys = (0..self.permits)
             .map(|i| Arc::from(format!("{key}{PERMIT_INFIX}{i}")))
             .collect();
         let limit_key: Arc<str> = Arc::from(format!("{key}{PERMITS_SUFFIX}"));
-        if self.locks.has_cluster_node() {
-            let mut keys: Vec<&str> = slots.iter().map(|k| &**k).collect();
-            keys.push(&limit_key);
-            if !same_slot(&keys) {
-                keys.truncate(2);
-                keys.push(&limit_key);
-                return Err(ArgumentError::CrossSlot {
-                    keys: keys.iter().map(|k| (*k).to_owned()).collect(),
-                }
-                .into());
-            }
-        }
+        let mut keys: Vec<&str> = slots.iter().map(|k| &**k).collect();
+        keys.push(&limit_key);
+        limits.one_slot(&keys)?;
         Ok(Arc::new(PermitRequest {
             name: self.name.clone(),
             permits: Arc::new(Permits {
@@ -320,7 +307,7 @@ impl Semaphore {
                 count: self.permits.to_string().into(),
             }),
             count: self.permits,
-            ttl: lock.ttl,
+            ttl,
         }))
     }
 
