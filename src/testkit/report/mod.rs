@@ -442,12 +442,25 @@ const MAIN_JS: &str = r#"
   var scrollers = Array.prototype.slice.call(document.querySelectorAll('.scroller'));
   var zoom = 1, syncing = false;
   var span = Number(document.body.getAttribute('data-span-ms')) || 1;
+  // The time axis' labels are centred on their time, but kept inside the
+  // axis (whose overflow is hidden): the last is not cut off.
+  function fitAxes() {
+    document.querySelectorAll('.axis').forEach(function (axis) {
+      var width = axis.clientWidth;
+      axis.querySelectorAll('span').forEach(function (label) {
+        var x = label.offsetLeft, w = label.offsetWidth;
+        var left = Math.max(0, Math.min(width - w, x - w / 2));
+        label.style.transform = 'translateX(' + (left - x) + 'px)';
+      });
+    });
+  }
   function apply() {
     scrollers.forEach(function (s) {
       s.querySelector('.track').style.width = (zoom * 100) + '%';
     });
     var label = document.getElementById('zoom-level');
     if (label) { label.textContent = zoom + '\u00d7'; }
+    fitAxes();
   }
   function scrollTo(fraction) {
     scrollers.forEach(function (s) {

@@ -560,7 +560,8 @@ fn losses(page: &mut String, t: &Timeline<'_>) {
 }
 
 /// The time axis above a timeline: about ten labels at round times, placed
-/// by percentage so that they follow the zoom.
+/// by percentage so that they follow the zoom (the page's script keeps
+/// each inside the axis: the last would be cut off centred on its time).
 fn axis(span: Duration) -> String {
     let total = ms(span).max(1.0);
     let raw = total / 10.0;
