@@ -428,3 +428,105 @@ async fn no_axis_label_is_cut_off_at_any_magnitude() {
         clipped.join("\n")
     );
 }
+
+/// Measures the phase labels under each timeline's axis, at the zoom
+/// shown and after zooming in twice: each shown label must sit at its
+/// time (its left edge, or its right edge where it is flipped at the end),
+/// inside its row's box, and over no other label. Writes what it found to
+/// `<body>`: `data-phases` (labels), `data-phases-hidden` (at the first
+/// zoom), `data-phases-staggered` (labels below the first row) and
+/// `data-phases-wrong`.
+const PHASES_JS: &str = r#"
+(function () {
+  var wrong = [], count = 0, hidden = 0, staggered = 0;
+  var span = Number(document.body.getAttribute('data-span-ms'));
+  function measure(zoom, first) {
+    document.querySelectorAll('.phases').forEach(function (box) {
+      var b = box.getBoundingClientRect(), shown = [];
+      box.querySelectorAll('.phase').forEach(function (p) {
+        if (first) { count++; }
+        if (getComputedStyle(p).display === 'none') {
+          if (first) { hidden++; }
+          return;
+        }
+        var r = p.getBoundingClientRect(), text = zoom + ' \'' + p.textContent + '\'';
+        var flip = p.classList.contains('flip');
+        var x = b.left + Number(p.getAttribute('data-at')) / span * b.width;
+        var anchor = flip ? r.right : r.left;
+        if (Math.abs(anchor - x) > 1.5) {
+          wrong.push(text + ' at ' + anchor.toFixed(1) + ', its time at ' + x.toFixed(1));
+        }
+        if (r.left < b.left - 0.5 || r.right > b.right + 0.5 || r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5) {
+          wrong.push(text + ' outside its box');
+        }
+        if (first && r.top > b.top + 0.5) { staggered++; }
+        shown.forEach(function (o) {
+          if (Math.min(r.right, o.r.right) - Math.max(r.left, o.r.left) > 0 &&
+              Math.min(r.bottom, o.r.bottom) - Math.max(r.top, o.r.top) > 0) {
+            wrong.push(text + ' over \'' + o.text + '\'');
+          }
+        });
+        shown.push({ r: r, text: p.textContent });
+      });
+    });
+  }
+  measure('1x', true);
+  var zoomIn = document.querySelector('[data-zoom="in"]');
+  zoomIn.click();
+  zoomIn.click();
+  measure('4x', false);
+  document.body.setAttribute('data-phases', String(count));
+  document.body.setAttribute('data-phases-hidden', String(hidden));
+  document.body.setAttribute('data-phases-staggered', String(staggered));
+  document.body.setAttribute('data-phases-wrong', wrong.join(' | '));
+})();
+"#;
+
+/// Each fault is named under the time axis where it began and where it
+/// was healed: at its time, inside the page, none over another — two
+/// faults a millisecond apart are staggered into rows, three near the end
+/// are flipped to end at their time — at the zoom shown and zoomed in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_labels_sit_at_their_time_and_never_overlap() {
+    let Some(browser) = chromium("report::phase_labels_sit_at_their_time_and_never_overlap") else {
+        return;
+    };
+    let ms = Duration::from_millis;
+    let mut history = synthetic();
+    // A millisecond after the KillRestart of nodes 0 and 1 (at 200 ms),
+    // healed near the end, beside a fault of no node.
+    history.faults.push(Fault {
+        nodes: vec![3],
+        kind: "Pause".into(),
+        from: ms(201),
+        to: ms(1015),
+    });
+    history.faults.push(Fault {
+        nodes: vec![],
+        kind: "Latency".into(),
+        from: ms(1012),
+        to: ms(1019),
+    });
+    let verdict = check(&history);
+    let report = Report::new(&history, &verdict);
+    let dom = measured(&browser, &report, "phases.html", PHASES_JS).await;
+    let number = |name: &str| -> usize {
+        attribute(&dom, "body", name)
+            .unwrap_or_else(|| panic!("no {name}: the measuring script did not run"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let timelines = 2;
+    assert_eq!(
+        number("data-phases"),
+        timelines * 2 * history.faults.len(),
+        "a label where each fault began and where it was healed, per timeline"
+    );
+    assert_eq!(number("data-phases-hidden"), 0, "there is room for all");
+    assert!(
+        number("data-phases-staggered") >= timelines * 2,
+        "labels a millisecond apart share no row"
+    );
+    let wrong = attribute(&dom, "body", "data-phases-wrong").unwrap_or_default();
+    assert!(wrong.is_empty(), "misplaced labels: {wrong}");
+}
