@@ -290,3 +290,243 @@ async fn a_script_error_would_be_seen() {
     assert!(text.contains("console.error: seen"), "{text}");
     assert!(text.contains("undefined_function"), "{text}");
 }
+
+/// Opens `report` in `browser` with `script` run after the page's own (it
+/// sees the page as a person would, laid out at the browser's default
+/// window size), and returns the DOM it left, with no script error.
+async fn measured(browser: &Path, report: &Report<'_>, name: &str, script: &str) -> String {
+    let page = report
+        .html()
+        .replacen("</body>", &format!("<script>{script}</script></body>"), 1);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    std::fs::write(&path, page).expect("page written");
+    let (dom, stderr) = render(browser, &path).await;
+    assert_eq!(
+        attribute(&dom, "html", "data-errors").as_deref(),
+        Some("0"),
+        "{name}: script errors: {}; chromium said: {stderr}",
+        attribute(&dom, "html", "data-error-text").unwrap_or_default()
+    );
+    dom
+}
+
+/// Finds every axis label drawn outside the box that shows it — a
+/// timeline's time axis (whose overflow is hidden) or a chart's SVG — and
+/// every chart text drawn over another, and writes them to
+/// `<body data-clipped>`.
+const CLIPPED_JS: &str = r#"
+(function () {
+  var found = [];
+  function check(label, box, where) {
+    var r = label.getBoundingClientRect();
+    if (r.width === 0) { return; }
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5 ||
+        r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
+      found.push(where + ' \'' + label.textContent.trim() + '\' at ' + Math.round(r.left) + '..' +
+        Math.round(r.right) + ' x ' + Math.round(r.top) + '..' + Math.round(r.bottom) +
+        ', its box ' + Math.round(box.left) + '..' + Math.round(box.right) + ' x ' +
+        Math.round(box.top) + '..' + Math.round(box.bottom));
+    }
+  }
+  var labels = 0;
+  document.querySelectorAll('.axis').forEach(function (axis) {
+    var box = axis.getBoundingClientRect();
+    axis.querySelectorAll('span').forEach(function (s) { labels++; check(s, box, 'timeline axis'); });
+  });
+  function name(t) { return '\'' + t.textContent.trim() + '\''; }
+  document.querySelectorAll('#charts svg').forEach(function (svg) {
+    var box = svg.getBoundingClientRect();
+    var texts = Array.prototype.slice.call(svg.querySelectorAll('text'));
+    texts.forEach(function (t) { labels++; check(t, box, svg.parentNode.id); });
+    // Nor over another text of its chart (a value over the axis' name).
+    texts.forEach(function (a, i) {
+      var p = a.getBoundingClientRect();
+      texts.slice(i + 1).forEach(function (b) {
+        var q = b.getBoundingClientRect();
+        if (Math.min(p.right, q.right) - Math.max(p.left, q.left) > 0.5 &&
+            Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top) > 0.5) {
+          found.push(svg.parentNode.id + ' ' + name(a) + ' over ' + name(b));
+        }
+      });
+    });
+  });
+  document.body.setAttribute('data-labels', String(labels));
+  document.body.setAttribute('data-clipped', found.join(' | '));
+})();
+"#;
+
+/// A history whose report's axes must show `250` (ms, on the timeline),
+/// `12.5` thousand (ms of latency) or `1.2` million (grants a second).
+fn magnitudes() -> Vec<(&'static str, History)> {
+    let ms = Duration::from_millis;
+    let us = Duration::from_micros;
+    // docs/testing.md's hand-made history: three grants, one overlap,
+    // 250 ms long.
+    let mut docs = History::default();
+    docs.grants.push(Grant::new(0, "jobs:a", ms(0), ms(100)));
+    docs.grants.push(Grant::new(1, "jobs:a", ms(100), ms(200)));
+    docs.grants.push(Grant::new(2, "jobs:a", ms(150), ms(250)));
+    // One acquire that took 12.5 s, among quick ones.
+    let mut slow = History::default();
+    for (client, start, end) in [(0, 0, 3), (1, 10, 12_510), (2, 12_600, 12_601)] {
+        slow.ops.push(Op {
+            client,
+            kind: OpKind::Lock,
+            resource: "jobs:a".into(),
+            start: ms(start),
+            end: ms(end),
+            outcome: Outcome::Ok,
+        });
+        slow.grants
+            .push(Grant::new(client, "jobs:a", ms(end), ms(end) + us(500)));
+    }
+    // Twelve grants in the first 12 µs of a 1.2 ms run: over a million a
+    // second in the first 10 µs slice.
+    let mut dense = History::default();
+    for i in 0..12u64 {
+        let client = usize::try_from(i).expect("small");
+        dense.grants.push(Grant::new(
+            client,
+            "jobs:a",
+            us(i),
+            us(i) + Duration::from_nanos(500),
+        ));
+    }
+    dense
+        .grants
+        .push(Grant::new(0, "jobs:a", us(1_150), us(1_200)));
+    vec![("250 ms", docs), ("12.5 s", slow), ("1.2M/s", dense)]
+}
+
+/// No axis label is cut off — the timeline's last time, a chart's widest
+/// value — or drawn over the axis' name, whatever the magnitude of what
+/// the axis shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_axis_label_is_cut_off_at_any_magnitude() {
+    let Some(browser) = chromium("report::no_axis_label_is_cut_off_at_any_magnitude") else {
+        return;
+    };
+    let mut clipped = Vec::new();
+    for (name, history) in magnitudes() {
+        let verdict = check(&history);
+        let report = Report::new(&history, &verdict);
+        let dom = measured(&browser, &report, "magnitude.html", CLIPPED_JS).await;
+        let labels: usize = attribute(&dom, "body", "data-labels")
+            .expect("the measuring script ran")
+            .parse()
+            .expect("a count");
+        assert!(labels > 10, "{name}: only {labels} labels measured");
+        let found = attribute(&dom, "body", "data-clipped").unwrap_or_default();
+        if !found.is_empty() {
+            clipped.push(format!("{name}: {found}"));
+        }
+    }
+    assert!(
+        clipped.is_empty(),
+        "labels cut off:\n{}",
+        clipped.join("\n")
+    );
+}
+
+/// Measures the phase labels under each timeline's axis, at the zoom
+/// shown and after zooming in twice: each shown label must sit at its
+/// time (its left edge, or its right edge where it is flipped at the end),
+/// inside its row's box, and over no other label. Writes what it found to
+/// `<body>`: `data-phases` (labels), `data-phases-hidden` (at the first
+/// zoom), `data-phases-staggered` (labels below the first row) and
+/// `data-phases-wrong`.
+const PHASES_JS: &str = r#"
+(function () {
+  var wrong = [], count = 0, hidden = 0, staggered = 0;
+  var span = Number(document.body.getAttribute('data-span-ms'));
+  function measure(zoom, first) {
+    document.querySelectorAll('.phases').forEach(function (box) {
+      var b = box.getBoundingClientRect(), shown = [];
+      box.querySelectorAll('.phase').forEach(function (p) {
+        if (first) { count++; }
+        if (getComputedStyle(p).display === 'none') {
+          if (first) { hidden++; }
+          return;
+        }
+        var r = p.getBoundingClientRect(), text = zoom + ' \'' + p.textContent + '\'';
+        var flip = p.classList.contains('flip');
+        var x = b.left + Number(p.getAttribute('data-at')) / span * b.width;
+        var anchor = flip ? r.right : r.left;
+        if (Math.abs(anchor - x) > 1.5) {
+          wrong.push(text + ' at ' + anchor.toFixed(1) + ', its time at ' + x.toFixed(1));
+        }
+        if (r.left < b.left - 0.5 || r.right > b.right + 0.5 || r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5) {
+          wrong.push(text + ' outside its box');
+        }
+        if (first && r.top > b.top + 0.5) { staggered++; }
+        shown.forEach(function (o) {
+          if (Math.min(r.right, o.r.right) - Math.max(r.left, o.r.left) > 0 &&
+              Math.min(r.bottom, o.r.bottom) - Math.max(r.top, o.r.top) > 0) {
+            wrong.push(text + ' over \'' + o.text + '\'');
+          }
+        });
+        shown.push({ r: r, text: p.textContent });
+      });
+    });
+  }
+  measure('1x', true);
+  var zoomIn = document.querySelector('[data-zoom="in"]');
+  zoomIn.click();
+  zoomIn.click();
+  measure('4x', false);
+  document.body.setAttribute('data-phases', String(count));
+  document.body.setAttribute('data-phases-hidden', String(hidden));
+  document.body.setAttribute('data-phases-staggered', String(staggered));
+  document.body.setAttribute('data-phases-wrong', wrong.join(' | '));
+})();
+"#;
+
+/// Each fault is named under the time axis where it began and where it
+/// was healed: at its time, inside the page, none over another — two
+/// faults a millisecond apart are staggered into rows, three near the end
+/// are flipped to end at their time — at the zoom shown and zoomed in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_labels_sit_at_their_time_and_never_overlap() {
+    let Some(browser) = chromium("report::phase_labels_sit_at_their_time_and_never_overlap") else {
+        return;
+    };
+    let ms = Duration::from_millis;
+    let mut history = synthetic();
+    // A millisecond after the KillRestart of nodes 0 and 1 (at 200 ms),
+    // healed near the end, beside a fault of no node.
+    history.faults.push(Fault {
+        nodes: vec![3],
+        kind: "Pause".into(),
+        from: ms(201),
+        to: ms(1015),
+    });
+    history.faults.push(Fault {
+        nodes: vec![],
+        kind: "Latency".into(),
+        from: ms(1012),
+        to: ms(1019),
+    });
+    let verdict = check(&history);
+    let report = Report::new(&history, &verdict);
+    let dom = measured(&browser, &report, "phases.html", PHASES_JS).await;
+    let number = |name: &str| -> usize {
+        attribute(&dom, "body", name)
+            .unwrap_or_else(|| panic!("no {name}: the measuring script did not run"))
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let timelines = 2;
+    assert_eq!(
+        number("data-phases"),
+        timelines * 2 * history.faults.len(),
+        "a label where each fault began and where it was healed, per timeline"
+    );
+    assert_eq!(number("data-phases-hidden"), 0, "there is room for all");
+    assert!(
+        number("data-phases-staggered") >= timelines * 2,
+        "labels a millisecond apart share no row"
+    );
+    let wrong = attribute(&dom, "body", "data-phases-wrong").unwrap_or_default();
+    assert!(wrong.is_empty(), "misplaced labels: {wrong}");
+}

@@ -17,6 +17,9 @@ const SLICES: usize = 120;
 const SIZE: (u32, u32) = (1100, 300);
 /// The width of the legend, right of the plot area (never on the data).
 const LEGEND_WIDTH: u32 = 170;
+/// Left of the plot: the axis' name, then the values, which
+/// [`value_label`] keeps to six characters at most.
+const Y_LABEL_AREA: u32 = 68;
 
 const ACQUIRE: RGBColor = RGBColor(0x2f, 0x5a, 0x88);
 const RELEASE: RGBColor = RGBColor(0x2e, 0x7d, 0x32);
@@ -87,6 +90,34 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
         .get(at.saturating_sub(1).min(sorted.len().saturating_sub(1)))
         .copied()
         .unwrap_or(0.0)
+}
+
+/// A value on a chart's y axis in six characters at most: four
+/// significant digits, trailing zeros dropped, thousands as `k` from ten
+/// thousand and millions as `M` (`0.0012`, `250`, `9999`, `12.5k`,
+/// `1.2M`), so that it fits beside the axis' name whatever the
+/// magnitude.
+fn value_label(v: f64) -> String {
+    let (scaled, suffix) = match v.abs() {
+        a if a >= 999_500.0 => (v / 1e6, "M"),
+        a if a >= 9_999.5 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    let decimals = match scaled.abs() {
+        a if a >= 999.5 => 0,
+        a if a >= 99.95 => 1,
+        a if a >= 1.0 => 2,
+        // Just under a million, in millions: 0.9996M is 1M.
+        _ if !suffix.is_empty() => 2,
+        _ => 4,
+    };
+    let text = format!("{scaled:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
+    format!("{text}{suffix}")
 }
 
 /// A series: its name, colour, style and points; each run of slices
@@ -169,13 +200,14 @@ fn latency(history: &History, slices: &Slices) -> Result<String, String> {
             )
             .margin(10)
             .x_label_area_size(34)
-            .y_label_area_size(56)
+            .y_label_area_size(Y_LABEL_AREA)
             .build_cartesian_2d(slices.x_range(), (low..high).log_scale())
             .map_err(draw_error)?;
         chart
             .configure_mesh()
             .x_desc("time since the start (s)")
             .y_desc("latency (ms)")
+            .y_label_formatter(&|v| value_label(*v))
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(draw_error)?;
@@ -238,13 +270,14 @@ fn rate(history: &History, slices: &Slices) -> Result<String, String> {
             )
             .margin(10)
             .x_label_area_size(34)
-            .y_label_area_size(56)
+            .y_label_area_size(Y_LABEL_AREA)
             .build_cartesian_2d(slices.x_range(), 0.0..high)
             .map_err(draw_error)?;
         chart
             .configure_mesh()
             .x_desc("time since the start (s)")
             .y_desc("per second")
+            .y_label_formatter(&|v| value_label(*v))
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(draw_error)?;
@@ -381,6 +414,31 @@ mod tests {
                 t[at..].split('"').next()?.parse().ok()
             })
             .collect()
+    }
+
+    #[test]
+    fn a_value_label_is_short_at_any_magnitude() {
+        for (v, said) in [
+            (0.0, "0"),
+            (0.0012, "0.0012"),
+            (0.1, "0.1"),
+            (2.5, "2.5"),
+            (250.0, "250"),
+            (9_999.0, "9999"),
+            (12_500.0, "12.5k"),
+            (999_400.0, "999.4k"),
+            (999_940.0, "1M"),
+            (1_200_000.0, "1.2M"),
+            (2.5e9, "2500M"),
+        ] {
+            assert_eq!(value_label(v), said, "{v}");
+        }
+        let mut v = 1e-4;
+        while v < 1e9 {
+            let label = value_label(v);
+            assert!(label.len() <= 6, "{v}: {label}");
+            v *= 1.37;
+        }
     }
 
     /// The legend sits right of the plot area, never on the data, and

@@ -15,7 +15,10 @@
 //!   attempts as ticks, its lost locks as crosses; one lane per node with
 //!   the faults that hit it shaded by kind, majority outages shaded
 //!   across the whole timeline, and the client's stalls and the starved
-//!   nodes in lanes of their own. Each violation with a time has a mark
+//!   nodes in lanes of their own. Under the time axis, each fault is
+//!   named where it began and where it was healed (`span.phase`), in up
+//!   to three rows so that no two names overlap (a name that fits in
+//!   none shows when zoomed in). Each violation with a time has a mark
 //!   (`g.violation-mark`, with `data-violation` its index in the verdict)
 //!   across the timeline: red, and at least a few pixels wide however
 //!   far the page is zoomed out. The timelines share one zoom (buttons,
@@ -442,12 +445,60 @@ const MAIN_JS: &str = r#"
   var scrollers = Array.prototype.slice.call(document.querySelectorAll('.scroller'));
   var zoom = 1, syncing = false;
   var span = Number(document.body.getAttribute('data-span-ms')) || 1;
+  // The time axis' labels are centred on their time, but kept inside the
+  // axis (whose overflow is hidden): the last is not cut off.
+  function fitAxes() {
+    document.querySelectorAll('.axis').forEach(function (axis) {
+      var width = axis.clientWidth;
+      axis.querySelectorAll('span').forEach(function (label) {
+        var x = label.offsetLeft, w = label.offsetWidth;
+        var left = Math.max(0, Math.min(width - w, x - w / 2));
+        label.style.transform = 'translateX(' + (left - x) + 'px)';
+      });
+    });
+  }
+  // The phases under the axis, in time order: each starts at its time (or
+  // ends there, flipped, where it would pass the end), in the first of
+  // three rows where it clears the one before; one that fits in none is
+  // hidden until a zoom makes room. The lane labels follow the rows.
+  var ROWS = 3, ROW = 14, GAP = 6;
+  function layoutPhases() {
+    document.querySelectorAll('.phases').forEach(function (box) {
+      var width = box.clientWidth, ends = [], hidden = 0;
+      var phases = Array.prototype.slice.call(box.querySelectorAll('.phase'));
+      phases.forEach(function (p) { p.classList.remove('flip', 'hidden'); });
+      var widths = phases.map(function (p) { return p.offsetWidth; });
+      phases.forEach(function (p, i) {
+        var w = widths[i], x = Number(p.getAttribute('data-at')) / span * width;
+        var flip = x + w > width, left = flip ? x - w : x, row = 0;
+        while (row < ends.length && ends[row] + GAP > left) { row++; }
+        if (row >= ROWS || left < 0) {
+          p.classList.add('hidden');
+          hidden++;
+          return;
+        }
+        ends[row] = left + w;
+        if (flip) { p.classList.add('flip'); }
+        p.style.top = (row * ROW) + 'px';
+      });
+      box.style.height = (Math.max(1, ends.length) * ROW) + 'px';
+      box.setAttribute('data-hidden', String(hidden));
+    });
+    document.querySelectorAll('.lanes').forEach(function (lanes) {
+      var labels = lanes.querySelector('.labels'), svg = lanes.querySelector('svg.timeline');
+      if (labels && svg) {
+        labels.style.paddingTop = (svg.getBoundingClientRect().top - lanes.getBoundingClientRect().top) + 'px';
+      }
+    });
+  }
   function apply() {
     scrollers.forEach(function (s) {
       s.querySelector('.track').style.width = (zoom * 100) + '%';
     });
     var label = document.getElementById('zoom-level');
     if (label) { label.textContent = zoom + '\u00d7'; }
+    fitAxes();
+    layoutPhases();
   }
   function scrollTo(fraction) {
     scrollers.forEach(function (s) {
@@ -541,6 +592,11 @@ button { font: inherit; cursor: pointer; }
 .axis { position: relative; overflow: hidden; height: 18px; font-size: 10px; color: #555; border-bottom: 1px solid #ddd; }
 .axis span { position: absolute; top: 2px; transform: translateX(-50%); white-space: nowrap; }
 .axis span.first { transform: none; }
+.phases { position: relative; overflow: hidden; height: 14px; font-size: 10px; color: #263238; border-bottom: 1px solid #ddd; }
+.phases .phase { position: absolute; top: 0; height: 14px; line-height: 14px; padding: 0 3px; white-space: nowrap; border: 0 solid #37474f; border-left-width: 1px; box-sizing: border-box; }
+.phases .phase.end { color: #607d8b; border-style: dashed; }
+.phases .phase.flip { transform: translateX(-100%); border-left-width: 0; border-right-width: 1px; }
+.phases .phase.hidden { display: none; }
 svg.timeline { display: block; width: 100%; }
 svg.timeline .lane-bg { fill: #f7f7f7; }
 svg.timeline rect.window { fill: #4f7cac; stroke: #2f5a88; stroke-width: 1px; vector-effect: non-scaling-stroke; }

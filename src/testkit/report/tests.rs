@@ -231,3 +231,33 @@ fn written_to_a_file() -> std::io::Result<()> {
     );
     Ok(())
 }
+
+/// Each fault is named on the timelines where it began and where it was
+/// healed, placed at its time like the axis' labels.
+#[test]
+fn each_fault_is_a_phase_where_it_began_and_where_it_was_healed() {
+    let history = calm();
+    let page = html(&history, &check(&history));
+    // 220 ms long (the outage's quorum back); two timelines.
+    for phase in [
+        "<span class=\"phase\" data-at=\"30.000\" style=\"left:13.636%\" title=\"KillRestart on nodes 1, 2: 30.0\u{2013}90.0 ms\">KillRestart nodes 1, 2</span>",
+        "<span class=\"phase end\" data-at=\"90.000\" style=\"left:40.909%\" title=\"KillRestart on nodes 1, 2: 30.0\u{2013}90.0 ms\">nodes 1, 2 healed</span>",
+        "<span class=\"phase\" data-at=\"100.000\" style=\"left:45.455%\" title=\"Latency on no node in particular: 100.0\u{2013}120.0 ms\">Latency</span>",
+        "<span class=\"phase end\" data-at=\"120.000\" style=\"left:54.545%\" title=\"Latency on no node in particular: 100.0\u{2013}120.0 ms\">Latency healed</span>",
+    ] {
+        assert_eq!(count(&page, phase), 2, "{phase}");
+    }
+    assert_eq!(count(&page, "<span class=\"phase"), 2 * 4);
+    // In time order.
+    let at: Vec<&str> = page
+        .split("<span class=\"phase")
+        .skip(1)
+        .take(4)
+        .filter_map(|s| s.split("data-at=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(at, ["30.000", "90.000", "100.000", "120.000"]);
+    // A history without faults has no phases' row.
+    let mut quiet = calm();
+    quiet.faults.clear();
+    assert!(!html(&quiet, &check(&quiet)).contains("class=\"phases\""));
+}

@@ -6,7 +6,9 @@
 //! (`.violating` when a violation names it), `g.violation-mark` with
 //! `data-violation` per violation with a time, `path.fails` with
 //! `data-count` per client lane and kind of failure, `rect.fault` per
-//! fault and node it hit, `rect.outage` per majority outage.
+//! fault and node it hit, `rect.outage` per majority outage, and above the
+//! lanes, under the time axis, `span.phase` with `data-at` (ms) per fault
+//! begun or healed (`.end`), which the page's script lays out in rows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -203,10 +205,12 @@ pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, spa
          until it was lost). Two bars of one resource must never overlap in time. \
          Ticks are failed attempts; black ticks, locks lost. \
          Node lanes are shaded while a fault hit the node; a black tick on a node's lane: \
-         it came back from a restart without a holder's key. A light red band is a majority outage, lighter while a quorum was coming back (nodes restarting).</p>\n",
+         it came back from a restart without a holder's key. A light red band is a majority outage, lighter while a quorum was coming back (nodes restarting). \
+         Under the time axis, each fault is named where it began and where it was healed (dashed); \
+         names that do not fit at this zoom show when zoomed in.</p>\n",
     );
     controls(page, &all.colour);
-    let axis = axis(span);
+    let axis = axis(span) + &phases(history, span);
     let resources = resources(history);
     if resources.is_empty() {
         page.push_str("<p>Nothing was recorded.</p>\n");
@@ -381,18 +385,8 @@ impl<'a> Timelines<'a> {
                 .get(fault.kind.as_str())
                 .copied()
                 .unwrap_or("#757575");
-            let on = match fault.nodes.as_slice() {
-                [] => "no node in particular".to_owned(),
-                [node] => format!("node {node}"),
-                nodes => format!(
-                    "nodes {}",
-                    nodes
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
+            let on =
+                nodes_named(&fault.nodes).unwrap_or_else(|| "no node in particular".to_owned());
             let title = format!(
                 "{} on {on}: {:.1}\u{2013}{:.1} ms",
                 esc(&fault.kind),
@@ -560,7 +554,8 @@ fn losses(page: &mut String, t: &Timeline<'_>) {
 }
 
 /// The time axis above a timeline: about ten labels at round times, placed
-/// by percentage so that they follow the zoom.
+/// by percentage so that they follow the zoom (the page's script keeps
+/// each inside the axis: the last would be cut off centred on its time).
 fn axis(span: Duration) -> String {
     let total = ms(span).max(1.0);
     let raw = total / 10.0;
@@ -591,6 +586,65 @@ fn axis(span: Duration) -> String {
             t / total * 100.0
         );
         t += step;
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// `node 2`, `nodes 3, 4`; `None` for no node.
+fn nodes_named(nodes: &[usize]) -> Option<String> {
+    match nodes {
+        [] => None,
+        [node] => Some(format!("node {node}")),
+        nodes => Some(format!(
+            "nodes {}",
+            nodes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The run's phases under the time axis: each fault named where it began
+/// (`KillRestart node 2`) and where it was healed (`node 2 healed`), in
+/// time order, placed by percentage like the axis' labels. The page's
+/// script puts them in rows so that none overlaps another, and hides
+/// those that do not fit at the zoom shown (`data-hidden` says how many).
+fn phases(history: &History, span: Duration) -> String {
+    let mut phases: Vec<(Duration, bool, String, String)> = Vec::new();
+    for fault in &history.faults {
+        let kind = esc(&fault.kind);
+        let on = nodes_named(&fault.nodes);
+        let title = format!(
+            "{kind} on {}: {:.1}\u{2013}{:.1} ms",
+            on.as_deref().unwrap_or("no node in particular"),
+            ms(fault.from),
+            ms(fault.to)
+        );
+        let began = match &on {
+            Some(on) => format!("{kind} {on}"),
+            None => kind.clone(),
+        };
+        let healed = format!("{} healed", on.unwrap_or(kind));
+        phases.push((fault.from, false, began, title.clone()));
+        phases.push((fault.to, true, healed, title));
+    }
+    if phases.is_empty() {
+        return String::new();
+    }
+    phases.sort_by_key(|p| (p.0, p.1));
+    let total = ms(span).max(1.0);
+    let mut out = String::from("<div class=\"phases\">");
+    for (at, end, text, title) in phases {
+        let _ = write!(
+            out,
+            "<span class=\"phase{}\" data-at=\"{}\" style=\"left:{:.3}%\" title=\"{title}\">{text}</span>",
+            if end { " end" } else { "" },
+            X(at),
+            ms(at) / total * 100.0
+        );
     }
     out.push_str("</div>");
     out
