@@ -303,10 +303,11 @@ impl fmt::Display for Report {
         // Nodes by their worst finding; the findings counted apart.
         let nodes = |s: Option<Severity>| self.nodes.iter().filter(|n| n.worst() == s).count();
         let found = |s: Severity| self.findings().filter(|(_, f)| f.severity == s).count();
+        let count = self.nodes.len();
         write!(
             f,
-            "{} nodes: {} unsafe, {} degraded, {} ok ({} with notes only); findings: {} unsafe, {} degraded, {} notes",
-            self.nodes.len(),
+            "{count} {}: {} unsafe, {} degraded, {} ok ({} with notes only); findings: {} unsafe, {} degraded, {} notes",
+            if count == 1 { "node" } else { "nodes" },
             nodes(Some(Severity::Unsafe)),
             nodes(Some(Severity::Degraded)),
             nodes(None) + nodes(Some(Severity::Note)),

@@ -484,6 +484,32 @@ fn a_cluster_is_one_node_on_the_command_line() {
     let out = output(cmd);
     assert_status(&out, USAGE);
     assert!(stderr(&out).contains("an empty entry"), "{}", stderr(&out));
+
+    // The doctor takes the cluster as one node, checked master by master;
+    // one of its members given as a plain node is named as such, and
+    // counts towards no quorum, so the gate fails.
+    let doctor = |nodes: &str, given: &str| {
+        let mut cmd = quorumlock();
+        cmd.args(["doctor", nodes, given]).args([
+            "--node-timeout",
+            NODE_TIMEOUT,
+            "--clock-interval",
+            "200ms",
+        ]);
+        output(cmd)
+    };
+    let out = doctor("--cluster", &seeds);
+    assert_status(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("1 node: 0 unsafe"), "{text}");
+    assert!(text.contains("cluster("), "{text}");
+    assert!(!text.contains("Redis Cluster member"), "{text}");
+    let member = cluster.seed_urls()[0].clone();
+    let out = doctor("--nodes", &member);
+    assert_status(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("Redis Cluster member"), "{text}");
+    assert!(text.contains("(all nodes)"), "{text}");
 }
 
 /// Credentials the nodes refuse are a configuration error with a status
