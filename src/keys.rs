@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | `<key>` | a lock (or an election's lock): its holder's token |
 //! | `<key>:fence` | a fenced lock's (or an election's term) counter; never expires |
+//! | `<key>:fence:mark` | which call last raised that counter, to which value; the lock's ttl |
 //! | `<key>:released` | the channel a release announces on |
 //! | `<key>:leader` | an election's leader value: a hash of token, term, rev, value |
 //! | `<key>:elected` | the channel an election's new values are announced on |
@@ -18,6 +19,11 @@
 
 /// Appended to a lock's key to form its fence counter's key.
 pub(crate) const FENCE_SUFFIX: &str = ":fence";
+
+/// Appended to a lock's key to form its fence counter's mark: which call
+/// last raised the counter, and to which value (a hash of the call's id and
+/// the value, with the lock's ttl), so that the call's retries reuse that value.
+pub(crate) const FENCE_MARK_SUFFIX: &str = ":fence:mark";
 
 /// Appended to a lock's key to form the channel its releases announce on.
 pub(crate) const RELEASED_SUFFIX: &str = ":released";

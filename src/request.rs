@@ -10,8 +10,9 @@ use std::time::Duration;
 use redis::cluster_routing::Slot;
 
 use crate::error::{ArgumentError, Error};
-use crate::keys::{FENCE_SUFFIX, RELEASED_SUFFIX};
+use crate::keys::{FENCE_MARK_SUFFIX, FENCE_SUFFIX, RELEASED_SUFFIX};
 use crate::quorum::drift;
+use crate::token::Token;
 
 /// The largest accepted lock time-to-live: [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -100,14 +101,29 @@ pub(crate) struct Target {
     pub(crate) ttl: Ttl,
 }
 
+/// A fenced lock's keys beside its own: its fence counter, and the
+/// counter's mark, which says which call last raised the counter to which
+/// value, so that a call's retries reuse the value its failed attempt took
+/// rather than raise it again (see `src/lock/acquire_fenced.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct FenceKeys {
+    /// `<key>:fence`: never expires.
+    pub(crate) counter: Arc<str>,
+    /// `<key>:fence:mark`: a hash of the call's id and the value it
+    /// raised the counter to, with the lock's ttl.
+    pub(crate) mark: Arc<str>,
+    /// This call's id, the same for each of its attempts.
+    pub(crate) call: Arc<str>,
+}
+
 /// One validated lock request.
 #[derive(Debug)]
 pub(crate) struct Request {
     /// The resource (or resources) and ttl; one key per resource: the
     /// prefix and the resource name.
     pub(crate) target: Target,
-    /// The fence counter's key, for fenced locks.
-    pub(crate) fence_key: Option<Arc<str>>,
+    /// A fenced lock's counter and mark.
+    pub(crate) fence: Option<FenceKeys>,
     pub(crate) kind: Kind,
 }
 
@@ -137,11 +153,15 @@ impl Request {
             }
         }
         let ttl = Ttl::new(ttl, limits.drift_factor)?;
-        let (fence_key, kind) = match (&*keys, fencing) {
+        let (fence, kind) = match (&*keys, fencing) {
             ([_], Fencing::Off) => (None, Kind::Plain),
             (_, Fencing::Off) => (None, Kind::Many),
             ([key], Fencing::On) => (
-                Some(Arc::from(format!("{key}{FENCE_SUFFIX}"))),
+                Some(FenceKeys {
+                    counter: Arc::from(format!("{key}{FENCE_SUFFIX}")),
+                    mark: Arc::from(format!("{key}{FENCE_MARK_SUFFIX}")),
+                    call: Arc::from(Token::generate()?.as_str()),
+                }),
                 Kind::Fenced,
             ),
             // Not offered by the public API; refuse rather than guess.
@@ -149,7 +169,9 @@ impl Request {
         };
         // One script touches them all.
         let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        all_keys.extend(fence_key.as_deref());
+        if let Some(fence) = &fence {
+            all_keys.extend([&*fence.counter, &*fence.mark]);
+        }
         limits.one_slot(&all_keys)?;
         let resource = match (resources, &*keys) {
             // Without a prefix the key is the resource name: share it.
@@ -163,7 +185,7 @@ impl Request {
                 keys,
                 ttl,
             },
-            fence_key,
+            fence,
             kind,
         })
     }
@@ -267,7 +289,11 @@ mod tests {
         assert_eq!(kind(&["a"], Fencing::On).ok(), Some(Kind::Fenced));
         assert!(kind(&["a", "b"], Fencing::On).is_err());
         let fenced = Request::new(&["a"], ttl, Fencing::On, LIMITS).expect("valid");
-        assert_eq!(fenced.fence_key.as_deref(), Some("a:fence"));
+        let keys = fenced.fence.expect("fenced");
+        assert_eq!((&*keys.counter, &*keys.mark), ("a:fence", "a:fence:mark"));
+        // Each call its own id, the same for all of its attempts.
+        let again = Request::new(&["a"], ttl, Fencing::On, LIMITS).expect("valid");
+        assert_ne!(keys.call, again.fence.expect("fenced").call);
     }
 
     #[test]

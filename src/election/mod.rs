@@ -191,7 +191,8 @@ impl Election {
         let key = limits.key(&self.name)?;
         let leader_key = leader::leader_key(&key);
         let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
-        limits.one_slot(&[&key, &fence_key, &leader_key])?;
+        let mark_key = format!("{key}{}", crate::keys::FENCE_MARK_SUFFIX);
+        limits.one_slot(&[&key, &fence_key, &mark_key, &leader_key])?;
         Ok((key, leader_key))
     }
 
@@ -278,15 +279,16 @@ impl Election {
 
     /// Validates a campaign's arguments into its request. No I/O.
     fn campaign_request(&self, value: &str, ttl: Duration) -> Result<Campaign, Error> {
-        // The lock's request forms the key and its counter's key, and
-        // checks both; the leader key joins them here.
+        // The lock's request forms the key and its counter's keys, and
+        // checks them; the leader key joins them here.
         let lock = self.locks.request(&[&self.name], ttl, Fencing::On)?;
         let key = lock.target.keys.first().cloned().unwrap_or_default();
         let leader_key = leader::leader_key(&key);
-        let fence_key = lock.fence_key.as_deref().unwrap_or_default();
-        self.locks
-            .limits()
-            .one_slot(&[&key, fence_key, &leader_key])?;
+        let mut keys = vec![&*key, &*leader_key];
+        if let Some(fence) = &lock.fence {
+            keys.extend([&*fence.counter, &*fence.mark]);
+        }
+        self.locks.limits().one_slot(&keys)?;
         Ok(Campaign {
             lock,
             key,

@@ -73,7 +73,7 @@ impl Acquire for Request {
         &self,
         call: NodeCall,
     ) -> impl Future<Output = Result<Acquired, NodeError>> + Send + 'static + use<> {
-        let (keys, fence_key) = (self.target.keys.clone(), self.fence_key.clone());
+        let (keys, fence) = (self.target.keys.clone(), self.fence.clone());
         let (kind, ttl) = (self.kind, self.target.ttl);
         async move {
             let NodeCall {
@@ -81,10 +81,10 @@ impl Acquire for Request {
             } = &call;
             let node = call.server()?;
             let alone = async {
-                match (kind, &*keys, fence_key.as_deref()) {
-                    (Kind::Fenced, [key], Some(fence_key)) => {
+                match (kind, &*keys, &fence) {
+                    (Kind::Fenced, [key], Some(fence)) => {
                         let counter = node
-                            .acquire_fenced(key, fence_key, token.as_str(), ttl, *deadline)
+                            .acquire_fenced(key, fence, token.as_str(), ttl, *deadline)
                             .await?;
                         Ok(
                             counter.map_or(Acquired::Refused, |counter| Acquired::Granted {
@@ -127,7 +127,7 @@ impl Acquire for Request {
         round: &Round<Acquired>,
         window: &Window,
     ) -> Result<Option<(Arc<str>, u64)>, Error> {
-        let Some(fence_key) = &self.fence_key else {
+        let Some(keys) = &self.fence else {
             return Ok(None);
         };
         let counter = |answer: &Option<Acquired>| match answer {
@@ -151,13 +151,13 @@ impl Acquire for Request {
             deadline,
             |i, _, deadline| {
                 let granted = round.answers.get(i).is_some_and(|a| counter(a).is_some());
-                let (core, fence_key) = (core.clone(), fence_key.clone());
+                let (core, keys) = (core.clone(), keys.clone());
                 async move {
                     if !granted {
                         return Ok(false);
                     }
                     let node = core.node(i)?;
-                    node.fence_writeback(&fence_key, fence, deadline).await
+                    node.fence_writeback(&keys, fence, deadline).await
                 }
             },
         )
@@ -166,7 +166,7 @@ impl Acquire for Request {
         // Granting nodes never refuse a write-back: short of a quorum,
         // granting nodes failed.
         match writeback.decision {
-            Decision::Reached => Ok(Some((fence_key.clone(), fence))),
+            Decision::Reached => Ok(Some((keys.counter.clone(), fence))),
             _ => Err(Error::FenceUnconfirmed {
                 resource: self.target.resource.to_string(),
                 confirmed: writeback.tally.yes(),

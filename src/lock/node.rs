@@ -9,7 +9,7 @@ use redis::{Cmd, Value};
 
 use crate::error::NodeError;
 use crate::node::{Deadline, Extension, Node, Release, Shape, ShapeRef, unexpected};
-use crate::request::{Ttl, channel};
+use crate::request::{FenceKeys, Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 
 /// `if GET key == token then DEL key`, for each of a lock's keys.
@@ -58,24 +58,26 @@ pub(crate) static FENCE_WRITEBACK: LazyLock<Lua> = LazyLock::new(|| {
 });
 
 impl Node {
-    /// Fenced acquire, phase 1: the node's new fence counter value if it
-    /// granted the lock, `None` if the key exists.
+    /// Fenced acquire, phase 1: the node's fence counter value for this
+    /// grant if it granted the lock (raised, unless this call's own earlier
+    /// attempt raised it and nothing wrote it since), `None` if the key
+    /// exists.
     pub(crate) async fn acquire_fenced(
         &self,
         key: &str,
-        fence_key: &str,
+        fence: &FenceKeys,
         token: &str,
         ttl: Ttl,
         deadline: impl Into<Deadline>,
     ) -> Result<Option<u64>, NodeError> {
         let deadline: Deadline = deadline.into();
         let ttl_ms = ttl.ms().to_string();
-        let keys = [key, fence_key];
+        let keys = [key, &fence.counter, &fence.mark];
         match self
             .script(
                 &ACQUIRE_FENCED,
                 &keys,
-                &[token, &ttl_ms],
+                &[token, &ttl_ms, &fence.call],
                 &[token],
                 deadline,
             )
@@ -89,16 +91,18 @@ impl Node {
         }
     }
 
-    /// Fenced acquire, phase 2: `counter = max(counter, fence)`.
+    /// Fenced acquire, phase 2: `counter = max(counter, fence)`, and the
+    /// counter's mark deleted.
     pub(crate) async fn fence_writeback(
         &self,
-        fence_key: &str,
+        keys: &FenceKeys,
         fence: u64,
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
         let fence = fence.to_string();
-        self.flag_script(&FENCE_WRITEBACK, &[fence_key], &[&fence], &[], deadline)
+        let keys = [&*keys.counter, &*keys.mark];
+        self.flag_script(&FENCE_WRITEBACK, &keys, &[&fence], &[], deadline)
             .await
     }
 

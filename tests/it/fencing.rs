@@ -109,6 +109,8 @@ async fn fencer_nodes(scripts: [&[&str]; 3]) -> (RedisNodes, Redlock) {
         .arg("+get")
         .arg("+del")
         .arg("+incr")
+        .arg("+hset")
+        .arg("+hmget")
         .arg("+pexpire")
         .arg("+evalsha");
     let nodes = RedisNodes::start_with(3, options).expect("nodes");
@@ -234,5 +236,79 @@ async fn only_nodes_that_granted_confirm_the_write_back() {
         .await
         .expect("SCRIPT LOAD");
     let guard = locks.try_lock_fenced("audit", TTL).await.expect("granted");
+    guard.release().await.expect("release");
+}
+
+/// A call's retries reuse the value its first granted attempt took on a
+/// node rather than raise the counter again: with another holder on two
+/// of three nodes, five attempts each granted on node 0 raise its counter
+/// once (it was five before the counter's mark). A new call raises it
+/// again, and its write-back deletes the mark on the granting nodes, so
+/// nobody's retry can reuse a value from before a grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_retries_raise_the_counter_once_and_a_write_back_ends_that() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let attempts = 5;
+    let locks = builder(&nodes)
+        .retry(
+            Retry::default()
+                .attempts(attempts)
+                .delay(Duration::from_millis(5))
+                .jitter(Duration::from_millis(5)),
+        )
+        .build()
+        .expect("config");
+    for server in nodes.iter().skip(1) {
+        let _: () = conn(&server.url())
+            .await
+            .set("ledger", "someone-else")
+            .await
+            .expect("SET");
+    }
+    let counter = |i: usize| {
+        let url = nodes[i].url();
+        async move {
+            let value: Option<u64> = conn(&url).await.get("ledger:fence").await.expect("GET");
+            value.unwrap_or_default()
+        }
+    };
+    let outcome = no_hang("lock_fenced", locks.lock_fenced("ledger", TTL)).await;
+    assert!(
+        matches!(outcome, Err(Error::Contended { .. })),
+        "{outcome:?}"
+    );
+    no_hang("settle", locks.settle()).await;
+    assert_eq!(
+        counter(0).await,
+        1,
+        "node 0 granted {attempts} attempts of one call"
+    );
+
+    // Another call raises it again (node 0 holds the first call's mark);
+    // granted, its fence is written back to a quorum, whose marks are gone
+    // (a node whose grant came after the decision keeps this call's mark,
+    // of no use once the call is over: it expires with the ttl).
+    for server in nodes.iter().skip(1) {
+        let _: () = conn(&server.url()).await.del("ledger").await.expect("DEL");
+    }
+    let guard = no_hang("lock_fenced", locks.lock_fenced("ledger", TTL))
+        .await
+        .expect("granted");
+    no_hang("settle", locks.settle()).await;
+    let mut unmarked = 0;
+    for server in nodes.iter() {
+        let marked: bool = conn(&server.url())
+            .await
+            .exists("ledger:fence:mark")
+            .await
+            .expect("EXISTS");
+        unmarked += usize::from(!marked);
+    }
+    assert!(
+        unmarked >= locks.quorum(),
+        "{unmarked} nodes without a mark"
+    );
+    assert_eq!(counter(0).await, 2, "a new call raises the counter again");
+    assert!(guard.fence() >= Some(1));
     guard.release().await.expect("release");
 }

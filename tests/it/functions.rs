@@ -21,8 +21,8 @@ const USER_PASSWORD: &str = "locker-pw-5e0b";
 
 /// Everything the lock user needs in Functions mode: the data commands the
 /// functions run, and FCALL. No EVAL, EVALSHA or SCRIPT.
-const FUNCTIONS_COMMANDS: [&str; 7] = [
-    "+set", "+get", "+del", "+pexpire", "+exists", "+incr", "+fcall",
+const FUNCTIONS_COMMANDS: [&str; 9] = [
+    "+set", "+get", "+del", "+pexpire", "+exists", "+incr", "+hset", "+hmget", "+fcall",
 ];
 
 /// The extra commands a cluster node's lock user needs: the slot map, and
@@ -332,16 +332,16 @@ async fn acquire_scripts_sent_twice_grant_once() {
     };
     let fenced = fcall(
         "quorumlock_acquire_fenced",
-        &["f", "f:fence"],
-        &["token-1", "30000"],
+        &["f", "f:fence", "f:fence:mark"],
+        &["token-1", "30000", "call-1"],
     );
     let first: i64 = fenced.query_async(&mut c).await.expect("FCALL");
     let again: i64 = fenced.query_async(&mut c).await.expect("FCALL");
     assert_eq!((first, again), (1, 1), "the counter was granted once");
     let other: i64 = fcall(
         "quorumlock_acquire_fenced",
-        &["f", "f:fence"],
-        &["token-2", "30000"],
+        &["f", "f:fence", "f:fence:mark"],
+        &["token-2", "30000", "call-2"],
     )
     .query_async(&mut c)
     .await

@@ -61,6 +61,9 @@
  *                NATIVE_PLAIN_SET      (NATIVE) the restore is a plain
  *                                      SET key token PX ttl (no NX): it
  *                                      overwrites another holder's key
+ *                WB_KEEPS_MARK         (FENCED) the write-back leaves the
+ *                                      counter's mark: a retry reuses a
+ *                                      value a later grant's fence equals
  *                EXT_NO_RESTORE        (not a control: the extension before
  *                                      issue 12, PEXPIRE only, no restore)
  *
@@ -178,6 +181,14 @@ byte key[N];        /* token of the lock key, 0 = no key                   */
 byte life[N];       /* ticks until the key expires (the node may drop it
                        up to DRIFT ticks earlier, see apply)               */
 byte cnt[N];        /* fence counter: never expires                        */
+byte markc[N];      /* the counter's mark (src/lock/acquire_fenced.lua):
+                       client + 1 whose acquire last raised it, 0 none.
+                       The code's mark holds the value it raised it to,
+                       and counts only while the counter still has it;
+                       counters only grow, so here the mark goes whenever
+                       the counter changes otherwise (the same states,
+                       fewer of them). Never expires here (the code's
+                       may: then it INCRs, which the model may do too). */
 bool down[N];       /* crashed, not yet restarted                          */
 byte downfor[N];    /* ticks before it may restart (CRASH_DELAYED)         */
 byte faults;        /* crashes so far                                      */
@@ -628,18 +639,34 @@ inline apply(i, c, n, m, cur)
 		:: else
 		fi
 	:: OPOF(m) == FSET ->
-		/* INCR only when the SET NX succeeded */
+		/* INCR only when the SET NX succeeded; not even then when this
+		   client's own acquire was the last to raise the counter and
+		   nothing wrote it since (the mark): a retry reuses the value its
+		   failed attempt took. A client's attempts here stand for one
+		   call's (the code's mark is per call): the model reuses across
+		   any two of them. With MARK_EXPIRES it may also INCR instead
+		   (the code's mark may have expired, or be another call's). */
 		if
-		:: key[n] == 0 -> key[n] = ARGOF(m); life[n] = TTL;
-		                  cnt[n]++; h_v = cnt[n]; h_r = YES
+		:: key[n] == 0 -> key[n] = ARGOF(m); life[n] = TTL; h_r = YES;
+			if
+			:: markc[n] == c + 1 -> skip
+#ifdef MARK_EXPIRES
+			:: markc[n] == c + 1 -> cnt[n]++
+#endif
+			:: else -> cnt[n]++; markc[n] = c + 1
+			fi;
+			h_v = cnt[n]
 		:: else
 		fi
 	:: OPOF(m) == WB ->
-		/* no token check; counters only grow */
+		/* no token check; counters only grow; the mark goes */
 		if
 		:: cnt[n] < ARGOF(m) -> cnt[n] = ARGOF(m)
 		:: else
 		fi;
+#ifndef WB_KEEPS_MARK
+		markc[n] = 0;
+#endif
 		h_r = YES
 	:: OPOF(m) == EXT ->
 		/* an extension is a Redlock round with the holder's own token:
@@ -663,7 +690,7 @@ inline apply(i, c, n, m, cur)
 			/* the counter is raised to at least the lock's fence, as the
 			   acquire's write-back did */
 			if
-			:: cnt[n] < tokf[ARGOF(m)] -> cnt[n] = tokf[ARGOF(m)]
+			:: cnt[n] < tokf[ARGOF(m)] -> cnt[n] = tokf[ARGOF(m)]; markc[n] = 0
 			:: else
 			fi;
 #endif
@@ -1011,7 +1038,7 @@ inline apply(i, c, n, m, cur)
    to the node are lost. How it comes back depends on the mode(s) enabled. */
 #ifdef CRASH_IMMEDIATE
 /* state lost, back at once: unsafe (negative control a) */
-#define MODE_IMMEDIATE :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; \
+#define MODE_IMMEDIATE :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; markc[h_n] = 0; \
 	printf("MSC: t=%d node %d CRASH, state lost, back at once\n", now_h, h_n)
 #else
 #define MODE_IMMEDIATE
@@ -1019,7 +1046,7 @@ inline apply(i, c, n, m, cur)
 #ifdef CRASH_DELAYED
 /* state lost, restart delayed beyond the TTL: every key it had would have
    expired by then anyway */
-#define MODE_DELAYED :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; \
+#define MODE_DELAYED :: key[h_n] = 0; life[h_n] = 0; cnt[h_n] = 0; markc[h_n] = 0; \
 	down[h_n] = 1; downfor[h_n] = TTL + 1; \
 	printf("MSC: t=%d node %d CRASH, state lost, down for %d ticks\n", now_h, h_n, TTL + 1)
 #else

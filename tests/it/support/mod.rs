@@ -16,13 +16,15 @@ use redis::AsyncCommands;
 /// standalone node) or EVAL (on a cluster) for the NOSCRIPT fallback, for
 /// the scripts, which run GET, DEL and PEXPIRE, plus INCR for fencing and
 /// EXISTS for multi-resource locks.
-pub const LOCK_COMMANDS: [&str; 9] = [
+pub const LOCK_COMMANDS: [&str; 11] = [
     "+set",
     "+get",
     "+del",
     "+pexpire",
     "+exists",
     "+incr",
+    "+hset",
+    "+hmget",
     "+evalsha",
     "+eval",
     "+script|load",
@@ -31,7 +33,8 @@ pub const LOCK_COMMANDS: [&str; 9] = [
 /// What the other primitives' scripts run beyond [`LOCK_COMMANDS`]
 /// (docs/security.md): semaphores read a slot's ttl; reader-writer locks
 /// keep their readers in a sorted set scored by the server's clock;
-/// elections keep the leader's value in a hash.
+/// elections need nothing more than a fenced lock (whose counter's mark
+/// and the leader's value are hashes).
 pub const SEMAPHORE_COMMANDS: [&str; 1] = ["+pttl"];
 /// See [`SEMAPHORE_COMMANDS`].
 pub const RWLOCK_COMMANDS: [&str; 7] = [
@@ -44,7 +47,7 @@ pub const RWLOCK_COMMANDS: [&str; 7] = [
     "+zscore",
 ];
 /// See [`SEMAPHORE_COMMANDS`].
-pub const ELECTION_COMMANDS: [&str; 2] = ["+hset", "+hmget"];
+pub const ELECTION_COMMANDS: [&str; 0] = [];
 
 /// A bound that turns a hang into a test failure; not a timing assertion.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
