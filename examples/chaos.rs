@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use quorumlock::testkit::history::{Recorder, check};
-use quorumlock::testkit::report::Report;
+use quorumlock::testkit::report::Page;
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
 use tokio::time::Instant;
@@ -187,7 +187,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     if let Some(path) = report_to {
-        Report::new(&history, &verdict)
+        Page::new(&history, &verdict)
             .title("examples/chaos.rs: eight workers, five nodes killed, paused and restarted")
             .replay(format!(
                 "cargo run --example chaos --features testkit -- --report {}",

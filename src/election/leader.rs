@@ -116,7 +116,7 @@ pub(crate) struct Confirmed {
 
 /// Where the answers of a leader read stand.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum LeaderRead {
     /// More answers are needed.
     Pending,
     /// A quorum holds one token, and its value is known.
@@ -143,8 +143,8 @@ pub(crate) enum Verdict {
 /// it; a leader only when a quorum that answered holds its token and one
 /// of them its value. When the answers still missing (pending) cannot
 /// change the outcome, it is decided without them; when only the failed
-/// nodes could, it is [`Verdict::Unavailable`].
-pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
+/// nodes could, it is [`LeaderRead::Unavailable`].
+pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> LeaderRead {
     let nodes = answers.len();
     let q = quorum(nodes);
     let failed = nodes - pending - answers.iter().flatten().count();
@@ -189,24 +189,24 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> Verdict {
         // restarted empty gets the lock back from a renewal before the
         // value comes back, so the value can be on the failed nodes only).
         return match newest {
-            Some(confirmed) => Verdict::Leader(confirmed),
-            None if pending > 0 => Verdict::Pending,
-            None if failed > 0 => Verdict::Unavailable,
-            None => Verdict::NoLeader,
+            Some(confirmed) => LeaderRead::Leader(confirmed),
+            None if pending > 0 => LeaderRead::Pending,
+            None if failed > 0 => LeaderRead::Unavailable,
+            None => LeaderRead::NoLeader,
         };
     }
     // No token is on a quorum of the answers. The most any token can be on
     // is what it has, plus every node that has not said otherwise.
     let most = best.map_or(0, |(_, count)| count);
     if most + pending + failed < q {
-        return Verdict::NoLeader;
+        return LeaderRead::NoLeader;
     }
     // A leader can no longer be confirmed, nor ruled out, whatever the
     // pending nodes say.
     if most + pending < q && most + failed >= q {
-        return Verdict::Unavailable;
+        return LeaderRead::Unavailable;
     }
-    Verdict::Pending
+    LeaderRead::Pending
 }
 
 /// A leader read's answers so far, decided by [`decide`].
@@ -215,7 +215,7 @@ struct Reading {
     answers: Vec<Option<Seen>>,
     pending: usize,
     failures: Vec<NodeFailure>,
-    verdict: Verdict,
+    verdict: LeaderRead,
 }
 
 impl Decide for Reading {
@@ -235,7 +235,7 @@ impl Decide for Reading {
     }
 
     fn decided(&self) -> bool {
-        self.verdict != Verdict::Pending
+        self.verdict != LeaderRead::Pending
     }
 }
 
@@ -277,7 +277,7 @@ pub(crate) async fn read_leader(
         answers: vec![None; nodes],
         pending: nodes,
         failures: Vec::new(),
-        verdict: Verdict::Pending,
+        verdict: LeaderRead::Pending,
     };
     let deadline = core.timeout_from(Instant::now());
     let (key, leader_key): (Arc<str>, Arc<str>) = (key.into(), leader_key.into());
@@ -295,9 +295,9 @@ pub(crate) async fn read_leader(
     .await;
     follow(core, "leader", stragglers, |_, _| {});
     match reading.verdict {
-        Verdict::Leader(confirmed) => Ok(Some(confirmed)),
-        Verdict::NoLeader => Ok(None),
-        Verdict::Pending | Verdict::Unavailable => Err(Error::Unavailable {
+        LeaderRead::Leader(confirmed) => Ok(Some(confirmed)),
+        LeaderRead::NoLeader => Ok(None),
+        LeaderRead::Pending | LeaderRead::Unavailable => Err(Error::Unavailable {
             resource: resource.to_owned(),
             nodes,
             quorum: core.quorum(),
@@ -326,8 +326,8 @@ mod tests {
         })
     }
 
-    fn leader(token: &str, term: u64, rev: u64, value: &str) -> Verdict {
-        Verdict::Leader(Confirmed {
+    fn leader(token: &str, term: u64, rev: u64, value: &str) -> LeaderRead {
+        LeaderRead::Leader(Confirmed {
             token: token.to_owned(),
             term,
             rev,
@@ -340,7 +340,7 @@ mod tests {
             answers: vec![None; nodes],
             pending: nodes,
             failures: Vec::new(),
-            verdict: Verdict::Pending,
+            verdict: LeaderRead::Pending,
         }
     }
 
@@ -374,7 +374,7 @@ mod tests {
         // It could hold the token and make a quorum, or not: unknown.
         let (read, left) =
             read_with_node_2_frozen([proclaimed("a", 1, 0, "v"), Some(Seen::Nobody)]).await;
-        assert_eq!(read.verdict, Verdict::Unavailable);
+        assert_eq!(read.verdict, LeaderRead::Unavailable);
         assert!(matches!(
             &read.failures[..],
             [f] if matches!(f.error, NodeError::Unresponsive)
@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(read.verdict, leader("a", 1, 0, "v"));
         assert!(read.failures.is_empty());
         let (read, _) = read_with_node_2_frozen([Some(Seen::Nobody), Some(Seen::Nobody)]).await;
-        assert_eq!(read.verdict, Verdict::NoLeader);
+        assert_eq!(read.verdict, LeaderRead::NoLeader);
     }
 
     #[test]
@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn a_token_short_of_a_quorum_waits_then_is_no_leader() {
         let answers = [proclaimed("a", 7, 0, "x"), None, None];
-        assert_eq!(decide(&answers, 2), Verdict::Pending);
+        assert_eq!(decide(&answers, 2), LeaderRead::Pending);
         let five = [
             proclaimed("a", 7, 0, "x"),
             proclaimed("a", 7, 0, "x"),
@@ -419,17 +419,17 @@ mod tests {
             None,
             None,
         ];
-        assert_eq!(decide(&five, 2), Verdict::Pending);
+        assert_eq!(decide(&five, 2), LeaderRead::Pending);
         // The two that are left answered "nobody": no quorum.
         let mut done = five.clone();
         done[3] = Some(Seen::Nobody);
         done[4] = Some(Seen::Nobody);
-        assert_eq!(decide(&done, 0), Verdict::NoLeader);
+        assert_eq!(decide(&done, 0), LeaderRead::NoLeader);
         // They failed instead: they may hold "a", which would be on three.
-        assert_eq!(decide(&five, 0), Verdict::Unavailable, "two failed");
+        assert_eq!(decide(&five, 0), LeaderRead::Unavailable, "two failed");
         // One failed, and one said "nobody": "a" can still be on three.
         done[4] = None;
-        assert_eq!(decide(&done, 0), Verdict::Unavailable, "one failed");
+        assert_eq!(decide(&done, 0), LeaderRead::Unavailable, "one failed");
     }
 
     #[test]
@@ -438,25 +438,29 @@ mod tests {
         // Together the failed and the pending one could hold a quorum's
         // token: this is not "no leader" yet.
         let answers = [Some(Seen::Nobody), None, None];
-        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        assert_eq!(decide(&answers, 1), LeaderRead::Pending);
         // The pending one fails too: they could be a leader's quorum, or
         // not. No one can tell.
-        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
+        assert_eq!(decide(&answers, 0), LeaderRead::Unavailable);
         // It says nobody: with two nodes of three saying nobody, no token
         // can be on two.
         let answers = [Some(Seen::Nobody), None, Some(Seen::Nobody)];
-        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        assert_eq!(decide(&answers, 0), LeaderRead::NoLeader);
         // It holds a token: that token could be on two with the failed one.
         let answers = [Some(Seen::Nobody), None, holder("a")];
-        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
+        assert_eq!(decide(&answers, 0), LeaderRead::Unavailable);
 
         // Five nodes: "nobody" from the pending one rules a leader out only
         // when no token can still be on three.
         let answers = [holder("a"), holder("a"), Some(Seen::Nobody), None, None];
-        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        assert_eq!(decide(&answers, 1), LeaderRead::Pending);
         let mut answered = answers.clone();
         answered[4] = Some(Seen::Nobody);
-        assert_eq!(decide(&answered, 0), Verdict::Unavailable, "a, a, failed");
+        assert_eq!(
+            decide(&answered, 0),
+            LeaderRead::Unavailable,
+            "a, a, failed"
+        );
         let answers = [
             holder("a"),
             Some(Seen::Nobody),
@@ -464,10 +468,10 @@ mod tests {
             None,
             None,
         ];
-        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        assert_eq!(decide(&answers, 1), LeaderRead::Pending);
         let mut answered = answers.clone();
         answered[4] = Some(Seen::Nobody);
-        assert_eq!(decide(&answered, 0), Verdict::NoLeader);
+        assert_eq!(decide(&answered, 0), LeaderRead::NoLeader);
     }
 
     #[test]
@@ -476,14 +480,18 @@ mod tests {
         // stopped, so their reads time out. Nodes 1 and 2 are a quorum and
         // may both hold the leader's token.
         let answers = [None, None, Some(Seen::Nobody)];
-        assert_eq!(decide(&answers, 2), Verdict::Pending);
-        assert_eq!(decide(&answers, 1), Verdict::Pending, "one timed out");
-        assert_eq!(decide(&answers, 0), Verdict::Unavailable, "both timed out");
+        assert_eq!(decide(&answers, 2), LeaderRead::Pending);
+        assert_eq!(decide(&answers, 1), LeaderRead::Pending, "one timed out");
+        assert_eq!(
+            decide(&answers, 0),
+            LeaderRead::Unavailable,
+            "both timed out"
+        );
         // The timeouts come first: once two failed, node 3's answer
         // cannot change the outcome.
         let none: [Option<Seen>; 3] = [None, None, None];
-        assert_eq!(decide(&none, 2), Verdict::Pending);
-        assert_eq!(decide(&none, 1), Verdict::Unavailable);
+        assert_eq!(decide(&none, 2), LeaderRead::Pending);
+        assert_eq!(decide(&none, 1), LeaderRead::Unavailable);
     }
 
     #[test]
@@ -496,30 +504,30 @@ mod tests {
             holder("new"),
             Some(Seen::Nobody),
         ];
-        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        assert_eq!(decide(&answers, 0), LeaderRead::NoLeader);
     }
 
     #[test]
     fn a_holder_without_a_value_anywhere_is_not_confirmed() {
         let answers = [holder("a"), holder("a"), None];
-        assert_eq!(decide(&answers, 1), Verdict::Pending);
+        assert_eq!(decide(&answers, 1), LeaderRead::Pending);
         let answered = [holder("a"), holder("a"), Some(Seen::Nobody)];
-        assert_eq!(decide(&answered, 0), Verdict::NoLeader);
+        assert_eq!(decide(&answered, 0), LeaderRead::NoLeader);
         // "a" leads, and the node that failed may have its value (two
         // nodes restarted empty, and renewals put the lock back on them
         // before the value): unknown, not "no leader".
-        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
+        assert_eq!(decide(&answers, 0), LeaderRead::Unavailable);
         // A stale value of another token does not count for this one.
         let answers = [holder("a"), holder("a"), proclaimed("b", 1, 0, "v")];
-        assert_eq!(decide(&answers, 0), Verdict::NoLeader);
+        assert_eq!(decide(&answers, 0), LeaderRead::NoLeader);
     }
 
     #[test]
     fn too_many_failures_are_unavailable() {
         let answers = [proclaimed("a", 1, 0, "v"), None, None];
-        assert_eq!(decide(&answers, 0), Verdict::Unavailable);
-        assert_eq!(decide(&[None], 0), Verdict::Unavailable);
-        assert_eq!(decide(&[Some(Seen::Nobody)], 0), Verdict::NoLeader);
+        assert_eq!(decide(&answers, 0), LeaderRead::Unavailable);
+        assert_eq!(decide(&[None], 0), LeaderRead::Unavailable);
+        assert_eq!(decide(&[Some(Seen::Nobody)], 0), LeaderRead::NoLeader);
         assert_eq!(
             decide(&[proclaimed("a", 1, 0, "v")], 0),
             leader("a", 1, 0, "v")
@@ -560,7 +568,7 @@ mod tests {
                 }
                 let expected = match truths.as_slice() {
                     [one] => one.clone(),
-                    _ => Verdict::Unavailable,
+                    _ => LeaderRead::Unavailable,
                 };
                 assert_eq!(decide(&answers, 0), expected, "{answers:?}");
             }
@@ -581,7 +589,7 @@ mod tests {
                     pattern.iter().cloned().map(Option::flatten).collect();
                 let waiting: Vec<usize> = (0..nodes).filter(|&i| pattern[i].is_none()).collect();
                 let verdict = decide(&answers, waiting.len());
-                if verdict == Verdict::Pending {
+                if verdict == LeaderRead::Pending {
                     assert!(
                         !waiting.is_empty(),
                         "{pattern:?}: pending with every answer in"

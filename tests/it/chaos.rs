@@ -55,9 +55,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::history::{
-    Grant, History, Recorder, Section, Share, Verdict, Violation, check,
+    Grant, History, HistoryCheck, Recorder, Section, Share, Violation, check,
 };
-use quorumlock::testkit::report::Report;
+use quorumlock::testkit::report::Page;
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions};
 use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use rand::seq::SliceRandom;
@@ -191,10 +191,10 @@ fn write_report(
     dir: &Path,
     seed: u64,
     history: &History,
-    verdict: &Verdict,
+    verdict: &HistoryCheck,
 ) -> Result<PathBuf, String> {
     let path = dir.join(format!("chaos-{seed}.html"));
-    Report::new(history, verdict)
+    Page::new(history, verdict)
         .title(format!("chaos run, seed {seed}"))
         .replay(format!(
             "QUORUMLOCK_CHAOS_SEED={seed} cargo test --all-features --test it chaos_ci_profile -- --nocapture"
@@ -708,7 +708,7 @@ fn seed() -> u64 {
 /// machine's load: the run is not timed, but fails if no grant at all
 /// comes for [`support::HANG_GUARD`] (a hang, not a slow machine).
 /// Returns the run's history and its verdict.
-async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (History, Verdict) {
+async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (History, HistoryCheck) {
     println!("chaos seed = {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed})");
     RenewLog::get();
     // appendonly with `appendfsync no`: the tests kill processes, not
@@ -918,7 +918,7 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (Histor
 }
 
 /// What the renewals saw in the ttl before each loss with a majority up.
-fn renewals_before_losses(start: Instant, verdict: &Verdict) -> String {
+fn renewals_before_losses(start: Instant, verdict: &HistoryCheck) -> String {
     let mut out = String::new();
     for violation in &verdict.violations {
         if let Violation::LossWithMajorityUp { loss, .. } = violation {
@@ -983,7 +983,7 @@ async fn chaos_soak() {
     // The worst seed so far: how bad (violations, then locks lost, then
     // stalls and preemptions counted), the seed, its history and verdict.
     // A seed with a violation fails the soak at once, its report written.
-    type Worst = ((usize, usize, usize), u64, History, Verdict);
+    type Worst = ((usize, usize, usize), u64, History, HistoryCheck);
     let mut worst: Option<Worst> = None;
     let mut ran = 0;
     while ran < seeds && Instant::now() < until {
@@ -1076,7 +1076,7 @@ impl Soak {
         writeln!(file, "{line}").unwrap_or_else(|e| panic!("{}: {e}", self.file.display()));
     }
 
-    fn seed(&self, seed: u64, history: &History, verdict: &Verdict, took: Duration) {
+    fn seed(&self, seed: u64, history: &History, verdict: &HistoryCheck, took: Duration) {
         let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
         for fault in &history.faults {
             *faults.entry(fault.kind.as_str()).or_default() += 1;
@@ -1150,7 +1150,7 @@ async fn until_granted(
 
 /// A holds the lock on all 3 nodes; 2 of them restart; B then tries. Returns
 /// what the checker says about the two grants.
-async fn restart_scenario(mode: Restart) -> Verdict {
+async fn restart_scenario(mode: Restart) -> HistoryCheck {
     check(&restart_history(mode).await)
 }
 
@@ -1204,7 +1204,7 @@ pub(crate) async fn restart_history(mode: Restart) -> History {
     recorder.take()
 }
 
-fn overlapped(verdict: &Verdict) -> bool {
+fn overlapped(verdict: &HistoryCheck) -> bool {
     verdict
         .violations
         .iter()
@@ -1236,7 +1236,9 @@ async fn a_delayed_or_persistent_restart_is_not_flagged() {
 /// of them are filled until A's key is gone (or writes are refused); B then
 /// tries once. Returns the node check's report from before the first lock,
 /// the checker's verdict on the two clients, and B's error if it failed.
-async fn eviction_scenario(policy: &str) -> (quorumlock::check::Report, Verdict, Option<Error>) {
+async fn eviction_scenario(
+    policy: &str,
+) -> (quorumlock::check::Report, HistoryCheck, Option<Error>) {
     let nodes = RedisNodes::start_with(
         3,
         ServerOptions::new()
@@ -1389,7 +1391,7 @@ async fn noeviction_keeps_the_lock_and_refuses_writes_with_typed_errors() {
 /// shrink, `TIME` runs fast). A holds the lock; B tries until it gets it.
 /// Returns the node check's report from before the first lock, and the
 /// checker's verdict on the two grants.
-async fn clock_scenario(rate: f64) -> (quorumlock::check::Report, Verdict) {
+async fn clock_scenario(rate: f64) -> (quorumlock::check::Report, HistoryCheck) {
     let nodes = RedisNodes::start(3).expect("nodes");
     let mut proxies = Vec::new();
     for server in &nodes {
@@ -1655,7 +1657,7 @@ fn chaos_replay() {
     report.push(".html");
     let report = PathBuf::from(report);
     let title = format!("{} checked again", path.display());
-    match Report::new(&history, &verdict).title(title).write(&report) {
+    match Page::new(&history, &verdict).title(title).write(&report) {
         Ok(()) => println!("report written to {}", report.display()),
         Err(e) => println!("report not written: {}: {e}", report.display()),
     }

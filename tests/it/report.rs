@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use quorumlock::testkit::history::{Fault, Grant, History, Op, OpKind, Outage, Outcome, check};
-use quorumlock::testkit::report::Report;
+use quorumlock::testkit::report::Page;
 
 /// The browser to use, if any; without one, a skip (a failure under CI).
 fn chromium(test: &str) -> Option<PathBuf> {
@@ -126,7 +126,7 @@ struct Shown {
 }
 
 /// Writes `report` and opens it in `browser`.
-async fn shown(browser: &Path, report: &Report<'_>, name: &str) -> Shown {
+async fn shown(browser: &Path, report: &Page<'_>, name: &str) -> Shown {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join(name);
     report.write(&path).expect("report written");
@@ -221,7 +221,7 @@ async fn a_synthetic_history_renders_every_window_and_its_violation() {
         1,
         "the synthetic overlap: {verdict}"
     );
-    let report = Report::new(&history, &verdict).replay("(synthetic: no replay)");
+    let report = Page::new(&history, &verdict).replay("(synthetic: no replay)");
     let shown = shown(&browser, &report, "synthetic.html").await;
     assert_eq!(shown.errors, 0, "script errors: {}", shown.error_text);
     assert_eq!(shown.windows, history.grants.len(), "{shown:?}");
@@ -249,7 +249,7 @@ async fn the_negative_controls_report_shows_its_overlap() {
         .count();
     assert!(overlaps >= 1, "the negative control's overlap: {verdict}");
     let report =
-        Report::new(&history, &verdict).title("negative control: an immediate empty restart");
+        Page::new(&history, &verdict).title("negative control: an immediate empty restart");
     let shown = shown(&browser, &report, "negative-control.html").await;
     assert_eq!(shown.errors, 0, "script errors: {}", shown.error_text);
     assert_eq!(shown.windows, history.grants.len(), "{shown:?}");
@@ -272,7 +272,7 @@ async fn a_script_error_would_be_seen() {
     };
     let history = synthetic();
     let verdict = check(&history);
-    let page = Report::new(&history, &verdict).html().replacen(
+    let page = Page::new(&history, &verdict).html().replacen(
         "</body>",
         "<script>console.error('seen'); Promise.reject('refused'); undefined_function();</script></body>",
         1,
@@ -294,7 +294,7 @@ async fn a_script_error_would_be_seen() {
 /// Opens `report` in `browser` with `script` run after the page's own (it
 /// sees the page as a person would, laid out at the browser's default
 /// window size), and returns the DOM it left, with no script error.
-async fn measured(browser: &Path, report: &Report<'_>, name: &str, script: &str) -> String {
+async fn measured(browser: &Path, report: &Page<'_>, name: &str, script: &str) -> String {
     let page = report
         .html()
         .replacen("</body>", &format!("<script>{script}</script></body>"), 1);
@@ -410,7 +410,7 @@ async fn no_axis_label_is_cut_off_at_any_magnitude() {
     let mut clipped = Vec::new();
     for (name, history) in magnitudes() {
         let verdict = check(&history);
-        let report = Report::new(&history, &verdict);
+        let report = Page::new(&history, &verdict);
         let dom = measured(&browser, &report, "magnitude.html", CLIPPED_JS).await;
         let labels: usize = attribute(&dom, "body", "data-labels")
             .expect("the measuring script ran")
@@ -508,7 +508,7 @@ async fn phase_labels_sit_at_their_time_and_never_overlap() {
         to: ms(1019),
     });
     let verdict = check(&history);
-    let report = Report::new(&history, &verdict);
+    let report = Page::new(&history, &verdict);
     let dom = measured(&browser, &report, "phases.html", PHASES_JS).await;
     let number = |name: &str| -> usize {
         attribute(&dom, "body", name)

@@ -10,7 +10,7 @@ use super::{Fault, Grant, History, Loss, Op, OpKind, Outage, Outcome, Share, Spa
 /// What the checker found in a history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Verdict {
+pub struct HistoryCheck {
     /// Every broken rule, in the order the checker found them.
     pub violations: Vec<Violation>,
     /// Counted, not judged: grants whose deadline lies past `invoked +
@@ -30,14 +30,14 @@ pub struct Verdict {
     pub failures_after_stalls: usize,
 }
 
-impl Verdict {
+impl HistoryCheck {
     /// Whether no rule was broken.
     pub fn is_ok(&self) -> bool {
         self.violations.is_empty()
     }
 }
 
-impl fmt::Display for Verdict {
+impl fmt::Display for HistoryCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.violations.len() {
             0 => f.write_str("no violation")?,
@@ -310,8 +310,8 @@ impl fmt::Display for Violation {
 /// their rule), the counter equals the writes, fences increase in grant
 /// order; no grant inside a majority outage; no loss while a majority was
 /// up; every failure a documented one, in time.
-pub fn check(history: &History) -> Verdict {
-    let mut verdict = Verdict::default();
+pub fn check(history: &History) -> HistoryCheck {
+    let mut verdict = HistoryCheck::default();
     let flag = &mut verdict.violations;
     for g in &history.grants {
         // The stricter `deadline <= invoked + ttl` on the client's own

@@ -5,7 +5,7 @@
 //! the recorder's origin), the attempts it made and what came of them, the
 //! critical sections it ran under a granted lock, the counter it kept there
 //! if any, and the faults the test injected. [`check`] then judges the
-//! [`History`] and returns a [`Verdict`]: each [`Violation`] names the
+//! [`History`] and returns a [`HistoryCheck`]: each [`Violation`] names the
 //! resource, the clients and the times a person needs to find it.
 //! [`History::write_jsonl`] saves a history as JSON Lines, and
 //! [`History::read_jsonl`] reads it back, so a saved run can be checked
@@ -51,8 +51,8 @@
 //! - a loss after the client process stalled ([`Span`] in
 //!   [`History::stalls`]) or after a majority of the nodes starved
 //!   ([`History::starved`]) — the "bounded pauses" assumption
-//!   ([`Verdict::losses_after_stalls`]); likewise a single attempt that
-//!   failed slowly across a stall ([`Verdict::failures_after_stalls`]);
+//!   ([`HistoryCheck::losses_after_stalls`]); likewise a single attempt that
+//!   failed slowly across a stall ([`HistoryCheck::failures_after_stalls`]);
 //! - a loss after a majority of the nodes no longer held the holder's key:
 //!   some restarted without it ([`KeyLoss`]: later than its remaining ttl,
 //!   and a contender took the empty key before the holder set it again),
@@ -60,10 +60,10 @@
 //!   the ttl before the loss ([`Down`]). This needs [`History::nodes`]; a
 //!   node counts as without the key from its key loss to the end of the
 //!   holding, since the history cannot show whether a renewal set it again
-//!   ([`Verdict::losses_without_keys`]);
+//!   ([`HistoryCheck::losses_without_keys`]);
 //! - a grant whose deadline lies past `invoked + ttl` because the client
 //!   thread was preempted between reading its clock and calling the
-//!   library ([`Verdict::preempted`]).
+//!   library ([`HistoryCheck::preempted`]).
 //!
 //! # Examples
 //!
@@ -152,7 +152,7 @@ mod jsonl;
 #[cfg(test)]
 mod tests;
 
-pub use check::{Verdict, Violation, check};
+pub use check::{HistoryCheck, Violation, check};
 pub use jsonl::{FORMAT_VERSION, HistoryError};
 
 /// One grant the library made, as its client saw it: times are offsets

@@ -1,4 +1,4 @@
-//! A [`History`] and its [`Verdict`] drawn as one self-contained HTML page
+//! A [`History`] and its [`HistoryCheck`] drawn as one self-contained HTML page
 //! (feature `testkit`): a report to look at.
 //!
 //! The page needs no network and no file beside it: its styles, its
@@ -43,7 +43,7 @@
 //!
 //! ```
 //! use quorumlock::testkit::history::{Grant, History, check};
-//! use quorumlock::testkit::report::Report;
+//! use quorumlock::testkit::report::Page;
 //! use std::time::Duration;
 //!
 //! let ms = Duration::from_millis;
@@ -51,7 +51,7 @@
 //! history.grants.push(Grant::new(0, "jobs:a", ms(0), ms(150)));
 //! history.grants.push(Grant::new(1, "jobs:a", ms(100), ms(200))); // overlaps
 //! let verdict = check(&history);
-//! let page = Report::new(&history, &verdict)
+//! let page = Page::new(&history, &verdict)
 //!     .title("two clients, one overlap")
 //!     .html();
 //! assert_eq!(page.matches("<rect class=\"window").count(), 2);
@@ -62,13 +62,13 @@
 //!
 //! ```no_run
 //! use quorumlock::testkit::history::{History, check};
-//! use quorumlock::testkit::report::Report;
+//! use quorumlock::testkit::report::Page;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let file = std::io::BufReader::new(std::fs::File::open("chaos-42.jsonl")?);
 //! let history = History::read_jsonl(file)?;
 //! let verdict = check(&history);
-//! Report::new(&history, &verdict).write("chaos-42.html")?;
+//! Page::new(&history, &verdict).write("chaos-42.html")?;
 //! # Ok(())
 //! # }
 //! ```
@@ -78,7 +78,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::history::{History, OpKind, Outcome, Verdict};
+use super::history::{History, HistoryCheck, OpKind, Outcome};
 
 mod charts;
 #[cfg(test)]
@@ -86,24 +86,24 @@ mod tests;
 mod timeline;
 
 /// A report of one history: what to call it, and how to replay it.
-/// [`html`](Report::html) draws it, [`write`](Report::write) saves it.
+/// [`html`](Page::html) draws it, [`write`](Page::write) saves it.
 #[derive(Debug, Clone)]
-pub struct Report<'a> {
+pub struct Page<'a> {
     history: &'a History,
-    verdict: &'a Verdict,
+    verdict: &'a HistoryCheck,
     title: String,
     replay: Option<String>,
 }
 
-impl<'a> Report<'a> {
+impl<'a> Page<'a> {
     /// A report of `history`, judged as `verdict` (what
     /// [`check`](super::history::check) returned for it).
-    pub fn new(history: &'a History, verdict: &'a Verdict) -> Self {
+    pub fn new(history: &'a History, verdict: &'a HistoryCheck) -> Self {
         let title = match history.seed {
             Some(seed) => format!("quorumlock history, seed {seed}"),
             None => "quorumlock history".to_owned(),
         };
-        Report {
+        Page {
             history,
             verdict,
             title,
@@ -160,7 +160,7 @@ impl<'a> Report<'a> {
         page
     }
 
-    /// Writes [`html`](Report::html) to `path`.
+    /// Writes [`html`](Page::html) to `path`.
     ///
     /// # Errors
     ///
@@ -297,14 +297,14 @@ impl<'a> Report<'a> {
 }
 
 /// The page of `history` judged as `verdict`, with the default title:
-/// `Report::new(history, verdict).html()`.
-pub fn html(history: &History, verdict: &Verdict) -> String {
-    Report::new(history, verdict).html()
+/// `Page::new(history, verdict).html()`.
+pub fn html(history: &History, verdict: &HistoryCheck) -> String {
+    Page::new(history, verdict).html()
 }
 
 /// The violations, as the checker words them, each with a button that
 /// zooms the timelines to its mark.
-fn violations(page: &mut String, verdict: &Verdict) {
+fn violations(page: &mut String, verdict: &HistoryCheck) {
     page.push_str("<section id=\"violations\"><h2>Violations</h2>\n");
     if verdict.violations.is_empty() {
         page.push_str("<p class=\"ok\">None: every rule held.</p>\n");

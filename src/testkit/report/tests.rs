@@ -80,7 +80,7 @@ fn every_grant_is_one_bar_and_a_calm_history_has_no_violation() {
     let history = calm();
     let verdict = check(&history);
     assert!(verdict.is_ok(), "{verdict}");
-    let page = Report::new(&history, &verdict).replay("replay me").html();
+    let page = Page::new(&history, &verdict).replay("replay me").html();
     assert_eq!(count(&page, "<rect class=\"window\""), history.grants.len());
     assert_eq!(count(&page, "window violating"), 0);
     assert!(page.contains("id=\"violation-count\" data-count=\"0\""));
@@ -179,7 +179,7 @@ fn names_are_escaped() {
         to: ms(1),
     });
     let verdict = check(&history);
-    let page = Report::new(&history, &verdict).title("a <title>").html();
+    let page = Page::new(&history, &verdict).title("a <title>").html();
     assert!(!page.contains("<script>alert"));
     assert!(!page.contains("<b>"));
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;"));
@@ -224,10 +224,10 @@ fn written_to_a_file() -> std::io::Result<()> {
     let path = dir.path().join("report.html");
     let history = calm();
     let verdict = check(&history);
-    Report::new(&history, &verdict).write(&path)?;
+    Page::new(&history, &verdict).write(&path)?;
     assert_eq!(
         std::fs::read_to_string(&path)?,
-        Report::new(&history, &verdict).html()
+        Page::new(&history, &verdict).html()
     );
     Ok(())
 }

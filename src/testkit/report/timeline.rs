@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{esc, failed_acquisition, ms, resources};
-use crate::testkit::history::{Grant, History, Loss, Op, Outcome, Verdict, Violation};
+use crate::testkit::history::{Grant, History, HistoryCheck, Loss, Op, Outcome, Violation};
 
 /// A client lane's height, and its bar's.
 const LANE: u32 = 14;
@@ -137,7 +137,7 @@ fn failure_class(outcome: &Outcome) -> &'static str {
 /// lanes, and the span across.
 struct Timelines<'a> {
     history: &'a History,
-    verdict: &'a Verdict,
+    verdict: &'a HistoryCheck,
     colour: BTreeMap<&'a str, &'static str>,
     violating: BTreeSet<GrantKey<'a>>,
     nodes: usize,
@@ -172,7 +172,7 @@ impl Timeline<'_> {
 }
 
 /// Writes the timelines section.
-pub(super) fn write(page: &mut String, history: &History, verdict: &Verdict, span: Duration) {
+pub(super) fn write(page: &mut String, history: &History, verdict: &HistoryCheck, span: Duration) {
     let kinds: BTreeSet<&str> = history.faults.iter().map(|f| f.kind.as_str()).collect();
     let all = Timelines {
         history,
