@@ -685,34 +685,12 @@ impl Redlock {
                     if let (None, Some(wakeups)) = (&waiter, wakeups) {
                         waiter = Some(wakeups.waiter(&request.wake_keys()));
                     }
-                    woken = match &waiter {
-                        // Refused: whoever holds a key that refused it
-                        // announces when it deletes it.
-                        Some(waiter) if contended && news => {
-                            unheard = 0;
-                            let jitter = WAKE_JITTER.mul_f64(jitter_unit()).min(delay);
-                            pause(waiter, jitter, false).await;
-                            true
-                        }
-                        Some(waiter) if contended => {
-                            unheard = 0;
-                            pause(waiter, delay, collided).await
-                        }
-                        // Nobody refused it (too few nodes answered in time,
-                        // or the validity ran out): no release is coming
-                        // to wake it, and it may have been woken for the
-                        // others, who sleep. It tries again soon, backing
-                        // off, still woken by a release meanwhile.
-                        Some(waiter) => {
-                            let backoff = unheard_backoff(unheard, delay, jitter_unit());
-                            unheard = unheard.saturating_add(1);
-                            pause(waiter, backoff, false).await
-                        }
-                        None => {
-                            tokio::time::sleep(delay).await;
-                            false
-                        }
+                    let failed = Failed {
+                        contended,
+                        news,
+                        collided,
                     };
+                    woken = wait_to_retry(waiter.as_ref(), failed, delay, &mut unheard).await;
                 }
                 Next::AttemptsExhausted => return Err(error),
                 Next::DeadlinePassed => {
@@ -724,6 +702,55 @@ impl Redlock {
                     });
                 }
             }
+        }
+    }
+}
+
+/// How an attempt failed, for [`wait_to_retry`].
+#[derive(Debug, Clone, Copy)]
+struct Failed {
+    /// Some node refused it: it holds another's key.
+    contended: bool,
+    /// A release was announced while it tried.
+    news: bool,
+    /// It was made on a wake-up, and refused: someone else got the release.
+    collided: bool,
+}
+
+/// Waits before the next attempt: the policy's `delay`, or less when a
+/// release is announced (with a `waiter`); whether a release woke it.
+/// `unheard` counts the attempts in a row that nobody refused.
+async fn wait_to_retry(
+    waiter: Option<&Waiter>,
+    failed: Failed,
+    delay: Duration,
+    unheard: &mut u32,
+) -> bool {
+    match waiter {
+        // Refused: whoever holds a key that refused it announces when it
+        // deletes it.
+        Some(waiter) if failed.contended && failed.news => {
+            *unheard = 0;
+            let jitter = WAKE_JITTER.mul_f64(jitter_unit()).min(delay);
+            pause(waiter, jitter, false).await;
+            true
+        }
+        Some(waiter) if failed.contended => {
+            *unheard = 0;
+            pause(waiter, delay, failed.collided).await
+        }
+        // Nobody refused it (too few nodes answered in time, or the
+        // validity ran out): no release is coming to wake it, and it may
+        // have been woken for the others, who sleep. It tries again soon,
+        // backing off, still woken by a release meanwhile.
+        Some(waiter) => {
+            let backoff = unheard_backoff(*unheard, delay, jitter_unit());
+            *unheard = unheard.saturating_add(1);
+            pause(waiter, backoff, false).await
+        }
+        None => {
+            tokio::time::sleep(delay).await;
+            false
         }
     }
 }

@@ -233,32 +233,73 @@ fn credentials_refused(error: &str) -> bool {
         || error.to_ascii_lowercase().contains("authentication failed")
 }
 
+/// One node's report: its cluster's slot map, each of its servers, and
+/// what the access probe was refused.
 fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
-    let mut findings = Vec::new();
-    let cluster = facts.slots.is_some();
-    if let Some(slots) = &facts.slots {
-        match slots {
-            Err(e) => findings.push(Finding::new(
-                Severity::Degraded,
-                Aspect::Cluster,
-                format!("no slot map: {e}"),
-                "check that the seeds are reachable members of one cluster",
-            )),
-            Ok(map) => {
-                let uncovered = map.uncovered();
-                if uncovered > 0 {
-                    findings.push(Finding::new(
-                        Severity::Degraded,
-                        Aspect::Cluster,
-                        format!("{uncovered} of {SLOTS} slots have no master"),
-                        "assign every slot: locks on keys in uncovered slots fail on this node",
-                    ));
-                }
-            }
+    let mut findings: Vec<Finding> = slot_map(facts).into_iter().collect();
+    let servers = judge_servers(facts, settings);
+    findings.extend(servers.findings);
+    // A Redis Cluster member given as a plain node answers for the slots
+    // it owns and redirects the rest (MOVED): whether the probe key lands
+    // on it is chance. One finding, every time, instead of a verdict that
+    // depends on the probe key (and its refusals are not judged).
+    if plain_cluster_member(facts) {
+        findings.push(Finding::new(
+            Severity::Degraded,
+            Aspect::Cluster,
+            "this server is a Redis Cluster member (cluster_enabled:1), given as a plain node".to_owned(),
+            "give its cluster as one node (RedlockBuilder::cluster with its members' URLs): as a plain node it refuses every key of a slot it does not own",
+        ));
+    } else {
+        findings.extend(refusals(&facts.refused));
+    }
+    NodeReport {
+        node: facts.node.clone(),
+        server: servers.server,
+        latency: servers.latency,
+        path: facts.path.clone(),
+        findings,
+    }
+}
+
+/// A cluster node's slot map, if it is missing or leaves slots uncovered.
+fn slot_map(facts: &NodeFacts) -> Option<Finding> {
+    match facts.slots.as_ref()? {
+        Err(e) => Some(Finding::new(
+            Severity::Degraded,
+            Aspect::Cluster,
+            format!("no slot map: {e}"),
+            "check that the seeds are reachable members of one cluster",
+        )),
+        Ok(map) => {
+            let uncovered = map.uncovered();
+            (uncovered > 0).then(|| {
+                Finding::new(
+                    Severity::Degraded,
+                    Aspect::Cluster,
+                    format!("{uncovered} of {SLOTS} slots have no master"),
+                    "assign every slot: locks on keys in uncovered slots fail on this node",
+                )
+            })
         }
     }
-    let mut server = None;
-    let mut latency: Option<Latency> = None;
+}
+
+/// What a node's servers showed: the first one's name, the worst
+/// latency, and the findings (each a cluster master's, named so).
+struct Servers {
+    server: Option<String>,
+    latency: Option<Latency>,
+    findings: Vec<Finding>,
+}
+
+fn judge_servers(facts: &NodeFacts, settings: Settings<'_>) -> Servers {
+    let cluster = facts.slots.is_some();
+    let mut judged = Servers {
+        server: None,
+        latency: None,
+        findings: Vec::new(),
+    };
     for (address, probed) in &facts.servers {
         let prefix = if cluster {
             format!("master {address}: ")
@@ -266,87 +307,83 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
             String::new()
         };
         match probed {
-            // Not an outage: a configuration error, named as such.
-            Err(e) if credentials_refused(e) => findings.push(Finding::new(
-                Severity::Degraded,
-                Aspect::Capability,
-                format!("{prefix}the server refused the credentials in the node's URL: {e}"),
-                "fix the user and password in the node's URL (or enable the user): a node that refuses them cannot vote",
-            )),
-            Err(e) => findings.push(Finding::new(
-                Severity::Degraded,
-                if cluster {
-                    Aspect::Cluster
-                } else {
-                    Aspect::Reachability
-                },
-                format!("{prefix}no answer: {e}"),
-                "a node that does not answer cannot vote; check the address, credentials and network",
-            )),
+            Err(e) => judged.findings.push(unanswered(&prefix, e, cluster)),
             Ok(s) => {
-                server.get_or_insert_with(|| server_name(s));
+                judged.server.get_or_insert_with(|| server_name(s));
                 if let Some(l) = Latency::of(&s.rtts)
-                    && latency.is_none_or(|worst| l.p99 > worst.p99)
+                    && judged.latency.is_none_or(|worst| l.p99 > worst.p99)
                 {
-                    latency = Some(l);
+                    judged.latency = Some(l);
                 }
                 for mut finding in judge_server(s, settings) {
                     finding.seen.insert_str(0, &prefix);
-                    findings.push(finding);
+                    judged.findings.push(finding);
                 }
             }
         }
     }
-    // A Redis Cluster member given as a plain node answers for the slots
-    // it owns and redirects the rest (MOVED): whether the probe key lands
-    // on it is chance. One finding, every time, instead of a verdict that
-    // depends on the probe key.
-    let member = plain_cluster_member(facts);
-    if member {
-        findings.push(Finding::new(
+    judged
+}
+
+/// A server that did not answer the probe (`prefix` names a cluster's
+/// master): refused credentials are a configuration error, named as such,
+/// not an outage.
+fn unanswered(prefix: &str, error: &str, cluster: bool) -> Finding {
+    if credentials_refused(error) {
+        return Finding::new(
             Severity::Degraded,
-            Aspect::Cluster,
-            "this server is a Redis Cluster member (cluster_enabled:1), given as a plain node".to_owned(),
-            "give its cluster as one node (RedlockBuilder::cluster with its members' URLs): as a plain node it refuses every key of a slot it does not own",
-        ));
-    }
-    match &facts.refused {
-        _ if member => {}
-        Ok(refused) => {
-            for (operation, error) in refused {
-                let lower = error.to_lowercase();
-                let advice = if lower.contains("read only replica") {
-                    "the node is a read-only replica: list masters only"
-                } else if lower.contains("noperm")
-                    || lower.contains("no permissions")
-                    || lower.contains("can't run this command")
-                {
-                    "grant the lock user these commands on the key prefix (docs/security.md), or use ScriptMode::Functions with +fcall"
-                } else {
-                    "the node fails this operation: see its error"
-                };
-                findings.push(Finding::new(
-                    Severity::Degraded,
-                    Aspect::Capability,
-                    format!("{operation} on the probe key was refused: {error}"),
-                    advice,
-                ));
-            }
-        }
-        Err(e) => findings.push(Finding::new(
-            Severity::Note,
             Aspect::Capability,
-            format!("the access probe could not run: {e}"),
-            "run the check again when the node answers",
-        )),
+            format!("{prefix}the server refused the credentials in the node's URL: {error}"),
+            "fix the user and password in the node's URL (or enable the user): a node that refuses them cannot vote",
+        );
     }
-    NodeReport {
-        node: facts.node.clone(),
-        server,
-        latency,
-        path: facts.path.clone(),
-        findings,
-    }
+    Finding::new(
+        Severity::Degraded,
+        if cluster {
+            Aspect::Cluster
+        } else {
+            Aspect::Reachability
+        },
+        format!("{prefix}no answer: {error}"),
+        "a node that does not answer cannot vote; check the address, credentials and network",
+    )
+}
+
+/// What the access probe was refused, each with what to do about it.
+fn refusals(refused: &Result<Vec<(String, String)>, String>) -> Vec<Finding> {
+    let refused = match refused {
+        Ok(refused) => refused,
+        Err(e) => {
+            return vec![Finding::new(
+                Severity::Note,
+                Aspect::Capability,
+                format!("the access probe could not run: {e}"),
+                "run the check again when the node answers",
+            )];
+        }
+    };
+    refused
+        .iter()
+        .map(|(operation, error)| {
+            let lower = error.to_lowercase();
+            let advice = if lower.contains("read only replica") {
+                "the node is a read-only replica: list masters only"
+            } else if lower.contains("noperm")
+                || lower.contains("no permissions")
+                || lower.contains("can't run this command")
+            {
+                "grant the lock user these commands on the key prefix (docs/security.md), or use ScriptMode::Functions with +fcall"
+            } else {
+                "the node fails this operation: see its error"
+            };
+            Finding::new(
+                Severity::Degraded,
+                Aspect::Capability,
+                format!("{operation} on the probe key was refused: {error}"),
+                advice,
+            )
+        })
+        .collect()
 }
 
 /// `redis 7.0.15` (or `valkey 8.0.1`, from `server_name`).

@@ -235,72 +235,53 @@ pub const FLEET: &str = "(all nodes)";
 /// saying `ok` for a node without findings.
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let node_width = self
+        let width = self
             .nodes
             .iter()
             .map(|n| n.node.len())
             .chain((!self.fleet.is_empty()).then_some(FLEET.len()))
             .max()
             .unwrap_or(4);
-        let server = |n: &NodeReport| {
-            let mut s = n.server.clone().unwrap_or_else(|| "-".to_owned());
-            if let Some(latency) = n.latency {
-                s.push_str(&format!(
-                    ", rtt p50 {:?} p99 {:?}",
-                    latency.p50, latency.p99
-                ));
-            }
-            s
+        let row = |f: &mut fmt::Formatter<'_>, node: &str, severity: &str, check: &str, text| {
+            writeln!(f, "{node:<width$}  {severity:<8}  {check:<12}  {text}")
         };
-        writeln!(
-            f,
-            "{:<node_width$}  {:<8}  {:<12}  FINDING",
-            "NODE", "SEVERITY", "CHECK"
-        )?;
+        row(f, "NODE", "SEVERITY", "CHECK", "FINDING".to_owned())?;
         for node in &self.nodes {
             if node.findings.is_empty() {
-                writeln!(
-                    f,
-                    "{:<node_width$}  {:<8}  {:<12}  {}",
-                    node.node,
-                    "ok",
-                    "-",
-                    server(node)
-                )?;
+                row(f, &node.node, "ok", "-", node.server_line())?;
             }
             for finding in &node.findings {
-                writeln!(
+                row(
                     f,
-                    "{:<node_width$}  {:<8}  {:<12}  {} -> {}",
-                    node.node,
-                    finding.severity.to_string(),
-                    finding.aspect.to_string(),
-                    finding.seen,
-                    finding.advice
+                    &node.node,
+                    &finding.severity.to_string(),
+                    &finding.aspect.to_string(),
+                    finding.line(),
                 )?;
             }
         }
         for node in &self.nodes {
             if let Some(path) = &node.path {
-                writeln!(
-                    f,
-                    "{:<node_width$}  {:<8}  {:<12}  {}",
-                    node.node, "path", "-", path
-                )?;
+                row(f, &node.node, "path", "-", path.clone())?;
             }
         }
         for finding in &self.fleet {
-            writeln!(
+            row(
                 f,
-                "{:<node_width$}  {:<8}  {:<12}  {} -> {}",
                 FLEET,
-                finding.severity.to_string(),
-                finding.aspect.to_string(),
-                finding.seen,
-                finding.advice
+                &finding.severity.to_string(),
+                &finding.aspect.to_string(),
+                finding.line(),
             )?;
         }
-        // Nodes by their worst finding; the findings counted apart.
+        self.summary(f)
+    }
+}
+
+impl Report {
+    /// The last line: nodes by their worst finding, the findings counted
+    /// apart, and whether the fleet as a whole is unsafe.
+    fn summary(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let nodes = |s: Option<Severity>| self.nodes.iter().filter(|n| n.worst() == s).count();
         let found = |s: Severity| self.findings().filter(|(_, f)| f.severity == s).count();
         let count = self.nodes.len();
@@ -323,6 +304,27 @@ impl fmt::Display for Report {
             )?;
         }
         Ok(())
+    }
+}
+
+impl NodeReport {
+    /// Its server and round trips, for a node without findings.
+    fn server_line(&self) -> String {
+        let mut s = self.server.clone().unwrap_or_else(|| "-".to_owned());
+        if let Some(latency) = self.latency {
+            s.push_str(&format!(
+                ", rtt p50 {:?} p99 {:?}",
+                latency.p50, latency.p99
+            ));
+        }
+        s
+    }
+}
+
+impl Finding {
+    /// What was seen, and what to do about it.
+    fn line(&self) -> String {
+        format!("{} -> {}", self.seen, self.advice)
     }
 }
 

@@ -54,14 +54,9 @@ pub(super) fn standing(nodes: usize, pending: usize, failed: usize, quorum: usiz
 /// count and pending nodes together only shrink, and its node count and
 /// failed nodes together only grow.
 pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
-    let pending = states
-        .iter()
-        .filter(|s| matches!(s, NodeState::Pending))
-        .count();
-    let failed = states
-        .iter()
-        .filter(|s| matches!(s, NodeState::Failed(_)))
-        .count();
+    let count = |state: fn(&NodeState) -> bool| states.iter().filter(|s| state(s)).count();
+    let pending = count(|s| matches!(s, NodeState::Pending));
+    let failed = count(|s| matches!(s, NodeState::Failed(_)));
     let answered: Vec<&Stored> = states
         .iter()
         .filter_map(|s| match s {
@@ -69,64 +64,16 @@ pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
             _ => None,
         })
         .collect();
-
-    let mut seen: HashMap<(Claimed, &SeenToken), Vec<Option<Duration>>> = HashMap::new();
-    for stored in &answered {
-        for (what, holder) in stored.claims() {
-            seen.entry((what, &holder.token))
-                .or_default()
-                .push(holder.ttl);
-        }
-    }
-    let mut decided = true;
-    let mut unknowable = false;
-    let mut claims: Vec<Claim> = Vec::with_capacity(seen.len());
-    // A token no node that answered holds, first.
-    for (key, ttls) in
-        std::iter::once((None, Vec::new())).chain(seen.into_iter().map(|(k, t)| (Some(k), t)))
-    {
-        let standing = standing(ttls.len(), pending, failed, quorum);
-        match standing {
-            Standing::Open => decided = false,
-            Standing::Unknowable => unknowable = true,
-            Standing::Confirmed | Standing::RuledOut => {}
-        }
-        if let Some((what, token)) = key {
-            let confirmed = standing == Standing::Confirmed;
-            claims.push(Claim {
-                what,
-                token: token.clone(),
-                nodes: ttls.len(),
-                ttl: if confirmed {
-                    quorum_ttl(&ttls, quorum)
-                } else {
-                    None
-                },
-                confirmed,
-            });
-        }
-    }
-    claims.sort_by(|a, b| {
-        (a.what, std::cmp::Reverse(a.nodes), a.token.prefix()).cmp(&(
-            b.what,
-            std::cmp::Reverse(b.nodes),
-            b.token.prefix(),
-        ))
-    });
-
+    let Tokens {
+        claims,
+        mut decided,
+        unknowable,
+    } = tokens(&answered, pending, failed, quorum);
     let kind = kind_of(&answered);
     let holder = claims
         .iter()
         .find(|c| c.confirmed && c.what == Claimed::Lock);
-    let leader = holder.and_then(|holder| {
-        answered
-            .iter()
-            .filter(|s| s.lock.as_ref().is_some_and(|l| l.token == holder.token))
-            .filter_map(|s| s.leader.as_ref())
-            .filter(|l| l.token == holder.token)
-            .max_by_key(|l| l.revision)
-            .cloned()
-    });
+    let leader = holder.and_then(|holder| leader_of(&answered, &holder.token));
     // An election's leader holds the lock; its value may be on a node yet
     // to answer.
     if kind == Some(ResourceKind::Election) && holder.is_some() && leader.is_none() && pending > 0 {
@@ -137,17 +84,6 @@ pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
         .filter_map(|s| s.leader.as_ref())
         .max_by_key(|l| (l.term, l.revision))
         .cloned();
-    let mut counts: Vec<(u32, usize)> = Vec::new();
-    for count in answered.iter().filter_map(|s| s.permit_count) {
-        match counts.iter_mut().find(|(c, _)| *c == count) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((count, 1)),
-        }
-    }
-    let permit_count = counts
-        .into_iter()
-        .max_by_key(|&(c, n)| (n, c))
-        .map(|(c, _)| c);
     let verdict = if claims.iter().any(|c| c.confirmed) {
         Verdict::Held
     } else if unknowable {
@@ -162,8 +98,88 @@ pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
         claims,
         leader,
         last_leader,
-        permit_count,
+        permit_count: permit_count(&answered),
     }
+}
+
+/// Every token the nodes that answered hold, each judged on its own
+/// ([`standing`]), with whether all are decided and whether some cannot be.
+struct Tokens {
+    claims: Vec<Claim>,
+    decided: bool,
+    unknowable: bool,
+}
+
+fn tokens(answered: &[&Stored], pending: usize, failed: usize, quorum: usize) -> Tokens {
+    let mut seen: HashMap<(Claimed, &SeenToken), Vec<Option<Duration>>> = HashMap::new();
+    for stored in answered {
+        for (what, holder) in stored.claims() {
+            seen.entry((what, &holder.token))
+                .or_default()
+                .push(holder.ttl);
+        }
+    }
+    let mut judged = Tokens {
+        claims: Vec::with_capacity(seen.len()),
+        decided: true,
+        unknowable: false,
+    };
+    // A token no node that answered holds, first.
+    for (key, ttls) in
+        std::iter::once((None, Vec::new())).chain(seen.into_iter().map(|(k, t)| (Some(k), t)))
+    {
+        let standing = standing(ttls.len(), pending, failed, quorum);
+        match standing {
+            Standing::Open => judged.decided = false,
+            Standing::Unknowable => judged.unknowable = true,
+            Standing::Confirmed | Standing::RuledOut => {}
+        }
+        if let Some((what, token)) = key {
+            let confirmed = standing == Standing::Confirmed;
+            judged.claims.push(Claim {
+                what,
+                token: token.clone(),
+                nodes: ttls.len(),
+                ttl: confirmed.then(|| quorum_ttl(&ttls, quorum)).flatten(),
+                confirmed,
+            });
+        }
+    }
+    judged.claims.sort_by(|a, b| {
+        (a.what, std::cmp::Reverse(a.nodes), a.token.prefix()).cmp(&(
+            b.what,
+            std::cmp::Reverse(b.nodes),
+            b.token.prefix(),
+        ))
+    });
+    judged
+}
+
+/// The newest value the lock's holder proclaimed, on a node that holds
+/// its token.
+fn leader_of(answered: &[&Stored], holder: &SeenToken) -> Option<Proclaimed> {
+    answered
+        .iter()
+        .filter(|s| s.lock.as_ref().is_some_and(|l| l.token == *holder))
+        .filter_map(|s| s.leader.as_ref())
+        .filter(|l| l.token == *holder)
+        .max_by_key(|l| l.revision)
+        .cloned()
+}
+
+/// The permit count most nodes keep (the larger on a tie).
+fn permit_count(answered: &[&Stored]) -> Option<u32> {
+    let mut counts: Vec<(u32, usize)> = Vec::new();
+    for count in answered.iter().filter_map(|s| s.permit_count) {
+        match counts.iter_mut().find(|(c, _)| *c == count) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((count, 1)),
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(c, n)| (n, c))
+        .map(|(c, _)| c)
 }
 
 /// What the nodes that answered keep, the most telling first.

@@ -265,108 +265,26 @@ impl Node {
     pub(crate) async fn run_script(
         &self,
         lua: &Lua,
-        fill: impl Fn(&mut Cmd),
+        fill: impl Fn(&mut Cmd) + Sync,
         size: (usize, usize),
         secrets: &[&str],
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        let call = |verb: &str, body: &str| {
-            let mut cmd = Cmd::with_capacity(2 + size.0, verb.len() + body.len() + size.1);
-            cmd.arg(verb).arg(body);
-            fill(&mut cmd);
-            cmd
-        };
-        // Every script but the releases writes a lock (or its counter):
-        // with replica sync, `WAIT` goes right behind it.
-        let writes = self.replica_sync.is_some() && lua.replicas == Replicas::Wait;
-        // Every script is idempotent for its own token.
-        let send = |cmd: Cmd| async move {
-            if writes {
-                self.write(&cmd, secrets, Resend::IfDropped, deadline).await
-            } else {
-                self.command(&cmd, secrets, Resend::IfDropped, deadline)
-                    .await
-            }
+        let call = ScriptCall {
+            node: self,
+            lua,
+            fill: &fill,
+            size,
+            secrets,
+            deadline,
+            // Every script but the releases writes a lock (or its
+            // counter): with replica sync, `WAIT` goes right behind it.
+            writes: self.replica_sync.is_some() && lua.replicas == Replicas::Wait,
         };
         if self.script_mode == ScriptMode::Functions {
-            return match send(call("FCALL", lua.function)).await {
-                Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
-                    Err(NodeError::FunctionsNotLoaded {
-                        function: lua.function.to_owned(),
-                        server: self.server(deadline).await.to_string(),
-                    })
-                }
-                Err(NodeError::Redis(e)) if is_unknown_command(&e, "FCALL") => {
-                    Err(NodeError::FunctionsUnsupported {
-                        server: self.server(deadline).await.to_string(),
-                    })
-                }
-                reply => reply,
-            };
+            return call.by_function().await;
         }
-        let cached = lua.cache_bit();
-        // What the standalone connection knows its server caches (a cluster
-        // sends EVALSHA, and EVAL on NOSCRIPT, to the member owning the keys).
-        let ordered = match &self.backend {
-            Backend::Standalone(ordered) => Some(ordered),
-            Backend::Cluster(_) => None,
-        };
-        let known = ordered.map(Ordered::cached);
-        if let (Some(ordered), Some(known)) = (ordered, known)
-            && !Ordered::is_cached(known, cached)
-        {
-            // Not known to be cached where this connection leads (first use,
-            // a new connection — the server may have restarted empty — or a
-            // NOSCRIPT since): EVAL carries the text and caches it in one
-            // request. EVALSHA would answer NOSCRIPT and the text would
-            // follow a round trip later, behind whatever the caller sent
-            // meanwhile — a release overtaken by the next grant's request,
-            // which that node would refuse.
-            match send(call("EVAL", lua.source)).await {
-                // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
-                // server with EVAL renamed away): by hash, as below.
-                Err(NodeError::Redis(e))
-                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
-                        || is_unknown_command(&e, "EVAL") => {}
-                reply => {
-                    if reply.is_ok() {
-                        ordered.note_cached(known, cached);
-                    }
-                    return reply;
-                }
-            }
-        }
-        let reply = match send(call("EVALSHA", lua.script.get_hash())).await {
-            Err(NodeError::Redis(e))
-                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-            {
-                // The server's cache was flushed under an established
-                // connection (SCRIPT FLUSH), or a cluster member is new. A
-                // cluster sends the text to the member that owns the keys
-                // (EVAL, which also caches it): `SCRIPT LOAD` would go to any
-                // member, and one paused or dead master must not fail calls
-                // on keys owned by healthy ones. A standalone node loads it,
-                // then runs it by hash (this user may not EVAL).
-                let Some(ordered) = ordered else {
-                    return send(call("EVAL", lua.source)).await;
-                };
-                ordered.forget_cached(cached);
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(lua.source);
-                match self
-                    .command(&load, secrets, Resend::IfDropped, deadline)
-                    .await
-                {
-                    Ok(_) => send(call("EVALSHA", lua.script.get_hash())).await,
-                    Err(e) => Err(e),
-                }
-            }
-            reply => reply,
-        };
-        if let (Some(ordered), Some(known), true) = (ordered, known, reply.is_ok()) {
-            ordered.note_cached(known, cached);
-        }
-        match reply {
+        match call.by_text_or_hash().await {
             Err(NodeError::Redis(e)) if is_script_refusal(&e) => {
                 Err(self.scripts_refused(lua, deadline).await)
             }
@@ -502,6 +420,136 @@ pub(super) fn describe_server(reply: &Value) -> Option<String> {
     let product = field("server_name").unwrap_or("redis");
     let version = field(&format!("{product}_version")).or_else(|| field("redis_version"))?;
     Some(format!("{product} {version}"))
+}
+
+/// One script call of [`Node::run_script`], in each of its forms.
+struct ScriptCall<'a> {
+    node: &'a Node,
+    lua: &'a Lua,
+    /// Writes the call's arguments (`numkeys`, the keys, the args).
+    fill: &'a (dyn Fn(&mut Cmd) + Sync),
+    /// How many arguments `fill` writes, and about how many bytes.
+    size: (usize, usize),
+    secrets: &'a [&'a str],
+    deadline: Deadline,
+    /// `WAIT` goes right behind it (replica sync).
+    writes: bool,
+}
+
+impl ScriptCall<'_> {
+    /// The command `verb body <fill's arguments>`, allocated once.
+    fn cmd(&self, verb: &str, body: &str) -> Cmd {
+        let (args, bytes) = self.size;
+        let mut cmd = Cmd::with_capacity(2 + args, verb.len() + body.len() + bytes);
+        cmd.arg(verb).arg(body);
+        (self.fill)(&mut cmd);
+        cmd
+    }
+
+    /// Sends `cmd`; every script is idempotent for its own token, so it
+    /// goes again if its connection dropped.
+    async fn send(&self, cmd: Cmd) -> Result<Value, NodeError> {
+        let (node, secrets, deadline) = (self.node, self.secrets, self.deadline);
+        if self.writes {
+            node.write(&cmd, secrets, Resend::IfDropped, deadline).await
+        } else {
+            node.command(&cmd, secrets, Resend::IfDropped, deadline)
+                .await
+        }
+    }
+
+    /// `FCALL` of the library's function, its errors named.
+    async fn by_function(&self) -> Result<Value, NodeError> {
+        let (node, deadline) = (self.node, self.deadline);
+        match self.send(self.cmd("FCALL", self.lua.function)).await {
+            Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
+                Err(NodeError::FunctionsNotLoaded {
+                    function: self.lua.function.to_owned(),
+                    server: node.server(deadline).await.to_string(),
+                })
+            }
+            Err(NodeError::Redis(e)) if is_unknown_command(&e, "FCALL") => {
+                Err(NodeError::FunctionsUnsupported {
+                    server: node.server(deadline).await.to_string(),
+                })
+            }
+            reply => reply,
+        }
+    }
+
+    /// `EVAL` where the script is not known to be cached on this
+    /// connection's server, else (or when `EVAL` is not allowed)
+    /// `EVALSHA`, loading the script again on `NOSCRIPT`.
+    async fn by_text_or_hash(&self) -> Result<Value, NodeError> {
+        let cached = self.lua.cache_bit();
+        // What the standalone connection knows its server caches (a cluster
+        // sends EVALSHA, and EVAL on NOSCRIPT, to the member owning the keys).
+        let ordered = match &self.node.backend {
+            Backend::Standalone(ordered) => Some(ordered),
+            Backend::Cluster(_) => None,
+        };
+        let known = ordered.map(Ordered::cached);
+        if let (Some(ordered), Some(known)) = (ordered, known)
+            && !Ordered::is_cached(known, cached)
+        {
+            // Not known to be cached where this connection leads (first use,
+            // a new connection — the server may have restarted empty — or a
+            // NOSCRIPT since): EVAL carries the text and caches it in one
+            // request. EVALSHA would answer NOSCRIPT and the text would
+            // follow a round trip later, behind whatever the caller sent
+            // meanwhile — a release overtaken by the next grant's request,
+            // which that node would refuse.
+            match self.send(self.cmd("EVAL", self.lua.source)).await {
+                // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
+                // server with EVAL renamed away): by hash, as below.
+                Err(NodeError::Redis(e))
+                    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+                        || is_unknown_command(&e, "EVAL") => {}
+                reply => {
+                    if reply.is_ok() {
+                        ordered.note_cached(known, cached);
+                    }
+                    return reply;
+                }
+            }
+        }
+        let reply = match self
+            .send(self.cmd("EVALSHA", self.lua.script.get_hash()))
+            .await
+        {
+            Err(NodeError::Redis(e))
+                if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                self.after_noscript(ordered).await
+            }
+            reply => reply,
+        };
+        if let (Some(ordered), Some(known), true) = (ordered, known, reply.is_ok()) {
+            ordered.note_cached(known, cached);
+        }
+        reply
+    }
+
+    /// After `NOSCRIPT`: the server's cache was flushed under an
+    /// established connection (SCRIPT FLUSH), or a cluster member is new.
+    /// A cluster sends the text to the member that owns the keys (EVAL,
+    /// which also caches it): `SCRIPT LOAD` would go to any member, and one
+    /// paused or dead master must not fail calls on keys owned by healthy
+    /// ones. A standalone node (`ordered`) loads it, then runs it by hash
+    /// (this user may not EVAL).
+    async fn after_noscript(&self, ordered: Option<&Ordered>) -> Result<Value, NodeError> {
+        let Some(ordered) = ordered else {
+            return self.send(self.cmd("EVAL", self.lua.source)).await;
+        };
+        ordered.forget_cached(self.lua.cache_bit());
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(self.lua.source);
+        self.node
+            .command(&load, self.secrets, Resend::IfDropped, self.deadline)
+            .await?;
+        self.send(self.cmd("EVALSHA", self.lua.script.get_hash()))
+            .await
+    }
 }
 
 #[cfg(test)]
