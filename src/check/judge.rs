@@ -124,60 +124,8 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
         .iter()
         .map(|node| judge_node(node, settings))
         .collect();
-
-    // Independence across nodes: by run_id (one server), and by
-    // replication id (one master and its replicas).
-    let mut by_run_id: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
-    let mut by_replid: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
-    for (i, node) in facts.iter().enumerate() {
-        for (address, server) in &node.servers {
-            let Ok(server) = server else { continue };
-            let Ok(info) = &server.info else { continue };
-            if let Some(id) = info.get("run_id") {
-                by_run_id.entry(id).or_default().push((i, address));
-            }
-            if let Some(id) = info.get("master_replid") {
-                by_replid.entry(id).or_default().push((i, address));
-            }
-        }
-    }
-    let mut flagged: Vec<(usize, usize)> = Vec::new();
-    for group in by_run_id.values() {
-        for (k, &(i, address)) in group.iter().enumerate() {
-            for &(j, other) in &group[..k] {
-                if i == j {
-                    continue;
-                }
-                flagged.push((i.min(j), i.max(j)));
-                nodes[i].findings.push(Finding::new(
-                    Severity::Unsafe,
-                    Aspect::Independence,
-                    format!(
-                        "{address} is the same server as {other} (node {}): same run_id",
-                        facts[j].node
-                    ),
-                    "list each server once: one server behind two URLs casts two votes",
-                ));
-            }
-        }
-    }
-    for group in by_replid.values() {
-        for (k, &(i, address)) in group.iter().enumerate() {
-            for &(j, other) in &group[..k] {
-                if i == j || flagged.contains(&(i.min(j), i.max(j))) {
-                    continue;
-                }
-                nodes[i].findings.push(Finding::new(
-                    Severity::Unsafe,
-                    Aspect::Independence,
-                    format!(
-                        "{address} replicates with {other} (node {}): same master_replid",
-                        facts[j].node
-                    ),
-                    "give independent masters: nodes in one replication group share their fate and their data",
-                ));
-            }
-        }
+    for (i, finding) in shared_servers(facts) {
+        nodes[i].findings.push(finding);
     }
     for node in &mut nodes {
         node.findings
@@ -200,6 +148,72 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
         ));
     }
     Report { nodes, fleet }
+}
+
+/// Independence across nodes: one server behind two nodes (same
+/// `run_id`), or one master and its replicas (same `master_replid`, when
+/// not already one server). Each finding with the node it belongs to.
+fn shared_servers(facts: &[NodeFacts]) -> Vec<(usize, Finding)> {
+    let mut by_run_id: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    let mut by_replid: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    for (i, node) in facts.iter().enumerate() {
+        for (address, server) in &node.servers {
+            let Ok(server) = server else { continue };
+            let Ok(info) = &server.info else { continue };
+            if let Some(id) = info.get("run_id") {
+                by_run_id.entry(id).or_default().push((i, address));
+            }
+            if let Some(id) = info.get("master_replid") {
+                by_replid.entry(id).or_default().push((i, address));
+            }
+        }
+    }
+    // Each pair of nodes in one group, once, the later node first.
+    let pairs = |groups: BTreeMap<&str, Vec<(usize, &str)>>| {
+        let mut pairs = Vec::new();
+        for group in groups.into_values() {
+            for (k, &(i, address)) in group.iter().enumerate() {
+                for &(j, other) in &group[..k] {
+                    if i != j {
+                        pairs.push((i, address.to_owned(), j, other.to_owned()));
+                    }
+                }
+            }
+        }
+        pairs
+    };
+    let mut findings = Vec::new();
+    let mut flagged: Vec<(usize, usize)> = Vec::new();
+    for (i, address, j, other) in pairs(by_run_id) {
+        flagged.push((i.min(j), i.max(j)));
+        findings.push((
+            i,
+            Finding::new(
+                Severity::Unsafe,
+                Aspect::Independence,
+                format!(
+                    "{address} is the same server as {other} (node {}): same run_id",
+                    facts[j].node
+                ),
+                "list each server once: one server behind two URLs casts two votes",
+            ),
+        ));
+    }
+    for (i, address, j, other) in pairs(by_replid) {
+        if flagged.contains(&(i.min(j), i.max(j))) {
+            continue;
+        }
+        findings.push((i, Finding::new(
+            Severity::Unsafe,
+            Aspect::Independence,
+            format!(
+                "{address} replicates with {other} (node {}): same master_replid",
+                facts[j].node
+            ),
+            "give independent masters: nodes in one replication group share their fate and their data",
+        )));
+    }
+    findings
 }
 
 /// Whether a node answered the check: every server it names was probed,
@@ -498,54 +512,16 @@ fn persistence(
     config: &Result<HashMap<String, String>, String>,
     options: &CheckOptions,
 ) -> Vec<Finding> {
-    let mut out = Vec::new();
     let aof = info.get("aof_enabled") == Some("1");
     let fsync = config
         .as_ref()
         .ok()
         .and_then(|c| c.get("appendfsync").cloned());
     let durable = aof && fsync.as_deref() == Some("always");
-    let fenced = options.fenced;
-    if !aof {
-        out.push(if fenced {
-            Finding::new(
-                Severity::Unsafe,
-                Aspect::Persistence,
-                "appendonly no".to_owned(),
-                "set appendonly yes and appendfsync always: a restart loses the fence counters, and fences repeat",
-            )
-        } else {
-            Finding::new(
-                Severity::Note,
-                Aspect::Persistence,
-                "appendonly no".to_owned(),
-                "after a crash, keep the node down for longer than the longest ttl before it rejoins (or persist with appendfsync always)",
-            )
-        });
-    } else if !durable {
-        let seen = match (&fsync, config) {
-            (Some(fsync), _) => format!("appendonly yes, appendfsync {fsync}"),
-            (None, Err(e)) => format!("appendonly yes, appendfsync unknown ({e})"),
-            (None, Ok(_)) => "appendonly yes, appendfsync unknown".to_owned(),
-        };
-        out.push(Finding::new(
-            if fenced {
-                Severity::Degraded
-            } else {
-                Severity::Note
-            },
-            Aspect::Persistence,
-            seen,
-            if fsync.as_deref() == Some("everysec") {
-                // aof.c: under everysec, a write is postponed (for up to
-                // 2 s) while a background fsync is still running, and the
-                // replies go out before it.
-                "on a busy disk Redis replies before it writes the AOF (for up to 2 s), so even a killed process can lose acknowledged lock writes, and a machine crash the last second or more: use appendfsync always"
-            } else {
-                "a machine crash can lose the writes not yet synced (locks, fence counters): use appendfsync always"
-            },
-        ));
-    }
+    let mut out: Vec<Finding> = (!durable)
+        .then(|| not_durable(aof, fsync.as_deref(), config, options.fenced))
+        .into_iter()
+        .collect();
     if let (Some(longest), Some(uptime), false) = (
         options.longest_ttl,
         info.number("uptime_in_seconds"),
@@ -566,45 +542,67 @@ fn persistence(
     out
 }
 
+/// A server without durable persistence (`appendonly yes` with
+/// `appendfsync always`): what a restart or a crash loses.
+fn not_durable(
+    aof: bool,
+    fsync: Option<&str>,
+    config: &Result<HashMap<String, String>, String>,
+    fenced: bool,
+) -> Finding {
+    if !aof {
+        return if fenced {
+            Finding::new(
+                Severity::Unsafe,
+                Aspect::Persistence,
+                "appendonly no".to_owned(),
+                "set appendonly yes and appendfsync always: a restart loses the fence counters, and fences repeat",
+            )
+        } else {
+            Finding::new(
+                Severity::Note,
+                Aspect::Persistence,
+                "appendonly no".to_owned(),
+                "after a crash, keep the node down for longer than the longest ttl before it rejoins (or persist with appendfsync always)",
+            )
+        };
+    }
+    let seen = match (fsync, config) {
+        (Some(fsync), _) => format!("appendonly yes, appendfsync {fsync}"),
+        (None, Err(e)) => format!("appendonly yes, appendfsync unknown ({e})"),
+        (None, Ok(_)) => "appendonly yes, appendfsync unknown".to_owned(),
+    };
+    Finding::new(
+        if fenced {
+            Severity::Degraded
+        } else {
+            Severity::Note
+        },
+        Aspect::Persistence,
+        seen,
+        if fsync == Some("everysec") {
+            // aof.c: under everysec, a write is postponed (for up to 2 s)
+            // while a background fsync is still running, and the replies go
+            // out before it.
+            "on a busy disk Redis replies before it writes the AOF (for up to 2 s), so even a killed process can lose acknowledged lock writes, and a machine crash the last second or more: use appendfsync always"
+        } else {
+            "a machine crash can lose the writes not yet synced (locks, fence counters): use appendfsync always"
+        },
+    )
+}
+
 /// What needs no `INFO`: clock, Functions library, `CONFIG GET`, latency.
 fn judge_rest(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
-    let mut out = Vec::new();
-    // Clock.
-    match s.clock {
-        Ok(clock) => out.extend(judge_clock(clock, settings.drift_factor)),
-        Err(ref e) => out.push(Finding::new(
+    let mut out = match s.clock {
+        Ok(clock) => judge_clock(clock, settings.drift_factor),
+        Err(ref e) => vec![Finding::new(
             Severity::Note,
             Aspect::Clock,
             format!("could not read TIME: {e}"),
             "the clock rate is unchecked; run the check as a user allowed TIME",
-        )),
-    }
-
-    // Capability: Functions library.
-    match &s.library {
-        None => {}
-        Some(Library::Missing) => out.push(Finding::new(
-            Severity::Degraded,
-            Aspect::Capability,
-            "Functions mode, but the library `quorumlock` is not loaded".to_owned(),
-            "load quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE on this server",
-        )),
-        Some(Library::Loaded { code }) if code.trim() != settings.library.trim() => {
-            out.push(Finding::new(
-                Severity::Degraded,
-                Aspect::Capability,
-                "the library `quorumlock` loaded here is another version".to_owned(),
-                "load this version's quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE",
-            ))
-        }
-        Some(Library::Loaded { .. }) => {}
-        Some(Library::Unknown(e)) => out.push(Finding::new(
-            Severity::Note,
-            Aspect::Capability,
-            format!("could not list functions: {e}"),
-            "the access probe still shows whether the functions run",
-        )),
-    }
+        )],
+    };
+    out.extend(library(s.library.as_ref(), settings.library));
     if let Err(e) = &s.config {
         out.push(Finding::new(
             Severity::Note,
@@ -613,40 +611,63 @@ fn judge_rest(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
             "persistence settings could not be read in full; run the check as a user allowed CONFIG GET",
         ));
     }
-
-    // Latency.
-    if let Some(latency) = Latency::of(&s.rtts) {
-        let timeout = settings.node_timeout;
-        let seen = format!(
-            "round trip p50 {}, p99 {}, node timeout {}",
-            ms(latency.p50),
-            ms(latency.p99),
-            ms(timeout)
-        );
-        if latency.p50 >= timeout {
-            out.push(Finding::new(
-                Severity::Degraded,
-                Aspect::Latency,
-                seen,
-                "most requests time out: raise node_timeout or move the node closer",
-            ));
-        } else if latency.p99 >= timeout {
-            out.push(Finding::new(
-                Severity::Degraded,
-                Aspect::Latency,
-                seen,
-                "some requests time out and the node misses votes: raise node_timeout",
-            ));
-        } else if latency.p99 * 2 >= timeout {
-            out.push(Finding::new(
-                Severity::Note,
-                Aspect::Latency,
-                seen,
-                "slow round trips eat into every lock's validity; consider a larger node_timeout",
-            ));
-        }
-    }
+    out.extend(Latency::of(&s.rtts).and_then(|l| latency(l, settings.node_timeout)));
     out
+}
+
+/// The Functions library on a server, in Functions mode (`ours` is the
+/// library this version loads).
+fn library(found: Option<&Library>, ours: &str) -> Option<Finding> {
+    match found? {
+        Library::Missing => Some(Finding::new(
+            Severity::Degraded,
+            Aspect::Capability,
+            "Functions mode, but the library `quorumlock` is not loaded".to_owned(),
+            "load quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE on this server",
+        )),
+        Library::Loaded { code } if code.trim() != ours.trim() => Some(Finding::new(
+            Severity::Degraded,
+            Aspect::Capability,
+            "the library `quorumlock` loaded here is another version".to_owned(),
+            "load this version's quorumlock::FUNCTIONS_LIBRARY with FUNCTION LOAD REPLACE",
+        )),
+        Library::Loaded { .. } => None,
+        Library::Unknown(e) => Some(Finding::new(
+            Severity::Note,
+            Aspect::Capability,
+            format!("could not list functions: {e}"),
+            "the access probe still shows whether the functions run",
+        )),
+    }
+}
+
+/// Round trips against the node timeout.
+fn latency(latency: Latency, timeout: Duration) -> Option<Finding> {
+    let seen = format!(
+        "round trip p50 {}, p99 {}, node timeout {}",
+        ms(latency.p50),
+        ms(latency.p99),
+        ms(timeout)
+    );
+    let (severity, advice) = if latency.p50 >= timeout {
+        (
+            Severity::Degraded,
+            "most requests time out: raise node_timeout or move the node closer",
+        )
+    } else if latency.p99 >= timeout {
+        (
+            Severity::Degraded,
+            "some requests time out and the node misses votes: raise node_timeout",
+        )
+    } else if latency.p99 * 2 >= timeout {
+        (
+            Severity::Note,
+            "slow round trips eat into every lock's validity; consider a larger node_timeout",
+        )
+    } else {
+        return None;
+    };
+    Some(Finding::new(severity, Aspect::Latency, seen, advice))
 }
 
 /// A duration in milliseconds, to two decimals: `0.27ms`.
@@ -664,53 +685,7 @@ const OFFSET_NOTE: Duration = Duration::from_secs(1);
 /// coarse to tell, when the node runs slow, or when its wall clock is far
 /// off.
 fn judge_clock(clock: ClockSample, drift_factor: f64) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let node = clock.node_elapsed.as_secs_f64();
-    let (min, max) = (
-        clock.client_min.as_secs_f64(),
-        clock.client_max.as_secs_f64(),
-    );
-    if max > 0.0 {
-        // The rate lies in [node/max, node/min].
-        let low = node / max;
-        let high = if min > 0.0 { node / min } else { f64::INFINITY };
-        let percent = |r: f64| (r - 1.0) * 100.0;
-        if low > 1.0 + drift_factor {
-            out.push(Finding::new(
-                Severity::Unsafe,
-                Aspect::Clock,
-                format!(
-                    "the node's clock runs {:.1}% to {:.1}% fast against the client's, beyond the drift allowance of {:.1}%",
-                    percent(low),
-                    percent(high),
-                    drift_factor * 100.0
-                ),
-                "fix the node's time keeping (NTP slews at most 0.05%), or raise drift_factor above the measured rate",
-            ));
-        } else if high - low > drift_factor.max(0.001) {
-            out.push(Finding::new(
-                Severity::Note,
-                Aspect::Clock,
-                format!(
-                    "clock rate between {:+.1}% and {:+.1}%: round trips too slow to judge against the {:.1}% allowance",
-                    percent(low),
-                    percent(high),
-                    drift_factor * 100.0
-                ),
-                "check again with a longer clock interval",
-            ));
-        } else if high < 1.0 - drift_factor {
-            out.push(Finding::new(
-                Severity::Note,
-                Aspect::Clock,
-                format!(
-                    "the node's clock runs {:.1}% slow against the client's",
-                    -percent(high)
-                ),
-                "locks outlive their ttl on this node (safe, but a crashed holder's lock stays longer)",
-            ));
-        }
-    }
+    let mut out: Vec<Finding> = clock_rate(clock, drift_factor).into_iter().collect();
     let offset = Duration::from_millis(clock.offset_ms.unsigned_abs());
     if offset > OFFSET_NOTE {
         out.push(Finding::new(
@@ -728,6 +703,59 @@ fn judge_clock(clock: ClockSample, drift_factor: f64) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// The node's clock rate against the client's, if it is worth a finding.
+fn clock_rate(clock: ClockSample, drift_factor: f64) -> Option<Finding> {
+    let node = clock.node_elapsed.as_secs_f64();
+    let (min, max) = (
+        clock.client_min.as_secs_f64(),
+        clock.client_max.as_secs_f64(),
+    );
+    if max <= 0.0 {
+        return None;
+    }
+    // The rate lies in [node/max, node/min].
+    let low = node / max;
+    let high = if min > 0.0 { node / min } else { f64::INFINITY };
+    let percent = |r: f64| (r - 1.0) * 100.0;
+    if low > 1.0 + drift_factor {
+        Some(Finding::new(
+            Severity::Unsafe,
+            Aspect::Clock,
+            format!(
+                "the node's clock runs {:.1}% to {:.1}% fast against the client's, beyond the drift allowance of {:.1}%",
+                percent(low),
+                percent(high),
+                drift_factor * 100.0
+            ),
+            "fix the node's time keeping (NTP slews at most 0.05%), or raise drift_factor above the measured rate",
+        ))
+    } else if high - low > drift_factor.max(0.001) {
+        Some(Finding::new(
+            Severity::Note,
+            Aspect::Clock,
+            format!(
+                "clock rate between {:+.1}% and {:+.1}%: round trips too slow to judge against the {:.1}% allowance",
+                percent(low),
+                percent(high),
+                drift_factor * 100.0
+            ),
+            "check again with a longer clock interval",
+        ))
+    } else if high < 1.0 - drift_factor {
+        Some(Finding::new(
+            Severity::Note,
+            Aspect::Clock,
+            format!(
+                "the node's clock runs {:.1}% slow against the client's",
+                -percent(high)
+            ),
+            "locks outlive their ttl on this node (safe, but a crashed holder's lock stays longer)",
+        ))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

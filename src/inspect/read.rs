@@ -30,10 +30,42 @@ pub(super) async fn read(
     deadline: Deadline,
 ) -> Result<Stored, NodeError> {
     let target = core.node(node)?;
+    let commands = commands(&layout);
+    let replies =
+        futures::future::join_all(commands.iter().map(|c| target.read(c, deadline))).await;
+    let Read {
+        mut stored,
+        lock,
+        writer,
+    } = decode(replies)?;
+    match lock {
+        // Another type under the lock key: not a lock.
+        None => {
+            let kind = target
+                .read(&command("TYPE", &[&layout.key]), deadline)
+                .await?;
+            stored.other_type =
+                Some(text(&kind).unwrap_or_else(|| "value of another type".to_owned()));
+        }
+        Some((value, ttl)) => stored.lock = holder(&value, ttl)?,
+    }
+    if let Some((value, ttl)) = writer {
+        stored.writer = holder(&value, ttl)?;
+    }
+    if let Some(count) = stored.permit_count {
+        stored.permits =
+            read_permits(target, &layout, count.min(Semaphore::MAX_PERMITS), deadline).await?;
+    }
+    Ok(stored)
+}
+
+/// Every read of [`read`]'s first round, in the order [`decode`] takes
+/// their replies.
+fn commands(layout: &Layout) -> [Cmd; 10] {
     let key = layout.key.as_str();
     let (fence, leader, permits) = (layout.fence(), layout.leader(), layout.permits());
     let (writer, readers, waiting) = (layout.writer(), layout.readers(), layout.writer_waiting());
-    let commands = [
+    [
         command("GET", &[key]),
         command("PTTL", &[key]),
         command("GET", &[&fence]),
@@ -44,9 +76,19 @@ pub(super) async fn read(
         command("ZRANGE", &[&readers, "0", "-1", "WITHSCORES"]),
         command("EXISTS", &[&waiting]),
         command("TIME", &[]),
-    ];
-    let replies =
-        futures::future::join_all(commands.iter().map(|c| target.read(c, deadline))).await;
+    ]
+}
+
+/// [`read`]'s first round decoded: what it stores, and the lock's and the
+/// writer's values with their ttls (a lock key of another type is `None`),
+/// still to be read as holders.
+struct Read {
+    stored: Stored,
+    lock: Option<(Value, i64)>,
+    writer: Option<(Value, i64)>,
+}
+
+fn decode(replies: Vec<Result<Value, NodeError>>) -> Result<Read, NodeError> {
     let mut replies = replies.into_iter();
     let mut next = || {
         replies
@@ -68,27 +110,7 @@ pub(super) async fn read(
     let readers = ours(next())?.map(scored).transpose()?.unwrap_or_default();
     let writer_waiting = integer(next()?, "EXISTS")? > 0;
     let now_ms = clock(next()?)?;
-
-    let mut stored = Stored {
-        fence,
-        leader,
-        permit_count,
-        writer_waiting,
-        ..Stored::default()
-    };
-    match lock {
-        // Another type under the lock key: not a lock.
-        None => {
-            let kind = target.read(&command("TYPE", &[key]), deadline).await?;
-            stored.other_type =
-                Some(text(&kind).unwrap_or_else(|| "value of another type".to_owned()));
-        }
-        Some(value) => stored.lock = holder(&value, lock_ttl)?,
-    }
-    if let Some(value) = writer {
-        stored.writer = holder(&value, writer_ttl)?;
-    }
-    stored.readers = readers
+    let readers = readers
         .into_iter()
         .filter_map(|(token, expiry)| {
             let left = expiry - now_ms as f64;
@@ -98,11 +120,18 @@ pub(super) async fn read(
             })
         })
         .collect();
-    if let Some(count) = permit_count {
-        stored.permits =
-            read_permits(target, &layout, count.min(Semaphore::MAX_PERMITS), deadline).await?;
-    }
-    Ok(stored)
+    Ok(Read {
+        stored: Stored {
+            fence,
+            leader,
+            permit_count,
+            writer_waiting,
+            readers,
+            ..Stored::default()
+        },
+        lock: lock.map(|value| (value, lock_ttl)),
+        writer: writer.map(|value| (value, writer_ttl)),
+    })
 }
 
 /// The permits held on `target` of a semaphore of `count` permits.
