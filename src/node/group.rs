@@ -377,28 +377,7 @@ impl Lanes {
             let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
             let deadline = batch.iter().map(|w| w.deadline).max();
             let answers = {
-                let call = async {
-                    let Some(deadline) = deadline else {
-                        return Vec::new();
-                    };
-                    match &*requests {
-                        [one] => vec![target.single(*one, deadline.into()).await],
-                        _ => match target.batch(&requests, deadline.into()).await {
-                            Ok(answers) => answers,
-                            // The ACL refused some key before anything ran:
-                            // each request alone, in order, gets its own answer.
-                            Err(error) if is_key_refusal(&error) => {
-                                let mut answers = Vec::with_capacity(requests.len());
-                                for request in &requests {
-                                    answers.push(target.single(*request, deadline.into()).await);
-                                }
-                                answers
-                            }
-                            Err(error) => vec![Err(error); requests.len()],
-                        },
-                    }
-                };
-                let mut call = std::pin::pin!(call);
+                let mut call = std::pin::pin!(send_batch(target, &requests, deadline));
                 let mut sent = false;
                 std::future::poll_fn(|cx| {
                     let answers = call.as_mut().poll(cx);
@@ -471,6 +450,35 @@ impl Lanes {
                 lane.in_flight = lane.in_flight.saturating_sub(1);
             }
         }
+    }
+}
+
+/// Sends `requests` (a batch, oldest first) to `target` in one call, or
+/// one alone: an answer per request, in order. Every request keeps the
+/// batch's latest `deadline`; none, nothing to send.
+async fn send_batch(
+    target: &Node,
+    requests: &[Single<'_>],
+    deadline: Option<Instant>,
+) -> Vec<Result<u8, NodeError>> {
+    let Some(deadline) = deadline else {
+        return Vec::new();
+    };
+    match requests {
+        [one] => vec![target.single(*one, deadline.into()).await],
+        _ => match target.batch(requests, deadline.into()).await {
+            Ok(answers) => answers,
+            // The ACL refused some key before anything ran: each request
+            // alone, in order, gets its own answer.
+            Err(error) if is_key_refusal(&error) => {
+                let mut answers = Vec::with_capacity(requests.len());
+                for request in requests {
+                    answers.push(target.single(*request, deadline.into()).await);
+                }
+                answers
+            }
+            Err(error) => vec![Err(error); requests.len()],
+        },
     }
 }
 
@@ -781,30 +789,7 @@ impl Node {
         let mut commands = Vec::with_capacity(2 * group.len());
         let mut writes = false;
         for &i in group {
-            let Single { op, key, token, .. } = requests[i];
-            let key = &**key;
-            match op {
-                SingleOp::Acquire { ttl } => {
-                    writes = true;
-                    let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
-                    cmd.arg("SET")
-                        .arg(key)
-                        .arg(token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(ttl.ms())
-                        .arg("GET");
-                    commands.push(cmd);
-                }
-                SingleOp::Release { announce } => {
-                    let inline = self.inline_announce(announce);
-                    push_release(&mut commands, delete, key, token, inline);
-                }
-                SingleOp::Extend { ttl } => {
-                    writes = true;
-                    push_extend(&mut commands, key, token, ttl);
-                }
-            }
+            writes |= self.push_native(&mut commands, delete, requests[i]);
         }
         let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
         let replies = self
@@ -815,39 +800,86 @@ impl Node {
         // Releases to announce after the pipeline (on a cluster).
         let mut late: Vec<(&str, &str)> = Vec::new();
         for &i in group {
-            let Single { op, token, .. } = requests[i];
-            let answer = match op {
-                SingleOp::Acquire { .. } => match replies.next() {
-                    // Nil: set now; our token: set by this request before
-                    // its connection dropped and it went out again.
-                    Some(Value::Nil) => Ok(1),
-                    Some(Value::BulkString(value)) => Ok(u8::from(value == token.as_bytes())),
-                    Some(reply) => self.native_status(reply, token).map(|_| 0),
-                    None => Err(unexpected(&Value::Nil)),
-                },
-                SingleOp::Release { announce } => {
-                    let status = replies.next().map(|r| self.native_status(r, token));
-                    match (announce, self.inline_announce(announce)) {
-                        (_, Some(_)) => {
-                            replies.next();
-                        }
-                        (Some(id), None) if matches!(status, Some(Ok(1))) => {
-                            late.push((&**requests[i].key, id));
-                        }
-                        _ => {}
-                    }
-                    status.unwrap_or_else(|| Err(unexpected(&Value::Nil)))
-                }
-                SingleOp::Extend { .. } => {
-                    let pair: Vec<Value> = replies.by_ref().take(2).cloned().collect();
-                    self.extended(&pair, token)
-                }
-            };
+            let request = requests[i];
+            let answer = self.native_answer(request, &mut replies);
+            if let SingleOp::Release { announce: Some(id) } = request.op
+                && self.inline_announce(Some(id)).is_none()
+                && matches!(answer, Ok(1))
+            {
+                late.push((&**request.key, id));
+            }
             answers.push(answer);
         }
         for (key, id) in late {
             self.announce(key, id, deadline).await;
         }
         Ok(answers)
+    }
+
+    /// Appends `request`'s native commands; whether they write a lock
+    /// (for replica sync's `WAIT`).
+    fn push_native(
+        &self,
+        commands: &mut Vec<Cmd>,
+        delete: NativeDelete,
+        request: Single<'_>,
+    ) -> bool {
+        let Single { op, key, token, .. } = request;
+        let key = &**key;
+        match op {
+            SingleOp::Acquire { ttl } => {
+                let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
+                cmd.arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.ms())
+                    .arg("GET");
+                commands.push(cmd);
+                true
+            }
+            SingleOp::Release { announce } => {
+                let inline = self.inline_announce(announce);
+                push_release(commands, delete, key, token, inline);
+                false
+            }
+            SingleOp::Extend { ttl } => {
+                push_extend(commands, key, token, ttl);
+                true
+            }
+        }
+    }
+
+    /// `request`'s status from its replies, taken from `replies` (as many
+    /// as [`push_native`](Self::push_native) sent for it).
+    fn native_answer(
+        &self,
+        request: Single<'_>,
+        replies: &mut std::slice::Iter<'_, Value>,
+    ) -> Result<u8, NodeError> {
+        let Single { op, token, .. } = request;
+        match op {
+            SingleOp::Acquire { .. } => match replies.next() {
+                // Nil: set now; our token: set by this request before its
+                // connection dropped and it went out again.
+                Some(Value::Nil) => Ok(1),
+                Some(Value::BulkString(value)) => Ok(u8::from(value == token.as_bytes())),
+                Some(reply) => self.native_status(reply, token).map(|_| 0),
+                None => Err(unexpected(&Value::Nil)),
+            },
+            SingleOp::Release { announce } => {
+                let status = replies.next().map(|r| self.native_status(r, token));
+                if self.inline_announce(announce).is_some() {
+                    // The announcement's own reply.
+                    replies.next();
+                }
+                status.unwrap_or_else(|| Err(unexpected(&Value::Nil)))
+            }
+            SingleOp::Extend { .. } => {
+                let pair: Vec<Value> = replies.by_ref().take(2).cloned().collect();
+                self.extended(&pair, token)
+            }
+        }
     }
 }
