@@ -501,47 +501,7 @@ impl RedlockBuilder {
             return Err(ConfigError::DriftFactor(self.drift_factor).into());
         }
         self.retry.validate()?;
-        let options = self.node_options()?;
-
-        let mut labels = HashSet::new();
-        // Per address: the first node naming it, and whether it is a cluster.
-        let mut owners: HashMap<&str, (Arc<str>, bool)> = HashMap::new();
-        let mut nodes = Vec::with_capacity(self.nodes.len());
-        for spec in &self.nodes {
-            let node = match spec {
-                NodeSpec::Standalone(url) => Node::parse(url, &options)?,
-                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout, &options)?,
-            };
-            if !labels.insert(node.label().clone()) {
-                return Err(ConfigError::DuplicateNode {
-                    node: node.label().to_string(),
-                }
-                .into());
-            }
-            nodes.push(node);
-        }
-        #[cfg(feature = "tls")]
-        if options.tls_roots.is_some() && !nodes.iter().any(Node::is_tls) {
-            return Err(ConfigError::TlsWithoutTlsNode.into());
-        }
-        for node in &nodes {
-            let cluster = node.is_cluster();
-            for address in node.addresses() {
-                let (first, first_is_cluster) = owners
-                    .entry(address)
-                    .or_insert_with(|| (node.label().clone(), cluster));
-                // Two standalone nodes may share an address with different
-                // databases; a cluster member serves only one keyspace.
-                if *first != *node.label() && (cluster || *first_is_cluster) {
-                    return Err(ConfigError::SharedAddress {
-                        address: address.clone(),
-                        first: first.to_string(),
-                        second: node.label().to_string(),
-                    }
-                    .into());
-                }
-            }
-        }
+        let nodes = self.checked_nodes()?;
         let announce = self.wake_on_release == WakeOnRelease::Subscribe;
         let core = Arc::new(Core::new(
             nodes,
@@ -564,6 +524,58 @@ impl RedlockBuilder {
             },
         }))
     }
+}
+
+impl RedlockBuilder {
+    /// The nodes, each checked, and checked against each other: no node
+    /// twice, no address shared by a cluster and another node, and TLS
+    /// roots only with a TLS node.
+    fn checked_nodes(&self) -> Result<Vec<Node>, ConfigError> {
+        let options = self.node_options()?;
+        let mut labels = HashSet::new();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for spec in &self.nodes {
+            let node = match spec {
+                NodeSpec::Standalone(url) => Node::parse(url, &options)?,
+                NodeSpec::Cluster(seeds) => Node::cluster(seeds, self.node_timeout, &options)?,
+            };
+            if !labels.insert(node.label().clone()) {
+                return Err(ConfigError::DuplicateNode {
+                    node: node.label().to_string(),
+                });
+            }
+            nodes.push(node);
+        }
+        #[cfg(feature = "tls")]
+        if options.tls_roots.is_some() && !nodes.iter().any(Node::is_tls) {
+            return Err(ConfigError::TlsWithoutTlsNode);
+        }
+        shared_addresses(&nodes)?;
+        Ok(nodes)
+    }
+}
+
+/// Two standalone nodes may share an address with different databases; a
+/// cluster member serves only one keyspace, so no other node may name it.
+fn shared_addresses(nodes: &[Node]) -> Result<(), ConfigError> {
+    // Per address: the first node naming it, and whether it is a cluster.
+    let mut owners: HashMap<&str, (Arc<str>, bool)> = HashMap::new();
+    for node in nodes {
+        let cluster = node.is_cluster();
+        for address in node.addresses() {
+            let (first, first_is_cluster) = owners
+                .entry(address)
+                .or_insert_with(|| (node.label().clone(), cluster));
+            if *first != *node.label() && (cluster || *first_is_cluster) {
+                return Err(ConfigError::SharedAddress {
+                    address: address.clone(),
+                    first: first.to_string(),
+                    second: node.label().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::acquire::FirstUse;
-use crate::acquire::retry::{Next, Retry, jitter_unit};
+use crate::acquire::retry::{Next, Retry, Schedule, jitter_unit};
 use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, unheard_backoff};
 use crate::error::Error;
 use crate::holding::guard::LockGuard;
@@ -649,11 +649,7 @@ impl Redlock {
         made: &mut u32,
     ) -> Result<A::Guard, Error> {
         let started = Instant::now();
-        let mut schedule = match attempts {
-            Attempts::Once => Retry::none().schedule(started),
-            Attempts::PerPolicy => self.inner.retry.schedule(started),
-            Attempts::Campaign => self.inner.retry.campaign(started),
-        };
+        let mut schedule = attempts.schedule(&self.inner.retry, started);
         let wakeups = self.inner.wakeups.as_ref();
         let mut waiter: Option<Waiter> = None;
         // Whether the last attempt was made on a wake-up.
@@ -766,6 +762,17 @@ pub(crate) enum Attempts {
     /// while another candidate leads, as the policy allows while too few
     /// nodes are reachable (see [`Retry::campaign`]).
     Campaign,
+}
+
+impl Attempts {
+    /// When a call that started at `started` tries again, under `policy`.
+    fn schedule(self, policy: &Retry, started: Instant) -> Schedule {
+        match self {
+            Attempts::Once => Retry::none().schedule(started),
+            Attempts::PerPolicy => policy.schedule(started),
+            Attempts::Campaign => policy.campaign(started),
+        }
+    }
 }
 
 /// What a call of [`Redlock::acquire`] acquires: a validated request of

@@ -154,20 +154,7 @@ pub(crate) fn judge(facts: &[NodeFacts], settings: Settings<'_>) -> Report {
 /// `run_id`), or one master and its replicas (same `master_replid`, when
 /// not already one server). Each finding with the node it belongs to.
 fn shared_servers(facts: &[NodeFacts]) -> Vec<(usize, Finding)> {
-    let mut by_run_id: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
-    let mut by_replid: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
-    for (i, node) in facts.iter().enumerate() {
-        for (address, server) in &node.servers {
-            let Ok(server) = server else { continue };
-            let Ok(info) = &server.info else { continue };
-            if let Some(id) = info.get("run_id") {
-                by_run_id.entry(id).or_default().push((i, address));
-            }
-            if let Some(id) = info.get("master_replid") {
-                by_replid.entry(id).or_default().push((i, address));
-            }
-        }
-    }
+    let (by_run_id, by_replid) = (by_info(facts, "run_id"), by_info(facts, "master_replid"));
     // Each pair of nodes in one group, once, the later node first.
     let pairs = |groups: BTreeMap<&str, Vec<(usize, &str)>>| {
         let mut pairs = Vec::new();
@@ -214,6 +201,22 @@ fn shared_servers(facts: &[NodeFacts]) -> Vec<(usize, Finding)> {
         )));
     }
     findings
+}
+
+/// The servers that answered, by the value of their `INFO` `field`: each
+/// value's (node, address) pairs.
+fn by_info<'a>(facts: &'a [NodeFacts], field: &str) -> BTreeMap<&'a str, Vec<(usize, &'a str)>> {
+    let mut groups: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+    for (i, node) in facts.iter().enumerate() {
+        for (address, server) in &node.servers {
+            let Ok(server) = server else { continue };
+            let Ok(info) = &server.info else { continue };
+            if let Some(id) = info.get(field) {
+                groups.entry(id).or_default().push((i, address));
+            }
+        }
+    }
+    groups
 }
 
 /// Whether a node answered the check: every server it names was probed,

@@ -341,21 +341,7 @@ async fn access(
     options: &CheckOptions,
     path: Option<&str>,
 ) -> Result<Vec<(String, String)>, String> {
-    // What each step sends on this node (see `Capabilities::describe`).
-    let native =
-        |step: &str, command: &str| path.is_some_and(|p| p.contains(&format!("{step} {command}")));
-    let release = if native("release", "DELIFEQ") {
-        "release (DELIFEQ, PUBLISH)"
-    } else if native("release", "DELEX") {
-        "release (DELEX IFEQ, PUBLISH)"
-    } else {
-        "release (script: GET, DEL, PUBLISH)"
-    };
-    let extend = if native("extend", "SET IFEQ") {
-        "extend (SET NX PX, SET IFEQ PX)"
-    } else {
-        "extend (script: GET, PEXPIRE, SET)"
-    };
+    let (release, extend) = step_names(path);
     // The key's name is random too, but not the token: a key name may
     // appear in logs, a token never.
     let name = Token::generate().map_err(|e| e.to_string())?;
@@ -407,6 +393,26 @@ async fn access(
     }
     refused.dedup();
     Ok(refused)
+}
+
+/// How the probe names the release and the extension: with what each
+/// sends on a node whose `path` is this (see `Capabilities::describe`).
+fn step_names(path: Option<&str>) -> (&'static str, &'static str) {
+    let native =
+        |step: &str, command: &str| path.is_some_and(|p| p.contains(&format!("{step} {command}")));
+    let release = if native("release", "DELIFEQ") {
+        "release (DELIFEQ, PUBLISH)"
+    } else if native("release", "DELEX") {
+        "release (DELEX IFEQ, PUBLISH)"
+    } else {
+        "release (script: GET, DEL, PUBLISH)"
+    };
+    let extend = if native("extend", "SET IFEQ") {
+        "extend (SET NX PX, SET IFEQ PX)"
+    } else {
+        "extend (script: GET, PEXPIRE, SET)"
+    };
+    (release, extend)
 }
 
 #[cfg(test)]

@@ -166,24 +166,7 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> LeaderRead {
     if let Some((token, count)) = &best
         && *count >= q
     {
-        let newest = answers
-            .iter()
-            .flatten()
-            .filter_map(|seen| match seen {
-                Seen::Proclaimed {
-                    token: t,
-                    term,
-                    rev,
-                    value,
-                } if t == token => Some(Confirmed {
-                    token: t.clone(),
-                    term: *term,
-                    rev: *rev,
-                    value: value.clone(),
-                }),
-                _ => None,
-            })
-            .max_by_key(|c| c.rev);
+        let newest = newest_value(answers, token);
         // The token leads, but no node that answered has its value: a
         // node yet to answer, or one that failed, may have it (a node that
         // restarted empty gets the lock back from a renewal before the
@@ -207,6 +190,28 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> LeaderRead {
         return LeaderRead::Unavailable;
     }
     LeaderRead::Pending
+}
+
+/// The newest value `token` proclaimed among the answers.
+fn newest_value(answers: &[Option<Seen>], token: &str) -> Option<Confirmed> {
+    answers
+        .iter()
+        .flatten()
+        .filter_map(|seen| match seen {
+            Seen::Proclaimed {
+                token: t,
+                term,
+                rev,
+                value,
+            } if t == token => Some(Confirmed {
+                token: t.clone(),
+                term: *term,
+                rev: *rev,
+                value: value.clone(),
+            }),
+            _ => None,
+        })
+        .max_by_key(|c| c.rev)
 }
 
 /// A leader read's answers so far, decided by [`decide`].

@@ -15,8 +15,8 @@ use crate::error::{Error, LossReason, NodeError, NodeFailure};
 use crate::holding::lease::{Extended, Lease, LockState, RoundId};
 use crate::holding::renew::Renewer;
 use crate::metrics;
-use crate::node::Op;
-use crate::quorum::{Answer, Rule, Vote};
+use crate::node::{Deadline, ExtendReply, Op};
+use crate::quorum::{Answer, Rule, Vote, Window};
 use crate::request::Ttl;
 use crate::round::calls::Requests;
 use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
@@ -302,18 +302,7 @@ impl LockGuard {
                 Rule::Quorum,
                 "extend",
                 deadline,
-                |i, _, deadline| {
-                    let (core, held) = (core.clone(), held.clone());
-                    async move {
-                        let holding = &held.holding;
-                        let alone =
-                            async { core.node(i)?.extend(holding.extension(ttl), deadline).await };
-                        // With whatever else is bound for this node
-                        // meanwhile, where it can.
-                        let (op, on_node) = (Op::Extend { ttl }, holding.on_node());
-                        core.lanes().send_or(i, op, on_node, deadline, alone).await
-                    }
-                },
+                |i, _, deadline| extend_on(core.clone(), held.clone(), i, ttl, deadline),
             )
             .await;
             confirm(held, id, &round, &stragglers);
@@ -322,22 +311,7 @@ impl LockGuard {
                 (!pending.is_empty()).then(|| Arc::new(InFlight::new(core.len(), &pending, true)));
             *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
             follow_into(core, held, id, "extend", stragglers, in_flight);
-            match held.settle_extension(round.decision, &round.tally, &window) {
-                Extended::Yes => {
-                    metrics::extension("extended");
-                    let confirmed = held.confirmations.count();
-                    tracing::debug!(extended = round.tally.yes(), confirmed, "lock extended");
-                    Ok(())
-                }
-                Extended::Lost(reason) => {
-                    metrics::extension("lost");
-                    Err(held.lost_error(reason, round.tally.yes(), core.quorum(), round.failures))
-                }
-                Extended::Failed => {
-                    metrics::extension("failed");
-                    Err(round.failure(&held.resource))
-                }
-            }
+            extension_outcome(core, held, round, &window)
         }
         .instrument(span)
         .await
@@ -481,24 +455,8 @@ async fn give_up(
         }
     }
     let (round, stragglers) = crate::round::release(core, held).await;
-    // Each of the release's answers, with the requests it raced on that
-    // node, may call for the release to go out there again. (Nothing to
-    // allocate when it raced none: the usual case.)
-    let settle = (!races.is_empty()).then(|| {
-        let (core, held) = (core.clone(), held.clone());
-        move |node: usize, deleted: bool| {
-            // Every raced request hears the answer (no short-circuit).
-            let again = races
-                .iter()
-                .filter(|(raced, _)| *raced == node)
-                .fold(false, |again, (_, requests)| {
-                    requests.released(node, deleted) | again
-                });
-            if again {
-                release_again(&core, &held, node);
-            }
-        }
-    });
+    // (Nothing to allocate when it raced none: the usual case.)
+    let settle = (!races.is_empty()).then(|| settle_races(core, held, races));
     // The nodes that answered in the round; those still in flight, below.
     if let Some(settle) = &settle {
         for (node, vote) in round.votes(&stragglers).into_iter().enumerate() {
@@ -530,6 +488,70 @@ async fn give_up(
         });
     });
     (round, Some((nodes, following)))
+}
+
+/// The extension of `held` with `ttl` on node `i`, owned (it may be
+/// followed after the decision): with whatever else is bound for the node
+/// meanwhile, where it can.
+async fn extend_on(
+    core: Arc<Core>,
+    held: Arc<LockState>,
+    i: usize,
+    ttl: Ttl,
+    deadline: Deadline,
+) -> Result<ExtendReply, NodeError> {
+    let holding = &held.holding;
+    let alone = async { core.node(i)?.extend(holding.extension(ttl), deadline).await };
+    let (op, on_node) = (Op::Extend { ttl }, holding.on_node());
+    core.lanes().send_or(i, op, on_node, deadline, alone).await
+}
+
+/// What an extension's round means for its caller (and the metrics).
+fn extension_outcome(
+    core: &Arc<Core>,
+    held: &Arc<LockState>,
+    round: Round<ExtendReply>,
+    window: &Window,
+) -> Result<(), Error> {
+    match held.settle_extension(round.decision, &round.tally, window) {
+        Extended::Yes => {
+            metrics::extension("extended");
+            let confirmed = held.confirmations.count();
+            tracing::debug!(extended = round.tally.yes(), confirmed, "lock extended");
+            Ok(())
+        }
+        Extended::Lost(reason) => {
+            metrics::extension("lost");
+            Err(held.lost_error(reason, round.tally.yes(), core.quorum(), round.failures))
+        }
+        Extended::Failed => {
+            metrics::extension("failed");
+            Err(round.failure(&held.resource))
+        }
+    }
+}
+
+/// Each of a release's answers, with the requests it raced on that node
+/// (`races`), may call for the release to go out there again: what hears
+/// the answer of node `node` (`deleted`: whether it deleted our token).
+fn settle_races(
+    core: &Arc<Core>,
+    held: &Arc<LockState>,
+    races: Vec<(usize, Arc<InFlight>)>,
+) -> impl Fn(usize, bool) + Send + Sync + 'static + use<> {
+    let (core, held) = (core.clone(), held.clone());
+    move |node: usize, deleted: bool| {
+        // Every raced request hears the answer (no short-circuit).
+        let again = races
+            .iter()
+            .filter(|(raced, _)| *raced == node)
+            .fold(false, |again, (_, requests)| {
+                requests.released(node, deleted) | again
+            });
+        if again {
+            release_again(&core, &held, node);
+        }
+    }
 }
 
 impl fmt::Debug for LockGuard {

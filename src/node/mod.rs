@@ -155,6 +155,30 @@ pub(crate) struct Node {
     backend: Backend,
 }
 
+/// The cluster client over `infos` (the seeds): each request bounded by
+/// `response_timeout` at most (every call has its own deadline too), and
+/// with TLS seeds, the members it learns of checked against the same CA.
+fn cluster_client(
+    infos: Vec<ConnectionInfo>,
+    response_timeout: Duration,
+    tls: bool,
+    options: &NodeOptions,
+) -> redis::RedisResult<ClusterClient> {
+    let builder = ClusterClient::builder(infos)
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(response_timeout)
+        .overall_response_timeout(None);
+    // Only for TLS seeds: certificates would turn TLS on for plain ones.
+    #[cfg(feature = "tls")]
+    let builder = match &options.tls_roots {
+        Some(roots) if tls => builder.certs(tls_certificates(roots)),
+        _ => builder,
+    };
+    #[cfg(not(feature = "tls"))]
+    let _ = (tls, options);
+    builder.build()
+}
+
 // A manager holds a handful of nodes: their size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Backend {
@@ -203,19 +227,40 @@ impl Node {
         let info = client.get_connection_info().clone();
         let info = &info;
         let tls = is_tls(info);
-        Ok(Self {
-            label: label(info).into(),
-            addresses: vec![info.addr().to_string()],
+        let backend = Backend::Standalone(Ordered::new(client, tls, CONNECT_TIMEOUT));
+        let addresses = vec![info.addr().to_string()];
+        Ok(Self::new(
+            label(info).into(),
+            addresses,
+            tls,
+            passwords([info]),
+            options,
+            backend,
+        ))
+    }
+
+    /// A node reached through `backend`, with the settings of `options`.
+    fn new(
+        label: Arc<str>,
+        addresses: Vec<String>,
+        tls: bool,
+        passwords: Vec<String>,
+        options: &NodeOptions,
+        backend: Backend,
+    ) -> Self {
+        Self {
+            label,
+            addresses,
             script_mode: options.script_mode,
             native_commands: options.native_commands,
             caps: caps::Known::default(),
             replica_sync: options.replica_sync,
             tls,
-            passwords: passwords([info]),
+            passwords,
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
-            backend: Backend::Standalone(Ordered::new(client, tls, CONNECT_TIMEOUT)),
-        })
+            backend,
+        }
     }
 
     /// A node that is one Redis Cluster, found through `seeds` (URLs of some
@@ -252,46 +297,31 @@ impl Node {
         let tls = infos.first().is_some_and(is_tls);
         let passwords = passwords(&infos);
         let response_timeout = node_timeout.max(CONNECT_TIMEOUT);
-        let builder = ClusterClient::builder(infos)
-            .connection_timeout(CONNECT_TIMEOUT)
-            .response_timeout(response_timeout)
-            // Every call is bounded by its own deadline instead.
-            .overall_response_timeout(None);
-        // The cluster client connects to members it learns of from the
-        // seeds: they must chain to the same CA. (Only for TLS seeds:
-        // certificates would turn TLS on for plain ones.)
-        #[cfg(feature = "tls")]
-        let builder = match &options.tls_roots {
-            Some(roots) if tls => builder.certs(tls_certificates(roots)),
-            _ => builder,
-        };
-        let client = builder.build().map_err(|e| ConfigError::InvalidCluster {
-            node: node_label.clone(),
-            // Says which setting the seeds disagree on, never its value.
-            reason: e.to_string(),
+        let client = cluster_client(infos, response_timeout, tls, options).map_err(|e| {
+            ConfigError::InvalidCluster {
+                node: node_label.clone(),
+                // Says which setting the seeds disagree on, never its value.
+                reason: e.to_string(),
+            }
         })?;
         let config = ClusterConfig::new()
             .set_connection_timeout(CONNECT_TIMEOUT)
             .set_response_timeout(response_timeout);
-        Ok(Self {
-            label: node_label.into(),
+        let backend = Backend::Cluster(ClusterBackend {
+            client,
+            config,
+            conn: OnceLock::new(),
+            verified: OnceCell::new(),
+            seeds: clients,
+        });
+        Ok(Self::new(
+            node_label.into(),
             addresses,
-            script_mode: options.script_mode,
-            native_commands: options.native_commands,
-            caps: caps::Known::default(),
-            replica_sync: options.replica_sync,
             tls,
             passwords,
-            server: OnceCell::new(),
-            timeouts: AtomicU32::new(0),
-            backend: Backend::Cluster(ClusterBackend {
-                client,
-                config,
-                conn: OnceLock::new(),
-                verified: OnceCell::new(),
-                seeds: clients,
-            }),
-        })
+            options,
+            backend,
+        ))
     }
 
     pub(crate) fn label(&self) -> &Arc<str> {
