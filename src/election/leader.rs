@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::quorum::Rule;
-use crate::quorum::decide::Decide;
+use crate::quorum::decide::{Decide, Standing, standing};
 use crate::quorum::quorum;
 use crate::request::Ttl;
 use crate::round::{Core, Round, Traced, fan_out, fan_out_with, follow};
@@ -163,33 +163,29 @@ pub(crate) fn decide(answers: &[Option<Seen>], pending: usize) -> LeaderRead {
             best = Some((token, count));
         }
     }
-    if let Some((token, count)) = &best
-        && *count >= q
-    {
-        let newest = newest_value(answers, token);
-        // The token leads, but no node that answered has its value: a
-        // node yet to answer, or one that failed, may have it (a node that
-        // restarted empty gets the lock back from a renewal before the
-        // value comes back, so the value can be on the failed nodes only).
-        return match newest {
-            Some(confirmed) => LeaderRead::Leader(confirmed),
-            None if pending > 0 => LeaderRead::Pending,
-            None if failed > 0 => LeaderRead::Unavailable,
-            None => LeaderRead::NoLeader,
-        };
+    let most = best.as_ref().map_or(0, |(_, count)| *count);
+    match standing(most, pending, failed, q) {
+        Standing::Confirmed => {
+            let token = best.map(|(token, _)| token).unwrap_or_default();
+            // The token leads. If no node that answered has its value, a
+            // node yet to answer, or one that failed, may have it (a node
+            // that restarted empty gets the lock back from a renewal
+            // before the value comes back, so the value can be on the
+            // failed nodes only).
+            match newest_value(answers, &token) {
+                Some(confirmed) => LeaderRead::Leader(confirmed),
+                None if pending > 0 => LeaderRead::Pending,
+                None if failed > 0 => LeaderRead::Unavailable,
+                None => LeaderRead::NoLeader,
+            }
+        }
+        // No token can be on a quorum, whatever the others say.
+        Standing::RuledOut => LeaderRead::NoLeader,
+        // A leader can no longer be confirmed, nor ruled out, whatever the
+        // pending nodes say.
+        Standing::Unknowable => LeaderRead::Unavailable,
+        Standing::Open => LeaderRead::Pending,
     }
-    // No token is on a quorum of the answers. The most any token can be on
-    // is what it has, plus every node that has not said otherwise.
-    let most = best.map_or(0, |(_, count)| count);
-    if most + pending + failed < q {
-        return LeaderRead::NoLeader;
-    }
-    // A leader can no longer be confirmed, nor ruled out, whatever the
-    // pending nodes say.
-    if most + pending < q && most + failed >= q {
-        return LeaderRead::Unavailable;
-    }
-    LeaderRead::Pending
 }
 
 /// The newest value `token` proclaimed among the answers.

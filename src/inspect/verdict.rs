@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict};
+use crate::quorum::decide::{Standing, standing};
 
 /// What the answers so far say.
 #[derive(Debug)]
@@ -17,33 +18,6 @@ pub(super) struct Judgement {
     pub(super) leader: Option<Proclaimed>,
     pub(super) last_leader: Option<Proclaimed>,
     pub(super) permit_count: Option<u32>,
-}
-
-/// Where one token stands, with `pending` nodes still to answer and
-/// `failed` that did not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Standing {
-    /// On a quorum.
-    Confirmed,
-    /// On no quorum, even if every pending and failed node holds it.
-    RuledOut,
-    /// The pending nodes cannot put it on a quorum, and even if they all
-    /// answer without it the failed nodes could: nobody can tell.
-    Unknowable,
-    /// The pending nodes decide it.
-    Open,
-}
-
-pub(super) fn standing(nodes: usize, pending: usize, failed: usize, quorum: usize) -> Standing {
-    if nodes >= quorum {
-        Standing::Confirmed
-    } else if nodes + pending + failed < quorum {
-        Standing::RuledOut
-    } else if nodes + pending < quorum && nodes + failed >= quorum {
-        Standing::Unknowable
-    } else {
-        Standing::Open
-    }
 }
 
 /// Judges the nodes' answers so far. Every token is judged on its own

@@ -2,7 +2,8 @@
 //! answer (or failure) in, "decided" out. One lock's votes are a
 //! [`Round`](crate::round::Round) over a [`Tally`]; a renewal round's,
 //! where one call per node carries every lock due, a [`Batch`] of tallies;
-//! a leader read's, the verdict of `elect`. No I/O.
+//! a leader read's and an inspection's tokens, where a claim stands
+//! ([`standing`]). No I/O.
 
 use crate::error::{NodeError, NodeFailure};
 use crate::quorum::{Decision, Tally, Vote, quorum};
@@ -43,6 +44,35 @@ pub(crate) trait Decide {
 /// a loaded machine rather than frozen nodes: those are waited for.)
 pub(crate) fn waits_only_on(nodes: usize, pending: usize, unresponsive: usize) -> bool {
     pending > 0 && unresponsive == pending && unresponsive <= nodes - quorum(nodes)
+}
+
+/// Where one claim stands — a token on the nodes, a leader — when `nodes`
+/// of the answers so far show it, `pending` nodes are still to answer and
+/// `failed` did not: the rule of a read decided at a quorum (an
+/// inspection's tokens, a leader read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// On a quorum.
+    Confirmed,
+    /// On no quorum, even if every pending and failed node holds it.
+    RuledOut,
+    /// The pending nodes cannot put it on a quorum, and even if they all
+    /// answer without it the failed nodes could: nobody can tell.
+    Unknowable,
+    /// The pending nodes decide it.
+    Open,
+}
+
+pub(crate) fn standing(nodes: usize, pending: usize, failed: usize, quorum: usize) -> Standing {
+    if nodes >= quorum {
+        Standing::Confirmed
+    } else if nodes + pending + failed < quorum {
+        Standing::RuledOut
+    } else if nodes + pending < quorum && nodes + failed >= quorum {
+        Standing::Unknowable
+    } else {
+        Standing::Open
+    }
 }
 
 /// The tallies of a batch of locks asked of every node in one call each (a
