@@ -545,7 +545,7 @@ pub(crate) static BATCH: LazyLock<Lua> = LazyLock::new(|| {
 });
 
 /// One plain (one-key, unfenced) lock's request to a node, alone or in a
-/// batch with others (see `batch.lua` and `batch.rs`).
+/// batch with others (see `batch.lua` and this file).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Single<'a> {
     pub(crate) op: SingleOp<'a>,
