@@ -222,9 +222,10 @@
 //!    - `lock` — the lock kinds (plain, fenced, multi-resource) as
 //!      descriptions the engine runs: what a node is asked, how it votes.
 //! 4. **Holding**
-//!    - `holding` — what a holder owns: [`LockGuard`] (and the typed
-//!      [`Permit`], [`ReadGuard`], [`WriteGuard`]): extend, release, drop
-//!      (`guard.rs`); [`Lease`]: deadline, loss, where the token is
+//!    - `holding` — what a holder owns: [`LockGuard`]: extend, release,
+//!      drop, and `typed_guard!`, with which each primitive declares its
+//!      typed guard in its folder ([`Permit`], [`ReadGuard`],
+//!      [`WriteGuard`]) (`guard.rs`); [`Lease`]: deadline, loss, where the token is
 //!      confirmed (`lease.rs`); auto-extension, one task per manager,
 //!      batched per node (`renew.rs`).
 //! 5. **Entry points**
@@ -250,7 +251,9 @@
 //!
 //! A new primitive is a folder, as `semaphore` is: its API and its
 //! description on the engine (`Acquire`), its node commands and its
-//! `Shape` (how a node extends and releases a holding), its scripts, each
+//! `Shape` (how a node extends and releases a holding), its typed guard
+//! (one `typed_guard!` line), its keys from `Limits::key` with
+//! `Limits::one_slot` (their suffixes in `keys.rs`), its scripts, each
 //! a `Lua` static beside its `.lua` file and listed once in the Functions
 //! library's list (`scripts`' tests, which regenerate the library). Guards,
 //! renewal, releases and wake-ups serve it without knowing which primitive
@@ -313,7 +316,7 @@ pub use acquire::wakeup::WakeOnRelease;
 pub use builder::RedlockBuilder;
 pub use election::{Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
-pub use holding::guard::{LockGuard, Permit, ReadGuard, ReleaseSummary, WriteGuard};
+pub use holding::guard::{LockGuard, ReleaseSummary};
 pub use holding::lease::Lease;
 pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
@@ -321,7 +324,9 @@ pub use inspect::{
 };
 pub use redlock::Redlock;
 pub use rwlock::RwLock;
+pub use rwlock::{ReadGuard, WriteGuard};
 pub use scripts::{FUNCTIONS_LIBRARY, NativeCommands, ScriptMode};
+pub use semaphore::Permit;
 pub use semaphore::Semaphore;
 pub use token::Token;
 

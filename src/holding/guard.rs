@@ -40,7 +40,9 @@ use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again}
 pub struct LockGuard {
     core: Arc<Core>,
     renewer: Arc<Renewer>,
-    lease: Lease,
+    /// Read by the typed guards' getters (`typed_guard!`), in their
+    /// primitives' folders.
+    pub(crate) lease: Lease,
     /// The ttl the lock was acquired with; auto-extension renews with it.
     ttl: Ttl,
     /// Set once `release` has run, so that `Drop` does not release again.
@@ -56,47 +58,47 @@ pub struct LockGuard {
 /// other primitives; `$($lease)+` is the path from `self` to the lease.
 macro_rules! lease_getters {
     ($($lease:ident).+) => {
-        /// The resource name the lock is held on ([`Lease::resource`]).
+        /// The resource name the lock is held on ([`Lease::resource`](crate::Lease::resource)).
         pub fn resource(&self) -> &str {
             self.$($lease).+.resource()
         }
 
-        /// This grant's token ([`Lease::token`]).
+        /// This grant's token ([`Lease::token`](crate::Lease::token)).
         pub fn token(&self) -> &$crate::Token {
             self.$($lease).+.token()
         }
 
-        /// On how many nodes the token is confirmed ([`Lease::confirmed`]).
+        /// On how many nodes the token is confirmed ([`Lease::confirmed`](crate::Lease::confirmed)).
         pub fn confirmed(&self) -> usize {
             self.$($lease).+.confirmed()
         }
 
         /// The instant after which the holder must assume it no longer
-        /// holds the lock ([`Lease::deadline`]).
+        /// holds the lock ([`Lease::deadline`](crate::Lease::deadline)).
         pub fn deadline(&self) -> ::tokio::time::Instant {
             self.$($lease).+.deadline()
         }
 
         /// When the request behind the current deadline began
-        /// ([`Lease::started`]).
+        /// ([`Lease::started`](crate::Lease::started)).
         pub fn started(&self) -> ::tokio::time::Instant {
             self.$($lease).+.started()
         }
 
         /// How much longer the lock can be trusted; zero once it is lost
-        /// ([`Lease::validity`]).
+        /// ([`Lease::validity`](crate::Lease::validity)).
         pub fn validity(&self) -> ::std::time::Duration {
             self.$($lease).+.validity()
         }
 
         /// Why the lock is lost, if it is; `None` while it can be trusted
-        /// ([`Lease::loss_reason`]).
+        /// ([`Lease::loss_reason`](crate::Lease::loss_reason)).
         pub fn loss_reason(&self) -> Option<$crate::LossReason> {
             self.$($lease).+.loss_reason()
         }
 
         /// Resolves once the holder must assume the lock is gone, with the
-        /// reason ([`Lease::lost`]). Cancel safe; the future borrows
+        /// reason ([`Lease::lost`](crate::Lease::lost)). Cancel safe; the future borrows
         /// nothing.
         pub fn lost(
             &self,
@@ -105,12 +107,14 @@ macro_rules! lease_getters {
         }
 
         /// An owned, cloneable view of this lock for code running under it
-        /// (see [`Lease`]).
-        pub fn lease(&self) -> Lease {
+        /// (see [`Lease`](crate::Lease)).
+        pub fn lease(&self) -> $crate::Lease {
             self.$($lease).+.clone()
         }
     };
 }
+
+pub(crate) use lease_getters;
 
 impl LockGuard {
     /// The guard of a granted attempt. Records where the deciding answers
@@ -643,84 +647,60 @@ macro_rules! typed_guard {
         #[must_use = concat!("dropping the ", $what, " releases it in the background; bind it (`let guard = …`) for as long as you need it")]
         #[clippy::has_significant_drop]
         pub struct $name {
-            guard: LockGuard,
+            guard: $crate::LockGuard,
         }
 
         impl $name {
-            pub(crate) fn new(guard: LockGuard) -> Self {
+            pub(crate) fn new(guard: $crate::LockGuard) -> Self {
                 Self { guard }
             }
 
-            lease_getters!(guard.lease);
+            $crate::holding::guard::lease_getters!(guard.lease);
 
             /// Extends the hold to `ttl` from now, on a quorum (see
-            /// [`LockGuard::extend`]).
+            /// [`LockGuard::extend`](crate::LockGuard::extend)).
             ///
             /// # Errors
             ///
-            /// As [`LockGuard::extend`].
-            pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+            /// As [`LockGuard::extend`](crate::LockGuard::extend).
+            pub async fn extend(&self, ttl: ::std::time::Duration) -> Result<(), $crate::Error> {
                 self.guard.extend(ttl).await
             }
 
             /// Keeps the hold alive in the background until it is released,
-            /// dropped or lost (see [`LockGuard::auto_extend`]).
+            /// dropped or lost (see
+            /// [`LockGuard::auto_extend`](crate::LockGuard::auto_extend)).
             pub fn auto_extend(&self) {
                 self.guard.auto_extend();
             }
 
             /// Gives the hold up, decided at a quorum (see
-            /// [`LockGuard::release`]).
+            /// [`LockGuard::release`](crate::LockGuard::release)).
             ///
             /// # Errors
             ///
-            /// As [`LockGuard::release`].
-            pub async fn release(self) -> Result<ReleaseSummary, Error> {
+            /// As [`LockGuard::release`](crate::LockGuard::release).
+            pub async fn release(self) -> Result<$crate::ReleaseSummary, $crate::Error> {
                 self.guard.release().await
             }
         }
 
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.debug_tuple(stringify!($name)).field(&self.guard).finish()
             }
         }
 
-        impl From<$name> for LockGuard {
-            /// The same hold as a plain [`LockGuard`], for code that holds
-            /// any primitive alike.
-            fn from(typed: $name) -> LockGuard {
+        impl From<$name> for $crate::LockGuard {
+            /// The same hold as a plain [`LockGuard`](crate::LockGuard),
+            /// for code that holds any primitive alike.
+            fn from(typed: $name) -> $crate::LockGuard {
                 typed.guard
             }
         }
     };
 }
-
-typed_guard!(
-    /// A permit of a [`Semaphore`](crate::Semaphore), from
-    /// [`acquire`](crate::Semaphore::acquire) or
-    /// [`try_acquire`](crate::Semaphore::try_acquire). Its
-    /// [`resource`](Self::resource) is the semaphore's name.
-    Permit,
-    "permit"
-);
-
-typed_guard!(
-    /// A reader's share of an [`RwLock`](crate::RwLock), from
-    /// [`read`](crate::RwLock::read) or [`try_read`](crate::RwLock::try_read).
-    /// Other readers may hold it too; no writer does.
-    ReadGuard,
-    "read guard"
-);
-
-typed_guard!(
-    /// The writer's hold on an [`RwLock`](crate::RwLock), from
-    /// [`write`](crate::RwLock::write) or
-    /// [`try_write`](crate::RwLock::try_write): no reader or other writer
-    /// holds it.
-    WriteGuard,
-    "write guard"
-);
+pub(crate) use typed_guard;
 
 /// The outcome of [`LockGuard::release`], per node: what was known when it
 /// returned (a quorum's answers, at least), and a way to wait for the

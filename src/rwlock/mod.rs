@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
-use crate::holding::guard::{LockGuard, ReadGuard, WriteGuard};
+use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::node::ShapeRef;
@@ -375,3 +375,20 @@ impl Acquire for RwAttempt {
         }
     }
 }
+
+crate::holding::guard::typed_guard!(
+    /// A reader's share of an [`RwLock`](crate::RwLock), from
+    /// [`read`](crate::RwLock::read) or [`try_read`](crate::RwLock::try_read).
+    /// Other readers may hold it too; no writer does.
+    ReadGuard,
+    "read guard"
+);
+
+crate::holding::guard::typed_guard!(
+    /// The writer's hold on an [`RwLock`](crate::RwLock), from
+    /// [`write`](crate::RwLock::write) or
+    /// [`try_write`](crate::RwLock::try_write): no reader or other writer
+    /// holds it.
+    WriteGuard,
+    "write guard"
+);

@@ -22,7 +22,7 @@ use rand::RngExt;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
-use crate::holding::guard::{LockGuard, Permit};
+use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::node::ShapeRef;
@@ -517,6 +517,15 @@ impl Acquire for SlotAttempt {
         }
     }
 }
+
+crate::holding::guard::typed_guard!(
+    /// A permit of a [`Semaphore`](crate::Semaphore), from
+    /// [`acquire`](crate::Semaphore::acquire) or
+    /// [`try_acquire`](crate::Semaphore::try_acquire). Its
+    /// [`resource`](Self::resource) is the semaphore's name.
+    Permit,
+    "permit"
+);
 
 #[cfg(test)]
 mod tests {
