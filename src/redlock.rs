@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -619,22 +620,24 @@ impl Redlock {
         op: &'static str,
     ) -> impl Future<Output = Result<A::Guard, Error>> + Send + use<A> {
         let this = self.clone();
-        async move {
-            let started = Instant::now();
-            let mut made = 0;
-            let result = match request {
-                Ok(request) => {
-                    this.startup_check();
-                    let span = request.span(op);
-                    this.retry(&request, attempts, &mut made)
-                        .instrument(span)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
-            metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
-            result
-        }
+        let call: Pin<Box<dyn Future<Output = Result<A::Guard, Error>> + Send>> =
+            Box::pin(async move {
+                let started = Instant::now();
+                let mut made = 0;
+                let result = match request {
+                    Ok(request) => {
+                        this.startup_check();
+                        let span = request.span(op);
+                        this.retry(&request, attempts, &mut made)
+                            .instrument(span)
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
+                metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
+                result
+            });
+        call
     }
 
     /// Runs `request`'s attempts until one grants or `attempts` gives up,

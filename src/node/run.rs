@@ -422,6 +422,24 @@ pub(super) fn describe_server(reply: &Value) -> Option<String> {
     Some(format!("{product} {version}"))
 }
 
+/// Sends command `$cmd` of script call `$call`, awaited where it stands:
+/// every script is idempotent for its own token, so it goes again if its
+/// connection dropped. A macro rather than a method, so that a script call
+/// adds no level of futures: each level deepens every caller's future,
+/// and the compiler computes the layout of the deepest chain.
+macro_rules! send {
+    ($call:expr, $cmd:expr) => {{
+        let (call, cmd) = ($call, $cmd);
+        let (node, secrets, deadline) = (call.node, call.secrets, call.deadline);
+        if call.writes {
+            node.write(&cmd, secrets, Resend::IfDropped, deadline).await
+        } else {
+            node.command(&cmd, secrets, Resend::IfDropped, deadline)
+                .await
+        }
+    }};
+}
+
 /// One script call of [`Node::run_script`], in each of its forms.
 struct ScriptCall<'a> {
     node: &'a Node,
@@ -446,22 +464,10 @@ impl ScriptCall<'_> {
         cmd
     }
 
-    /// Sends `cmd`; every script is idempotent for its own token, so it
-    /// goes again if its connection dropped.
-    async fn send(&self, cmd: Cmd) -> Result<Value, NodeError> {
-        let (node, secrets, deadline) = (self.node, self.secrets, self.deadline);
-        if self.writes {
-            node.write(&cmd, secrets, Resend::IfDropped, deadline).await
-        } else {
-            node.command(&cmd, secrets, Resend::IfDropped, deadline)
-                .await
-        }
-    }
-
     /// `FCALL` of the library's function, its errors named.
     async fn by_function(&self) -> Result<Value, NodeError> {
         let (node, deadline) = (self.node, self.deadline);
-        match self.send(self.cmd("FCALL", self.lua.function)).await {
+        match send!(self, self.cmd("FCALL", self.lua.function)) {
             Err(NodeError::Redis(e)) if is_function_not_found(&e) => {
                 Err(NodeError::FunctionsNotLoaded {
                     function: self.lua.function.to_owned(),
@@ -499,7 +505,7 @@ impl ScriptCall<'_> {
             // follow a round trip later, behind whatever the caller sent
             // meanwhile — a release overtaken by the next grant's request,
             // which that node would refuse.
-            match self.send(self.cmd("EVAL", self.lua.source)).await {
+            match send!(self, self.cmd("EVAL", self.lua.source)) {
                 // A user allowed EVALSHA and SCRIPT LOAD but not EVAL (or a
                 // server with EVAL renamed away): by hash, as below.
                 Err(NodeError::Redis(e))
@@ -513,14 +519,12 @@ impl ScriptCall<'_> {
                 }
             }
         }
-        let reply = match self
-            .send(self.cmd("EVALSHA", self.lua.script.get_hash()))
-            .await
-        {
+        let reply = match send!(self, self.cmd("EVALSHA", self.lua.script.get_hash())) {
             Err(NodeError::Redis(e))
                 if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
             {
-                self.after_noscript(ordered).await
+                // Boxed: a rare path, kept out of every caller's future.
+                Box::pin(self.after_noscript(ordered)).await
             }
             reply => reply,
         };
@@ -539,7 +543,7 @@ impl ScriptCall<'_> {
     /// (this user may not EVAL).
     async fn after_noscript(&self, ordered: Option<&Ordered>) -> Result<Value, NodeError> {
         let Some(ordered) = ordered else {
-            return self.send(self.cmd("EVAL", self.lua.source)).await;
+            return send!(self, self.cmd("EVAL", self.lua.source));
         };
         ordered.forget_cached(self.lua.cache_bit());
         let mut load = redis::cmd("SCRIPT");
@@ -547,8 +551,7 @@ impl ScriptCall<'_> {
         self.node
             .command(&load, self.secrets, Resend::IfDropped, self.deadline)
             .await?;
-        self.send(self.cmd("EVALSHA", self.lua.script.get_hash()))
-            .await
+        send!(self, self.cmd("EVALSHA", self.lua.script.get_hash()))
     }
 }
 

@@ -3,6 +3,7 @@
 //! still in flight after a decision ([`follow`]).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -162,20 +163,23 @@ impl<T: Answer> Traced for T {
 
 /// Sends one request to every node in parallel and tallies one lock's
 /// answers until `rule` says they decide: [`fan_out_with`] a [`Round`].
-pub(crate) async fn fan_out<'a, T, F, Fut>(
+pub(crate) async fn fan_out<'a, 'f, T, F, Fut>(
     nodes: &'a [Node],
     rule: Rule,
     op: &'static str,
     deadline: Instant,
     call: F,
-) -> (Round<T>, Requests<Fut>)
+) -> (Round<T>, Requests<Call<'f, T>>)
 where
     T: Answer,
     F: Fn(usize, &'a Node, Deadline) -> Fut,
-    Fut: Future<Output = Result<T, NodeError>>,
+    Fut: Future<Output = Result<T, NodeError>> + Send + 'f,
 {
     fan_out_with(nodes, op, deadline, Round::new(nodes.len(), rule), call).await
 }
+
+/// A node's request in a fan-out, boxed (see [`fan_out_with`]).
+pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeError>> + Send + 'a>>;
 
 /// The fan-out, for every request sent to every node: sends node `i`'s
 /// request, made by `call`, to each node in parallel, and hands each
@@ -193,18 +197,27 @@ where
 /// `call` makes node `i`'s request, to be bounded by the [`Deadline`] it is
 /// given: one timer at `deadline` bounds them all, in this fan-out and in
 /// whoever follows its stragglers, rather than a timer per request.
-pub(crate) async fn fan_out_with<'a, D, F, Fut>(
+pub(crate) async fn fan_out_with<'a, 'f, D, F, Fut>(
     nodes: &'a [Node],
     op: &'static str,
     deadline: Instant,
     mut decide: D,
     call: F,
-) -> (D, Requests<Fut>)
+) -> (D, Requests<Call<'f, D::Answer>>)
 where
     D: Decide<Answer: Traced>,
     F: Fn(usize, &'a Node, Deadline) -> Fut,
-    Fut: Future<Output = Result<D::Answer, NodeError>>,
+    Fut: Future<Output = Result<D::Answer, NodeError>> + Send + 'f,
 {
+    // Each request boxed, as a trait object: one allocation per node
+    // keeps the depth of the node layer's futures (group commit, scripts,
+    // the connection) out of the round's future and of every caller's,
+    // whose layout and auto traits the compiler must otherwise work out
+    // through all of it; a caller a few async functions deep overflowed
+    // the compiler's default query depth.
+    let call = |i: usize, node: &'a Node, deadline: Deadline| -> Call<'f, D::Answer> {
+        Box::pin(call(i, node, deadline))
+    };
     let record = |decide: &mut D, i: usize, answer| {
         let Some(node) = nodes.get(i) else {
             return;
