@@ -116,6 +116,18 @@ pub(crate) struct FenceKeys {
     pub(crate) call: Arc<str>,
 }
 
+impl FenceKeys {
+    /// The counter and mark beside the lock key `key`, for the call `call`:
+    /// the one place their names are formed.
+    pub(crate) fn beside(key: &str, call: Arc<str>) -> Self {
+        Self {
+            counter: Arc::from(format!("{key}{FENCE_SUFFIX}")),
+            mark: Arc::from(format!("{key}{FENCE_MARK_SUFFIX}")),
+            call,
+        }
+    }
+}
+
 /// One validated lock request.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -157,11 +169,10 @@ impl Request {
             ([_], Fencing::Off) => (None, Kind::Plain),
             (_, Fencing::Off) => (None, Kind::Many),
             ([key], Fencing::On) => (
-                Some(FenceKeys {
-                    counter: Arc::from(format!("{key}{FENCE_SUFFIX}")),
-                    mark: Arc::from(format!("{key}{FENCE_MARK_SUFFIX}")),
-                    call: Arc::from(Token::generate()?.as_str()),
-                }),
+                Some(FenceKeys::beside(
+                    key,
+                    Arc::from(Token::generate()?.as_str()),
+                )),
                 Kind::Fenced,
             ),
             // Not offered by the public API; refuse rather than guess.

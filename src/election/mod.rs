@@ -24,7 +24,7 @@ use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
 use crate::node::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
-use crate::request::{Fencing, Keys, Request, Ttl, channel};
+use crate::request::{FenceKeys, Fencing, Keys, Request, Ttl, channel};
 use crate::round::Core;
 
 impl Redlock {
@@ -190,9 +190,9 @@ impl Election {
         let limits = self.locks.limits();
         let key = limits.key(&self.name)?;
         let leader_key = leader::leader_key(&key);
-        let fence_key = format!("{key}{}", crate::keys::FENCE_SUFFIX);
-        let mark_key = format!("{key}{}", crate::keys::FENCE_MARK_SUFFIX);
-        limits.one_slot(&[&key, &fence_key, &mark_key, &leader_key])?;
+        // A read: no call, so no id for the counter's mark.
+        let fence = FenceKeys::beside(&key, Arc::from(""));
+        limits.one_slot(&[&key, &fence.counter, &fence.mark, &leader_key])?;
         Ok((key, leader_key))
     }
 
