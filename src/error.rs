@@ -289,6 +289,14 @@ pub enum NodeError {
     /// makes it count again.
     #[error("not waited for: its last requests timed out, none answered since")]
     Unresponsive,
+    /// The connection dropped while a release was on its way and the
+    /// release went out again, to find the token gone: the first sending
+    /// may have deleted it, or it was gone before. Counted neither as
+    /// released there nor as lost; the token is not on the node now.
+    #[error(
+        "the connection dropped during the release and it was sent again: the token is gone, deleted by the first sending or gone before it"
+    )]
+    ReleaseResent,
     /// The connection or the server reported an error.
     #[error(transparent)]
     Redis(#[from] redis::RedisError),

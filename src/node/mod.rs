@@ -53,7 +53,7 @@ pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -152,6 +152,9 @@ pub(crate) struct Node {
     /// Requests in a row that timed out, with no answer since (see
     /// [`unresponsive`](Node::unresponsive)).
     timeouts: AtomicU32,
+    /// Requests sent again after their connection dropped (see
+    /// [`resent`](Node::resent)).
+    resends: AtomicU64,
     backend: Backend,
 }
 
@@ -259,6 +262,7 @@ impl Node {
             passwords,
             server: OnceCell::new(),
             timeouts: AtomicU32::new(0),
+            resends: AtomicU64::new(0),
             backend,
         }
     }
@@ -392,6 +396,16 @@ impl Node {
     /// its timeouts, and keeps its place.
     pub(crate) fn unresponsive(&self) -> bool {
         self.timeouts.load(Ordering::Relaxed) >= UNRESPONSIVE
+    }
+
+    /// How many requests went out to this node a second time because their
+    /// connection dropped before the answer came (see
+    /// [`Resend`]). A reply to such a request may describe
+    /// what its first sending left behind: a release whose first sending
+    /// deleted the token finds it gone. Read before and after a call, it
+    /// tells whether a request may have been sent twice meanwhile.
+    pub(crate) fn resent(&self) -> u64 {
+        self.resends.load(Ordering::Acquire)
     }
 
     /// Whether this node is a Redis Cluster, where every key of one script

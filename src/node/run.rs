@@ -5,6 +5,7 @@
 //! with secrets redacted.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
@@ -19,7 +20,8 @@ use crate::scripts::{Lua, Replicas, ScriptMode};
 pub(crate) enum Resend {
     Never,
     /// The call is idempotent: sending it twice does what sending it once
-    /// does.
+    /// does. Its reply may not be: a release sent again finds the token
+    /// its first sending deleted (see [`Node::resent`]).
     IfDropped,
 }
 
@@ -222,6 +224,7 @@ impl Node {
             && error.is_connection_dropped()
             && matches!(self.backend, Backend::Standalone(_));
         if resends {
+            self.resends.fetch_add(1, Ordering::AcqRel);
             tracing::debug!(node = %self.label, error = %error, "connection dropped, sending again");
         }
         resends

@@ -124,6 +124,14 @@ impl OnNodes for Holding {
 /// can be followed after its caller returned. A one-key lock goes with
 /// whatever else is bound for the node meanwhile (see
 /// [`Lanes::send_or`](crate::node::Lanes::send_or)).
+///
+/// A release sent again after its connection dropped (a node restarting,
+/// a network cut) may find the token gone because its first sending
+/// deleted it: "not held there" is then unknown, and the answer is
+/// [`NodeError::ReleaseResent`] — neither a deletion nor a sign of loss.
+/// Whether this request went out twice is read from the node's count of
+/// requests sent again, before and after: another request's resend
+/// meanwhile makes the answer unknown too, which only ever costs a "no".
 async fn release_request<L: OnNodes>(
     core: Arc<Core>,
     lock: Arc<L>,
@@ -142,10 +150,19 @@ async fn release_request<L: OnNodes>(
             .release(keys, shape, token, announce.as_deref(), deadline)
             .await
     };
+    let resent = core.node(node).map(|target| target.resent());
     let lanes = core.lanes();
-    lanes
+    let deleted = lanes
         .send_or(node, op, holding.on_node(), deadline, alone)
-        .await
+        .await;
+    // A request sent twice (its connection dropped) that found the token
+    // gone tells nothing: its first sending may have deleted it.
+    match deleted {
+        Ok(false) if resent.ok() != core.node(node).ok().map(|target| target.resent()) => {
+            Err(NodeError::ReleaseResent)
+        }
+        deleted => deleted,
+    }
 }
 
 /// Token-checked release of `lock` on every node, decided at a quorum:

@@ -4,8 +4,8 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::testkit::RedisNodes;
-use quorumlock::{Error, NodeError};
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
+use quorumlock::{Error, NodeError, Redlock, Retry};
 use support::{builder, no_hang, warm};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -157,4 +157,55 @@ async fn a_paused_node_does_not_stall_the_decision() {
     // A quorum at least: the resumed nodes may still be working through
     // their backlog, so one of them can be a straggler.
     assert!(guard.release().await.expect("release").released() >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_its_connection_dropped_is_not_called_lost() {
+    // The release lands on two of three nodes, but their answers are held
+    // back and then their connections drop: sent again, it finds the token
+    // gone there — deleted by its first sending. Taken as "not held
+    // there", those two answers called a lock held to its end lost (a
+    // node restarting under a release does the same).
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let mut proxies = Vec::new();
+    for server in &nodes {
+        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
+    }
+    let locks = Redlock::builder()
+        .nodes(proxies.iter().map(FaultProxy::url))
+        .node_timeout(Duration::from_secs(30))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    warm(&locks, TTL).await;
+    let guard = locks.lock("resent", TTL).await.expect("lock");
+    let token = guard.token().as_str().to_owned();
+    for proxy in &proxies[..2] {
+        proxy.set(Faults::hold_replies(Duration::from_secs(3600)));
+    }
+    let release = tokio::spawn(guard.release());
+    // The release ran everywhere (node 2 answered; 0 and 1 owe it).
+    no_hang("the release to land", async {
+        while support::holding(&nodes, "resent", &token).await > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    for proxy in &proxies[..2] {
+        // Healed first, for the new connections; the held answers stay
+        // held until their connections close.
+        proxy.heal();
+        proxy.drop_connections();
+    }
+    let summary = no_hang("the release", release)
+        .await
+        .expect("task")
+        .expect("held to its end: not lost");
+    assert_eq!(summary.released(), 1, "{summary}");
+    let resent: Vec<_> = summary
+        .failures()
+        .iter()
+        .filter(|f| matches!(f.error, NodeError::ReleaseResent))
+        .collect();
+    assert_eq!(resent.len(), 2, "{:?}", summary.failures());
 }

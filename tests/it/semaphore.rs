@@ -87,9 +87,10 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
                         .lock()
                         .expect("windows")
                         .push((from, until, permit.deadline()));
-                    match permit.release().await {
-                        Ok(_) => {}
-                        Err(e) => panic!("release with a majority up: {e}"),
+                    let deadline = permit.deadline();
+                    if let Err(e) = permit.release().await {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        panic!("release with a majority up, {left:?} before its deadline: {e}");
                     }
                 }
             })
