@@ -309,10 +309,7 @@ struct Cluster {
 impl Cluster {
     async fn start(options: ServerOptions) -> Self {
         let nodes = Arc::new(RedisNodes::start_with(NODES, options).expect("nodes"));
-        let mut proxies = Vec::new();
-        for server in nodes.iter() {
-            proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-        }
+        let proxies = support::proxies(&*nodes).await;
         Self { nodes, proxies }
     }
 
@@ -1393,10 +1390,7 @@ async fn noeviction_keeps_the_lock_and_refuses_writes_with_typed_errors() {
 /// checker's verdict on the two grants.
 async fn clock_scenario(rate: f64) -> (quorumlock::check::Report, HistoryCheck) {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let mut proxies = Vec::new();
-    for server in &nodes {
-        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-    }
+    let proxies = support::proxies(&nodes).await;
     for proxy in &proxies[..2] {
         proxy.set_clock_rate(rate);
     }

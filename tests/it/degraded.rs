@@ -223,10 +223,7 @@ async fn a_straggling_release_never_removes_the_next_grant_on_a_slow_node() {
     // The same with one node slowed (+10 ms each way) through a proxy, so
     // that its answers interleave with the next grants'.
     let nodes = RedisNodes::start(5).expect("nodes");
-    let mut proxies = Vec::new();
-    for server in &nodes {
-        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-    }
+    let proxies = support::proxies(&nodes).await;
     let locks = manager(proxies.iter().map(FaultProxy::url).collect());
     warm(&locks, TTL).await;
     let ms = Duration::from_millis(10);

@@ -423,10 +423,7 @@ impl FencedStore {
 /// the old term is rejected by a fenced store.
 async fn a_cut_off_leader_loses_before_another_is_elected(faults: Faults) {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let mut proxies = Vec::new();
-    for server in &nodes {
-        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-    }
+    let proxies = support::proxies(&nodes).await;
     let through_proxies = Redlock::builder()
         .nodes(proxies.iter().map(FaultProxy::url))
         .node_timeout(NODE_TIMEOUT)
@@ -1065,10 +1062,7 @@ async fn observers_and_waiters_of_one_manager_share_one_pubsub_connection_per_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_follows_again_after_its_pubsub_connections_are_dropped() {
     let nodes = RedisNodes::start(3).expect("nodes");
-    let mut proxies = Vec::new();
-    for server in &nodes {
-        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-    }
+    let proxies = support::proxies(&nodes).await;
     let through_proxies = Redlock::builder()
         .nodes(proxies.iter().map(FaultProxy::url))
         .node_timeout(NODE_TIMEOUT)

@@ -167,10 +167,7 @@ async fn a_release_sent_again_after_its_connection_dropped_is_not_called_lost() 
     // there", those two answers called a lock held to its end lost (a
     // node restarting under a release does the same).
     let nodes = RedisNodes::start(3).expect("nodes");
-    let mut proxies = Vec::new();
-    for server in &nodes {
-        proxies.push(FaultProxy::start(server.port()).await.expect("proxy"));
-    }
+    let proxies = support::proxies(&nodes).await;
     let locks = Redlock::builder()
         .nodes(proxies.iter().map(FaultProxy::url))
         .node_timeout(Duration::from_secs(30))

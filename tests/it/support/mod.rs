@@ -399,3 +399,16 @@ pub fn functions_or_skip(test: &str) -> bool {
     }
     version.has_functions()
 }
+
+/// A transparent [`FaultProxy`](quorumlock::testkit::FaultProxy) in front
+/// of each of `servers`, in their order.
+pub async fn proxies<'a>(
+    servers: impl IntoIterator<Item = &'a quorumlock::testkit::RedisServer>,
+) -> Vec<quorumlock::testkit::FaultProxy> {
+    let mut proxies = Vec::new();
+    for server in servers {
+        let proxy = quorumlock::testkit::FaultProxy::start(server.port()).await;
+        proxies.push(proxy.expect("proxy"));
+    }
+    proxies
+}
