@@ -61,13 +61,19 @@ pub(crate) async fn node_facts(
         };
         (vec![(address, facts)], None)
     };
+    // A server that answered nothing is not asked more: each probe would
+    // wait the probe timeout again.
+    let asked = !silent(&servers, options);
     // How the library itself releases and extends plain locks there: asked
     // over the node's own connection, as a lock would ask it.
-    let path = node
-        .capabilities_within((Instant::now() + options.probe_timeout).into())
-        .await
-        .map(|caps| caps.describe());
-    let refused = if options.probe_access {
+    let path = if asked {
+        let deadline = Instant::now() + options.probe_timeout;
+        let caps = node.capabilities_within(deadline.into()).await;
+        caps.map(|caps| caps.describe())
+    } else {
+        None
+    };
+    let refused = if asked && options.probe_access {
         access(node, prefix, options, path.as_deref()).await
     } else {
         Ok(Vec::new())
@@ -101,8 +107,33 @@ async fn connect(
         client.get_multiplexed_async_connection_with_config(&config),
     )
     .await
-    .map_err(|_| format!("no connection within {:?}", options.probe_timeout))?
-    .map_err(|e| e.to_string())
+    .map_err(|_| silence(options))?
+    .map_err(|e| {
+        if e.is_timeout() {
+            silence(options)
+        } else {
+            e.to_string()
+        }
+    })
+}
+
+/// Whether every server of a node answered nothing (see [`silence`]).
+fn silent(servers: &[(String, Result<ServerFacts, String>)], options: &CheckOptions) -> bool {
+    let silence = silence(options);
+    !servers.is_empty()
+        && servers
+            .iter()
+            .all(|(_, facts)| facts.as_ref().err() == Some(&silence))
+}
+
+/// What a server that answers nothing within the probe timeout is
+/// reported as; the node's other probes are then not run (each would wait
+/// as long again).
+fn silence(options: &CheckOptions) -> String {
+    format!(
+        "none within {:?}: a frozen or overloaded server, or a network that drops packets",
+        options.probe_timeout
+    )
 }
 
 async fn query<T: redis::FromRedisValue>(
@@ -126,10 +157,11 @@ async fn server_facts(
     let mut conn = connect(client, options).await?;
     // A lock user may lack INFO (or TIME, CONFIG): that is a finding, not
     // an unreachable node. Other errors mean the server cannot be probed.
-    let info = match query::<String>(&mut conn, &redis::cmd("INFO")).await {
+    let info = match redis::cmd("INFO").query_async::<String>(&mut conn).await {
         Ok(text) => Ok(parse_info(&text)),
-        Err(e) if is_refusal(&e) => Err(e),
-        Err(e) => return Err(e),
+        Err(e) if e.is_timeout() => return Err(silence(options)),
+        Err(e) if is_refusal(&e.to_string()) => Err(e.to_string()),
+        Err(e) => return Err(e.to_string()),
     };
 
     let config = query::<HashMap<String, String>>(

@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::{Following, Shared};
 use crate::error::{NodeError, NodeFailure};
 use crate::keys::Layout;
@@ -214,19 +216,64 @@ impl Inspection {
     /// [`pending`](Self::pending). The verdict stays what it was (it was
     /// decided); the claims may be confirmed on more nodes.
     ///
-    /// For those who want to see every node, as `quorumlock status` does.
-    /// With a node frozen it takes the node timeout.
+    /// For those who want to see every node. With a node frozen it takes
+    /// the node timeout: [`settled_within`](Self::settled_within) bounds
+    /// the wait.
     ///
     /// # Cancel safety
     ///
     /// This method is cancel safe: it only observes. The reads end within
     /// the node timeout whether or not anybody waits for them.
-    pub async fn settled(mut self) -> Inspection {
+    pub async fn settled(self) -> Inspection {
+        self.settle_until(None).await
+    }
+
+    /// [`settled`](Self::settled), waiting at most `limit`: the nodes
+    /// that have not answered by then stay [`Pending`](NodeState::Pending)
+    /// (and counted in [`pending`](Self::pending)), and a later
+    /// `settled` can still wait for them. `quorumlock status` waits so
+    /// for the nodes a decided verdict did not need.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let locks = quorumlock::Redlock::new(["redis://127.0.0.1:6379"])?;
+    /// let inspection = locks.inspect("ledger:close").await?;
+    /// // Every node that answers within 50 ms, a frozen one left pending.
+    /// let inspection = inspection.settled_within(Duration::from_millis(50)).await;
+    /// println!("{:?}, {} node(s) yet to answer", inspection.verdict(), inspection.pending());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`settled`](Self::settled).
+    pub async fn settled_within(self, limit: Duration) -> Inspection {
+        self.settle_until(Some(Instant::now() + limit)).await
+    }
+
+    async fn settle_until(mut self, until: Option<Instant>) -> Inspection {
         let Some(mut following) = self.following.take() else {
             return self;
         };
         while !following.shared.all_settled() {
-            if following.changes.changed().await.is_err() {
+            let changed = following.changes.changed();
+            let changed = match until {
+                None => changed.await,
+                Some(until) => match tokio::time::timeout_at(until, changed).await {
+                    Ok(changed) => changed,
+                    Err(_) => {
+                        self.update(&following.shared);
+                        self.following = Some(following);
+                        return self;
+                    }
+                },
+            };
+            if changed.is_err() {
                 following.shared.abandon();
             }
         }

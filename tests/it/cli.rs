@@ -246,8 +246,15 @@ fn status_shows_held_free_and_unknown_without_full_tokens() {
     );
 
     let mut cmd = quorumlock();
-    cmd.args(["status", "--nodes", &nodes_arg(&nodes), "report:free"])
-        .args(["--node-timeout", NODE_TIMEOUT]);
+    // Every node's line: each waited for.
+    cmd.args([
+        "status",
+        "--every-node",
+        "--nodes",
+        &nodes_arg(&nodes),
+        "report:free",
+    ])
+    .args(["--node-timeout", NODE_TIMEOUT]);
     let out = output(cmd);
     assert_status(&out, 1);
     let text = stdout(&out);
@@ -718,7 +725,7 @@ fn status_shows_a_semaphores_permits_and_a_rwlocks_readers() {
     });
     let status = |extra: &[&str], resource: &str| {
         let mut cmd = quorumlock();
-        cmd.args(["status", "--nodes", &nodes_arg(&nodes)])
+        cmd.args(["status", "--every-node", "--nodes", &nodes_arg(&nodes)])
             .args(["--node-timeout", NODE_TIMEOUT])
             .args(extra)
             .arg(resource);
@@ -768,4 +775,59 @@ fn status_shows_a_semaphores_permits_and_a_rwlocks_readers() {
     assert!(stdout(&out).contains("verdict: free"), "{}", stdout(&out));
     let out = status(&["--semaphore", "0"], "sem");
     assert_status(&out, USAGE);
+}
+
+/// A node timeout no test waits out: a command that waited for the paused
+/// node would hang, and the hang guard would fail the test.
+const NEVER: &str = "10m";
+
+#[test]
+fn a_frozen_node_holds_back_neither_exec_nor_status_nor_doctor() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let frozen = nodes[2].url().trim_start_matches("redis://").to_owned();
+    let _paused = crate::support::Paused::new(&nodes[2]);
+
+    // exec: the command ran, the release was decided by the other two,
+    // and the exit does not wait for the frozen node's answers.
+    let mut cmd = quorumlock();
+    cmd.args([
+        "exec",
+        "--nodes",
+        &nodes_arg(&nodes),
+        "--node-timeout",
+        NEVER,
+    ])
+    .args(["frozen:job", "--", "true"]);
+    assert_status(&output(cmd), 0);
+
+    // status: the verdict from the two, the frozen node shown as silent.
+    let mut cmd = quorumlock();
+    cmd.args([
+        "status",
+        "--nodes",
+        &nodes_arg(&nodes),
+        "--node-timeout",
+        NEVER,
+    ])
+    .arg("frozen:job");
+    let out = output(cmd);
+    assert_status(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("verdict: free"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(&frozen))
+        .expect("its line");
+    assert!(line.contains("no answer in"), "{text}");
+    assert!(line.contains("--every-node"), "{text}");
+
+    // doctor: one finding for the frozen node, its other probes not run
+    // (each would wait the probe timeout again).
+    let mut cmd = quorumlock();
+    cmd.args(["doctor", "--nodes", &nodes_arg(&nodes)]);
+    let out = output(cmd);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(&frozen)).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains("none within"), "{text}");
 }

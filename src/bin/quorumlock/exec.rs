@@ -13,10 +13,11 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
 use crate::exit;
-use crate::nodes::NodeArgs;
+use crate::nodes::{NodeArgs, straggler_grace};
 use crate::signals::{Signals, signal_status};
 
 /// The environment variable carrying the fencing token to the command.
@@ -134,6 +135,7 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     )
     .await;
 
+    let releasing = Instant::now();
     let status = match status {
         Outcome::Exited(status) => match guard.release().await {
             Err(e @ Error::Lost { .. }) => {
@@ -159,7 +161,12 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
             status
         }
     };
-    locks.settle().await;
+    // The release was decided at the quorum. The nodes it did not need
+    // are followed about as long again, not up to the node timeout: a
+    // frozen node would hold the exit back for nothing (the release is on
+    // its way to it, and its key expires).
+    let grace = straggler_grace(releasing.elapsed(), Duration::MAX);
+    let _ = tokio::time::timeout(grace, locks.settle()).await;
     Ok(status)
 }
 

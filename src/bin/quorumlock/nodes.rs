@@ -123,3 +123,28 @@ pub(crate) fn usage_error(subcommand: &str, message: String) -> clap::Error {
         None => command.error(kind, message),
     }
 }
+
+/// The least a command waits for the nodes a decision did not need.
+const LEAST_GRACE: Duration = Duration::from_millis(10);
+
+/// How long a command waits, after a quorum decided in `decided_in`, for
+/// the other nodes: about as long again (at least [`LEAST_GRACE`], at most
+/// `node_timeout`). A healthy node answers in about the time the quorum
+/// did; a frozen one would cost the node timeout, and its answer is not
+/// needed: what was sent to it is on its way, and its keys expire.
+pub(crate) fn straggler_grace(decided_in: Duration, node_timeout: Duration) -> Duration {
+    decided_in.max(LEAST_GRACE).min(node_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stragglers_get_about_the_decisions_time_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(straggler_grace(ms(3), ms(1000)), LEAST_GRACE);
+        assert_eq!(straggler_grace(ms(40), ms(1000)), ms(40));
+        assert_eq!(straggler_grace(ms(900), ms(250)), ms(250));
+    }
+}

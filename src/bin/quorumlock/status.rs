@@ -3,14 +3,14 @@
 //! the library's (`Redlock::inspect`); this shows a lock or an election,
 //! and `status_many` a semaphore or a reader-writer lock.
 
-use std::time::Duration;
+use tokio::time::Instant;
 
 use clap::Args;
 use quorumlock::{Claimed, Inspection, ResourceKind, Retry, Semaphore, Stored, Verdict};
 
 use crate::duration::show;
-use crate::nodes::{NodeArgs, READ_NODE_TIMEOUT, usage_error};
-use crate::status_nodes::{held_otherwise, listed, print_nodes, status_of, unreachable};
+use crate::nodes::{NodeArgs, READ_NODE_TIMEOUT, straggler_grace, usage_error};
+use crate::status_nodes::{Waits, held_otherwise, listed, print_nodes, status_of, unreachable};
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
@@ -26,6 +26,13 @@ pub(crate) struct StatusArgs {
     /// node holds. (Without it, one the nodes keep is shown as one.)
     #[arg(long)]
     pub(crate) rwlock: bool,
+
+    /// Wait for every node's answer, each up to --node-timeout. Without
+    /// it, status answers once a quorum has decided the verdict, and
+    /// waits for the other nodes only about as long again: a frozen node
+    /// is shown as not answering instead of costing the node timeout.
+    #[arg(long)]
+    pub(crate) every_node: bool,
 
     /// The resource to look at.
     pub(crate) resource: String,
@@ -64,13 +71,23 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     nodes.node_timeout = Some(timeout);
     // Validates the URLs exactly as `exec` would.
     let locks = nodes.manager("status", Retry::none())?;
+    let started = Instant::now();
     let inspection = locks
         .inspect(&args.resource)
         .await
         .map_err(|e| usage_error("status", e.to_string()))?;
-    // The verdict is decided; `status` shows every node too, each within
-    // the node timeout.
-    let inspection = inspection.settled().await;
+    // The verdict is decided; the other nodes are shown as far as they
+    // answer in about as long again (every node, with --every-node).
+    let inspection = if args.every_node {
+        inspection.settled().await
+    } else {
+        let grace = straggler_grace(started.elapsed(), timeout);
+        inspection.settled_within(grace).await
+    };
+    let waits = Waits {
+        node_timeout: timeout,
+        waited: started.elapsed(),
+    };
     let view = match (args.semaphore, args.rwlock, inspection.kind()) {
         (Some(permits), _, _) => View::Semaphore(Some(permits)),
         (None, true, _) => View::RwLock,
@@ -80,16 +97,16 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
         (None, false, _) => View::Lock,
     };
     match view {
-        View::Lock => lock(&inspection, timeout, false),
-        View::Election => lock(&inspection, timeout, true),
-        View::Semaphore(permits) => crate::status_many::semaphore(&inspection, timeout, permits),
-        View::RwLock => crate::status_many::rwlock(&inspection, timeout),
+        View::Lock => lock(&inspection, waits, false),
+        View::Election => lock(&inspection, waits, true),
+        View::Semaphore(permits) => crate::status_many::semaphore(&inspection, waits, permits),
+        View::RwLock => crate::status_many::rwlock(&inspection, waits),
     }
     Ok(status_of(&inspection))
 }
 
 /// A lock, or an election (a lock with its leader's value beside it).
-fn lock(inspection: &Inspection, timeout: Duration, election: bool) {
+fn lock(inspection: &Inspection, waits: Waits, election: bool) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     if election {
         println!(
@@ -104,7 +121,7 @@ fn lock(inspection: &Inspection, timeout: Duration, election: bool) {
             inspection.key()
         );
     }
-    print_nodes(inspection, timeout, describe);
+    print_nodes(inspection, waits, describe);
     let unreachable = unreachable(inspection);
     match (inspection.verdict(), inspection.holder()) {
         (Verdict::Held, Some(holder)) => {

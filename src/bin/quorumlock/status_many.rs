@@ -3,11 +3,9 @@
 //! of them confirms, as the library's inspection found it. Never full
 //! tokens.
 
-use std::time::Duration;
-
 use quorumlock::{Claim, Claimed, Inspection, ResourceKind, Stored, Verdict};
 
-use crate::status_nodes::{held_otherwise, listed, print_nodes, unreachable};
+use crate::status_nodes::{Waits, held_otherwise, listed, print_nodes, unreachable};
 
 /// The claims a quorum confirms, of the kind `what` picks.
 fn confirmed(inspection: &Inspection, what: impl Fn(Claimed) -> bool) -> Vec<&Claim> {
@@ -15,7 +13,7 @@ fn confirmed(inspection: &Inspection, what: impl Fn(Claimed) -> bool) -> Vec<&Cl
 }
 
 /// A semaphore of `permits` permits, or of as many as the nodes keep.
-pub(crate) fn semaphore(inspection: &Inspection, timeout: Duration, permits: Option<u32>) {
+pub(crate) fn semaphore(inspection: &Inspection, waits: Waits, permits: Option<u32>) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     let count = permits.or(inspection.permit_count());
     let of = count
@@ -26,7 +24,7 @@ pub(crate) fn semaphore(inspection: &Inspection, timeout: Duration, permits: Opt
         inspection.resource(),
         listed(&inspection.keys_for(ResourceKind::Semaphore)),
     );
-    print_nodes(inspection, timeout, |stored: &Stored| {
+    print_nodes(inspection, waits, |stored: &Stored| {
         let shown: Vec<String> = stored
             .permits()
             .iter()
@@ -66,14 +64,14 @@ pub(crate) fn semaphore(inspection: &Inspection, timeout: Duration, permits: Opt
 }
 
 /// A reader-writer lock.
-pub(crate) fn rwlock(inspection: &Inspection, timeout: Duration) {
+pub(crate) fn rwlock(inspection: &Inspection, waits: Waits) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     println!(
         "reader-writer lock `{}` (keys {}) on {nodes} nodes, quorum {quorum}",
         inspection.resource(),
         listed(&inspection.keys_for(ResourceKind::RwLock)),
     );
-    print_nodes(inspection, timeout, |stored: &Stored| {
+    print_nodes(inspection, waits, |stored: &Stored| {
         let readers = stored.readers();
         format!(
             "writer {}  readers {}{}{}",

@@ -8,11 +8,21 @@ use quorumlock::{Claimed, Inspection, NodeError, NodeState, Stored, Verdict};
 use crate::duration::show;
 use crate::exit;
 
+/// How long `status` waited for the nodes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waits {
+    /// The node timeout each read was given.
+    pub(crate) node_timeout: Duration,
+    /// How long the inspection had run when it was shown: a node still
+    /// pending then had not answered in that time.
+    pub(crate) waited: Duration,
+}
+
 /// Prints one line per node: `describe` of what it keeps, or why it did
-/// not answer (`timeout` is the node timeout it was given).
+/// not answer.
 pub(crate) fn print_nodes(
     inspection: &Inspection,
-    timeout: Duration,
+    waits: Waits,
     describe: impl Fn(&Stored) -> String,
 ) {
     let width = inspection
@@ -25,8 +35,13 @@ pub(crate) fn print_nodes(
         let label = node.node();
         let mut line = match node.state() {
             NodeState::Answered(stored) => describe(stored),
-            NodeState::Failed(error) => format!("unreachable: {}", failure(error, timeout)),
-            _ => "unreachable: no answer yet".to_owned(),
+            NodeState::Failed(error) => {
+                format!("unreachable: {}", failure(error, waits.node_timeout))
+            }
+            _ => format!(
+                "no answer in {} (not waited for: the verdict did not need it; --every-node waits)",
+                show(waits.waited)
+            ),
         };
         if let Some(path) = node.path() {
             line.push_str(&format!("  [{path}]"));
@@ -43,9 +58,13 @@ fn failure(error: &NodeError, timeout: Duration) -> String {
     }
 }
 
-/// How many nodes did not answer.
+/// How many nodes did not answer: failed, or not in yet.
 pub(crate) fn unreachable(inspection: &Inspection) -> usize {
-    inspection.failures().len()
+    inspection
+        .nodes()
+        .iter()
+        .filter(|n| !matches!(n.state(), NodeState::Answered(_)))
+        .count()
 }
 
 /// `keys` for a header line, in backquotes; a long list (a semaphore's
