@@ -13,6 +13,7 @@ pub(crate) mod node;
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -338,7 +339,11 @@ impl Election {
     async fn read(&self) -> Result<Option<leader::Confirmed>, Error> {
         let (key, leader_key) = self.keys()?;
         let core = &self.locks.manager().core;
-        leader::read_leader(core, &self.name, &key, &leader_key).await
+        // Boxed: a caller's future holds this one, and the compiler proves
+        // `Send` through every level of both (see tests/depth.rs).
+        let read: Pin<Box<dyn Future<Output = _> + Send + '_>> =
+            Box::pin(leader::read_leader(core, &self.name, &key, &leader_key));
+        read.await
     }
 
     /// A stream of the election's leaders as they change: first who leads

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -287,38 +288,42 @@ impl LockGuard {
             resource = %held.resource,
             ttl_ms = ttl.ms()
         );
-        async {
-            let start = Instant::now();
-            let current = held.status();
-            if !current.trusted_at(start) {
-                let reason = current.lost.unwrap_or(LossReason::Expired);
-                held.mark_lost(reason);
-                return Err(held.lost_error(reason, 0, core.quorum(), Vec::new()));
+        // Boxed: a caller's future holds this one, and the compiler proves
+        // `Send` through every level of both (see tests/depth.rs).
+        let call: Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> = Box::pin(
+            async {
+                let start = Instant::now();
+                let current = held.status();
+                if !current.trusted_at(start) {
+                    let reason = current.lost.unwrap_or(LossReason::Expired);
+                    held.mark_lost(reason);
+                    return Err(held.lost_error(reason, 0, core.quorum(), Vec::new()));
+                }
+                let window = core.window(start, ttl);
+                let deadline = core.timeout_within(start, current.deadline);
+                let id = held.confirmations.next_round();
+                // Owned requests: the ones still in flight at the decision are
+                // followed to their answers, so that every node that can hold
+                // the lock is extended (or has it restored), not just a quorum.
+                let (round, stragglers) = fan_out(
+                    core.nodes(),
+                    Rule::Quorum,
+                    "extend",
+                    deadline,
+                    |i, _, deadline| extend_on(core.clone(), held.clone(), i, ttl, deadline),
+                )
+                .await;
+                confirm(held, id, &round, &stragglers);
+                let pending: Vec<usize> = stragglers.nodes().collect();
+                let in_flight = (!pending.is_empty())
+                    .then(|| Arc::new(InFlight::new(core.len(), &pending, true)));
+                *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
+                follow_into(core, held, id, "extend", stragglers, in_flight);
+                extension_outcome(core, held, round, &window)
             }
-            let window = core.window(start, ttl);
-            let deadline = core.timeout_within(start, current.deadline);
-            let id = held.confirmations.next_round();
-            // Owned requests: the ones still in flight at the decision are
-            // followed to their answers, so that every node that can hold
-            // the lock is extended (or has it restored), not just a quorum.
-            let (round, stragglers) = fan_out(
-                core.nodes(),
-                Rule::Quorum,
-                "extend",
-                deadline,
-                |i, _, deadline| extend_on(core.clone(), held.clone(), i, ttl, deadline),
-            )
-            .await;
-            confirm(held, id, &round, &stragglers);
-            let pending: Vec<usize> = stragglers.nodes().collect();
-            let in_flight =
-                (!pending.is_empty()).then(|| Arc::new(InFlight::new(core.len(), &pending, true)));
-            *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
-            follow_into(core, held, id, "extend", stragglers, in_flight);
-            extension_outcome(core, held, round, &window)
-        }
-        .instrument(span)
-        .await
+            .instrument(span),
+        );
+        call.await
     }
 
     /// Releases the lock: a token-checked delete on every node, decided at
@@ -381,9 +386,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseSummary, Error> {
         let held = self.held().clone();
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
-        let (round, following) = give_up(&self.core, &held, self.in_flight.take())
-            .instrument(span)
-            .await;
+        // Boxed, as `extend`'s call.
+        let giving_up: Pin<Box<dyn Future<Output = _> + Send>> =
+            Box::pin(give_up(&self.core, &held, self.in_flight.take()).instrument(span));
+        let (round, following) = giving_up.await;
         self.released = true;
         let quorum = round.tally.quorum();
         if round.tally.yes() < quorum && round.tally.refused_by_quorum_complement() {

@@ -14,6 +14,8 @@
 //! - `verdict`: the quorum verdict on the answers so far (pure);
 //! - `types`: the public result ([`Inspection`] and what it holds).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -113,9 +115,10 @@ impl Redlock {
         let manager = self.manager();
         let layout = Arc::new(Layout::new(format!("{}{name}", manager.key_prefix)));
         let span = tracing::debug_span!("quorumlock", op = "inspect", resource = %name);
-        Ok(inspect(&manager.core, name.into(), layout)
-            .instrument(span)
-            .await)
+        // Boxed, as `Election::leader`'s read (see tests/depth.rs).
+        let inspecting: Pin<Box<dyn Future<Output = Inspection> + Send + '_>> =
+            Box::pin(inspect(&manager.core, name.into(), layout).instrument(span));
+        Ok(inspecting.await)
     }
 }
 
