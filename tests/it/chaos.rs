@@ -285,9 +285,10 @@ enum Fault {
     RollingRestart,
     SlowMinority,
     FrozenMinority,
+    FlappingMinority,
 }
 
-const FAULTS: [Fault; 11] = [
+const FAULTS: [Fault; 12] = [
     Fault::KillRestart,
     Fault::Pause,
     Fault::Slow,
@@ -299,7 +300,11 @@ const FAULTS: [Fault; 11] = [
     Fault::RollingRestart,
     Fault::SlowMinority,
     Fault::FrozenMinority,
+    Fault::FlappingMinority,
 ];
+
+/// How long a flapping node stays frozen, and then thawed, each time.
+const FLAP: Duration = Duration::from_secs(1);
 
 struct Cluster {
     nodes: Arc<RedisNodes>,
@@ -460,6 +465,21 @@ impl Cluster {
                 tokio::time::sleep(HOLD_TTL + hold).await;
                 self.nodes[victim].resume().expect("resume");
                 recorder.down(victim, from, Instant::now());
+                vec![victim]
+            }
+            Fault::FlappingMinority => {
+                // One node frozen for a second, thawed for a second, three
+                // times: it keeps becoming unresponsive and answering
+                // again, with a backlog each time. Holders keep their locks
+                // through it, and nobody waits for it while it is frozen.
+                for _ in 0..3 {
+                    self.nodes[victim].pause().expect("pause");
+                    let from = Instant::now();
+                    tokio::time::sleep(FLAP).await;
+                    self.nodes[victim].resume().expect("resume");
+                    recorder.down(victim, from, Instant::now());
+                    tokio::time::sleep(FLAP).await;
+                }
                 vec![victim]
             }
             Fault::RollingRestart => {
