@@ -5,7 +5,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +21,7 @@ use crate::holding::renew::Renewer;
 use crate::metrics;
 use crate::node::pubsub::PubSub;
 use crate::request::{Fencing, Keys, Limits, Request};
-use crate::round::{Acquire, Core, attempt};
+use crate::round::{Acquire, Core, attempt, shallow};
 
 /// A distributed lock manager over N independent Redis nodes.
 ///
@@ -620,24 +619,22 @@ impl Redlock {
         op: &'static str,
     ) -> impl Future<Output = Result<A::Guard, Error>> + Send + use<A> {
         let this = self.clone();
-        let call: Pin<Box<dyn Future<Output = Result<A::Guard, Error>> + Send>> =
-            Box::pin(async move {
-                let started = Instant::now();
-                let mut made = 0;
-                let result = match request {
-                    Ok(request) => {
-                        this.startup_check();
-                        let span = request.span(op);
-                        this.retry(&request, attempts, &mut made)
-                            .instrument(span)
-                            .await
-                    }
-                    Err(error) => Err(error),
-                };
-                metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
-                result
-            });
-        call
+        shallow(async move {
+            let started = Instant::now();
+            let mut made = 0;
+            let result = match request {
+                Ok(request) => {
+                    this.startup_check();
+                    let span = request.span(op);
+                    this.retry(&request, attempts, &mut made)
+                        .instrument(span)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
+            result
+        })
     }
 
     /// Runs `request`'s attempts until one grants or `attempts` gives up,

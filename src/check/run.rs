@@ -2,15 +2,14 @@
 //! (the probing is in `probe`, the judgement in `check`), and the check a
 //! manager can run once on first use and log ([`StartupCheck`]).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 
 use crate::check::probe::node_facts;
-use crate::check::{CheckOptions, NodeFacts, Report, Settings, Severity, StartupCheck, judge};
+use crate::check::{CheckOptions, Report, Settings, Severity, StartupCheck, judge};
 use crate::redlock::Redlock;
+use crate::round::shallow;
 use crate::scripts::FUNCTIONS_LIBRARY;
 
 impl Redlock {
@@ -87,13 +86,11 @@ impl Redlock {
     pub async fn check_with(&self, options: &CheckOptions) -> Report {
         let manager = self.manager();
         let core = &manager.core;
-        // Boxed: a caller's future holds this one, and the compiler proves
-        // `Send` through every level of both (see tests/depth.rs).
-        let probes: Pin<Box<dyn Future<Output = Vec<NodeFacts>> + Send + '_>> =
-            Box::pin(futures::future::join_all(core.nodes().iter().map(|node| {
-                node_facts(node, &manager.key_prefix, options, manager.script_mode)
-            })));
-        let facts = probes.await;
+        let probes = core
+            .nodes()
+            .iter()
+            .map(|node| node_facts(node, &manager.key_prefix, options, manager.script_mode));
+        let facts = shallow(futures::future::join_all(probes)).await;
         judge(
             &facts,
             Settings {

@@ -13,7 +13,6 @@ pub(crate) mod node;
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -26,7 +25,7 @@ use crate::holding::lease::Lease;
 use crate::node::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
 use crate::request::{FenceKeys, Fencing, Keys, Request, Ttl, channel};
-use crate::round::Core;
+use crate::round::{Core, shallow};
 
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see
@@ -339,11 +338,7 @@ impl Election {
     async fn read(&self) -> Result<Option<leader::Confirmed>, Error> {
         let (key, leader_key) = self.keys()?;
         let core = &self.locks.manager().core;
-        // Boxed: a caller's future holds this one, and the compiler proves
-        // `Send` through every level of both (see tests/depth.rs).
-        let read: Pin<Box<dyn Future<Output = _> + Send + '_>> =
-            Box::pin(leader::read_leader(core, &self.name, &key, &leader_key));
-        read.await
+        shallow(leader::read_leader(core, &self.name, &key, &leader_key)).await
     }
 
     /// A stream of the election's leaders as they change: first who leads

@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use crate::node::{Deadline, ExtendReply, Op};
 use crate::quorum::{Answer, Rule, Vote, Window};
 use crate::request::Ttl;
 use crate::round::calls::Requests;
-use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again};
+use crate::round::{Core, Grant, InFlight, Round, fan_out, follow, release_again, shallow};
 
 /// A held lock.
 ///
@@ -288,9 +287,7 @@ impl LockGuard {
             resource = %held.resource,
             ttl_ms = ttl.ms()
         );
-        // Boxed: a caller's future holds this one, and the compiler proves
-        // `Send` through every level of both (see tests/depth.rs).
-        let call: Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> = Box::pin(
+        shallow(
             async {
                 let start = Instant::now();
                 let current = held.status();
@@ -322,8 +319,8 @@ impl LockGuard {
                 extension_outcome(core, held, round, &window)
             }
             .instrument(span),
-        );
-        call.await
+        )
+        .await
     }
 
     /// Releases the lock: a token-checked delete on every node, decided at
@@ -386,10 +383,8 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseSummary, Error> {
         let held = self.held().clone();
         let span = tracing::debug_span!("quorumlock", op = "release", resource = %held.resource);
-        // Boxed, as `extend`'s call.
-        let giving_up: Pin<Box<dyn Future<Output = _> + Send>> =
-            Box::pin(give_up(&self.core, &held, self.in_flight.take()).instrument(span));
-        let (round, following) = giving_up.await;
+        let giving_up = give_up(&self.core, &held, self.in_flight.take()).instrument(span);
+        let (round, following) = shallow(giving_up).await;
         self.released = true;
         let quorum = round.tally.quorum();
         if round.tally.yes() < quorum && round.tally.refused_by_quorum_complement() {

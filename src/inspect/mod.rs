@@ -14,8 +14,6 @@
 //! - `verdict`: the quorum verdict on the answers so far (pure);
 //! - `types`: the public result ([`Inspection`] and what it holds).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -26,7 +24,7 @@ use crate::error::{ArgumentError, Error, NodeError, NodeFailure};
 use crate::keys::Layout;
 use crate::quorum::decide::Decide;
 use crate::redlock::Redlock;
-use crate::round::{Core, Traced, fan_out_with, follow};
+use crate::round::{Core, Traced, fan_out_with, follow, shallow};
 
 mod read;
 mod types;
@@ -115,10 +113,7 @@ impl Redlock {
         let manager = self.manager();
         let layout = Arc::new(Layout::new(format!("{}{name}", manager.key_prefix)));
         let span = tracing::debug_span!("quorumlock", op = "inspect", resource = %name);
-        // Boxed, as `Election::leader`'s read (see tests/depth.rs).
-        let inspecting: Pin<Box<dyn Future<Output = Inspection> + Send + '_>> =
-            Box::pin(inspect(&manager.core, name.into(), layout).instrument(span));
-        Ok(inspecting.await)
+        Ok(shallow(inspect(&manager.core, name.into(), layout).instrument(span)).await)
     }
 }
 

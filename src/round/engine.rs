@@ -179,7 +179,18 @@ where
 }
 
 /// A node's request in a fan-out, boxed (see [`fan_out_with`]).
-pub(crate) type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeError>> + Send + 'a>>;
+pub(crate) type Call<'a, T> = Shallow<'a, Result<T, NodeError>>;
+
+/// A future behind one allocation, as a `Send` trait object.
+pub(crate) type Shallow<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// `future`, boxed: what a public call awaits of the layers below it. A
+/// caller's future holds ours, and the compiler works out its layout and
+/// auto traits through every level of both; behind a `dyn Future + Send`
+/// it stops there (see tests/depth.rs). One allocation per call.
+pub(crate) fn shallow<'a, T>(future: impl Future<Output = T> + Send + 'a) -> Shallow<'a, T> {
+    Box::pin(future)
+}
 
 /// The fan-out, for every request sent to every node: sends node `i`'s
 /// request, made by `call`, to each node in parallel, and hands each
@@ -216,7 +227,7 @@ where
     // through all of it; a caller a few async functions deep overflowed
     // the compiler's default query depth.
     let call = |i: usize, node: &'a Node, deadline: Deadline| -> Call<'f, D::Answer> {
-        Box::pin(call(i, node, deadline))
+        shallow(call(i, node, deadline))
     };
     let record = |decide: &mut D, i: usize, answer| {
         let Some(node) = nodes.get(i) else {

@@ -17,7 +17,7 @@ pub(crate) mod tasks;
 
 pub(crate) use self::core::{Core, Holding};
 pub(crate) use attempt::{Acquire, Grant, NodeCall, attempt};
-pub(crate) use engine::{Round, Traced, fan_out, fan_out_with, follow};
+pub(crate) use engine::{Round, Traced, fan_out, fan_out_with, follow, shallow};
 pub(crate) use release::{InFlight, OnNodes, release, release_again, release_in_background};
 
 #[cfg(test)]

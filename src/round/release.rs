@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{Core, Holding, Round, fan_out, follow};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::{Deadline, Op};
+use crate::node::{Deadline, Node, Op};
 use crate::quorum::Rule;
 use crate::round::calls::Requests;
 
@@ -150,17 +150,16 @@ async fn release_request<L: OnNodes>(
             .release(keys, shape, token, announce.as_deref(), deadline)
             .await
     };
-    let resent = core.node(node).map(|target| target.resent());
-    let lanes = core.lanes();
-    let deleted = lanes
+    let resends = || core.node(node).map(Node::resent).ok();
+    let before = resends();
+    let deleted = core
+        .lanes()
         .send_or(node, op, holding.on_node(), deadline, alone)
         .await;
     // A request sent twice (its connection dropped) that found the token
     // gone tells nothing: its first sending may have deleted it.
     match deleted {
-        Ok(false) if resent.ok() != core.node(node).ok().map(|target| target.resent()) => {
-            Err(NodeError::ReleaseResent)
-        }
+        Ok(false) if resends() != before => Err(NodeError::ReleaseResent),
         deleted => deleted,
     }
 }

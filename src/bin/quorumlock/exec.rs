@@ -165,7 +165,7 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
     // are followed about as long again, not up to the node timeout: a
     // frozen node would hold the exit back for nothing (the release is on
     // its way to it, and its key expires).
-    let grace = straggler_grace(releasing.elapsed(), Duration::MAX);
+    let grace = straggler_grace(releasing.elapsed());
     let _ = tokio::time::timeout(grace, locks.settle()).await;
     Ok(status)
 }

@@ -81,7 +81,7 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     let inspection = if args.every_node {
         inspection.settled().await
     } else {
-        let grace = straggler_grace(started.elapsed(), timeout);
+        let grace = straggler_grace(started.elapsed());
         inspection.settled_within(grace).await
     };
     let waits = Waits {
