@@ -232,10 +232,12 @@
 //!    - `acquire` — around an acquiring call: [`Retry`] (delays with
 //!      jitter, attempt limits, wait deadlines), waiting for a release by
 //!      pub/sub instead of polling (`wakeup.rs`), and whether the
-//!      manager's node check on first use has started (`check::run` runs it).
-//!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms, `with_lock`.
+//!      manager's node check on first use has started.
+//!    - `check::run` — the node check over a manager's nodes: every node
+//!      probed at once, judged, and logged for the check on first use.
+//!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms,
+//!      `with_lock`, and [`Redlock::check`] (delegating to `check::run`).
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
-//!    - `check::run` — [`Redlock::check`], and the check on first use.
 //!    - `election` — [`Election`], [`Leadership`]: campaign, leader,
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a

@@ -14,3 +14,14 @@ pub(crate) struct FirstUse {
     pub(crate) check: StartupCheck,
     pub(crate) started: std::sync::atomic::AtomicBool,
 }
+
+impl FirstUse {
+    /// Whether the startup check is to start now: true once, on the first
+    /// call, unless the check is skipped.
+    pub(crate) fn begin(&self) -> bool {
+        self.check != StartupCheck::Skip
+            && !self
+                .started
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+}

@@ -22,15 +22,16 @@
 //
 // Inside the crate, the node doctor in one room: these types; `judge`, the
 // judgement that turns what each server showed into findings (no I/O);
-// `probe`, what a node shows (the wire); and `run`, the entry point
-// (`Redlock::check`).
+// `probe`, what a node shows (the wire); and `run`, the check over a
+// manager's nodes, which `Redlock::check` (in `redlock.rs`) delegates to.
+// Nothing here imports the manager: the node check sits below it.
 
 use std::fmt;
 use std::time::Duration;
 
 mod judge;
 mod probe;
-mod run;
+pub(crate) mod run;
 
 pub(crate) use judge::{ClockSample, Library, NodeFacts, ServerFacts, Settings, SlotMap, judge};
 

@@ -145,7 +145,26 @@ pub(super) fn library_problems(
     if let Some(circle) = find_circle(&graph, &[]) {
         wrong.push(format!("modules import one another in a circle: {circle}"));
     }
+    // A folder is one room: its parts on levels of their own must not close
+    // a circle through the rest of the crate either (`a::run` importing
+    // `b`, which imports `a`).
+    if let Some(circle) = find_circle(&folders(&graph), &[]) {
+        wrong.push(format!("folders import one another in a circle: {circle}"));
+    }
     wrong
+}
+
+/// `graph` with each folder's parts taken together as the folder (`a::b`
+/// as `a`), leaving out a folder's imports of itself.
+fn folders(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTreeSet<String>> {
+    let folder = |module: &str| module.split("::").next().unwrap_or(module).to_owned();
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, deps) in graph {
+        let own = folder(module);
+        let deps = deps.iter().map(|dep| folder(dep)).filter(|dep| *dep != own);
+        folders.entry(own.clone()).or_default().extend(deps);
+    }
+    folders
 }
 
 /// The names the CLI may use after `quorumlock::`: what the library's
@@ -327,6 +346,29 @@ mod tests {
         // Unless that import is an allowed exception.
         let files = sources(&[("x", "use crate::y::Y;\n"), ("y", "use crate::x::X;\n")]);
         assert!(binary_problems(TEST_ROOT, &BTreeSet::new(), &files, &[("y", "x")]).is_empty());
+    }
+
+    #[test]
+    fn a_circle_through_a_folders_part_fails() {
+        // a::top on a level above b, b above a: no circle among the parts,
+        // but folder a imports b and b imports a.
+        const SPLIT: [Layer; 1] = [("low", &[&["a"], &["b"], &["a::top"]])];
+        let report = library_problems(
+            &SPLIT,
+            &[],
+            "mod a;\nmod b;\n",
+            &sources(&[
+                ("a", "mod top;\n"),
+                ("a::top", "use crate::b::X;\n"),
+                ("b", "use crate::a::Y;\n"),
+            ]),
+        )
+        .join("\n");
+        assert!(
+            report.contains("folders import one another in a circle: a -> b -> a"),
+            "{report}"
+        );
+        assert!(!report.contains("modules import one another"), "{report}");
     }
 
     #[test]

@@ -86,13 +86,13 @@ const LAYERS: [Layer; 5] = [
     (
         "entry points",
         &[
-            // Around an acquiring call: retry loop, wake-up, first use.
-            &["acquire"],
+            // Around an acquiring call: retry loop, wake-up, first use; and
+            // the node check run over a manager's nodes.
+            &["acquire", "check::run"],
             // The manager.
             &["redlock"],
-            // Built on the manager: its builder, its node check, the
-            // other primitives.
-            &["builder", "check::run", "election", "rwlock", "semaphore"],
+            // Built on the manager: its builder, the other primitives.
+            &["builder", "election", "rwlock", "semaphore"],
             // What is stored under a name, for any primitive.
             &["inspect"],
         ],
