@@ -554,6 +554,25 @@ pub(crate) struct Single<'a> {
     pub(crate) shape: &'a ShapeRef,
 }
 
+/// One entry of a `batch.lua` call: what it asks, of which key, with
+/// which token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    pub(crate) op: SingleOp<'a>,
+    pub(crate) key: &'a str,
+    pub(crate) token: &'a str,
+}
+
+impl<'a> From<Single<'a>> for Entry<'a> {
+    fn from(request: Single<'a>) -> Self {
+        Self {
+            op: request.op,
+            key: request.key,
+            token: request.token,
+        }
+    }
+}
+
 /// What a [`Single`] asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SingleOp<'a> {
@@ -611,9 +630,8 @@ impl Node {
     /// twice: a SET that landed before the connection dropped would answer
     /// "no" the second time, and a node that said "no" is skipped by the
     /// cleanup of a failed attempt), the holding's own release and
-    /// extension (see [`release`](Node::release), [`extend`](Node::extend))
-    /// for the others, so that a deployment with only those scripts loaded
-    /// keeps working while nothing is concurrent. Its status as
+    /// extension (see [`release`](Node::release), [`extend`](Node::extend),
+    /// natively where the node can) for the others. Its status as
     /// `batch.lua` answers it.
     pub(crate) async fn single(
         &self,
@@ -678,6 +696,8 @@ impl Node {
         };
         // Natively where the node can do every step of a batch; else
         // `batch.lua`.
+        let entries: Vec<Entry<'_>> = requests.iter().map(|r| Entry::from(*r)).collect();
+        let entries = &entries;
         let replies = self
             .with_capabilities(deadline, async |caps| {
                 let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
@@ -685,7 +705,7 @@ impl Node {
                     if let Some(delete) = native {
                         return self.batch_native(delete, requests, group, deadline).await;
                     }
-                    match self.batch_call(requests, group, deadline).await {
+                    match self.batch_call(entries, group, deadline).await {
                         // Refused as a script before the node's commands were known.
                         Err(error) if error.is_incompatible() => {
                             match self
@@ -719,10 +739,11 @@ impl Node {
     }
 
     /// One `batch.lua` call for `group` of `requests` (on a cluster, all
-    /// in one hash slot).
-    async fn batch_call(
+    /// in one hash slot): the one encoding of plain locks' requests in one
+    /// call, for group commits and for auto-extension batches alike.
+    pub(crate) async fn batch_call(
         &self,
-        requests: &[Single<'_>],
+        requests: &[Entry<'_>],
         group: &[usize],
         deadline: Deadline,
     ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
@@ -730,7 +751,7 @@ impl Node {
         let fill = |cmd: &mut Cmd| {
             cmd.arg(group.len());
             for &i in group {
-                cmd.arg(&**requests[i].key);
+                cmd.arg(requests[i].key);
             }
             for &i in group {
                 let request = &requests[i];

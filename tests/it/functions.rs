@@ -196,7 +196,7 @@ async fn a_missing_library_is_named_in_the_error() {
         })
         .collect();
     assert!(!missing.is_empty(), "{err}");
-    assert!(missing.iter().all(|f| *f == "quorumlock_extend"), "{err}");
+    assert!(missing.iter().all(|f| *f == "quorumlock_batch"), "{err}");
     assert!(err.to_string().contains("FUNCTION LOAD"), "{err}");
 
     let err = locks
