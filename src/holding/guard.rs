@@ -155,15 +155,14 @@ impl LockGuard {
             in_flight = pending.len(),
             "lock granted"
         );
-        let in_flight =
-            (!pending.is_empty()).then(|| Arc::new(InFlight::new(nodes, &pending, false)));
+        let in_flight = (!pending.is_empty()).then(|| Arc::new(InFlight::new(nodes, &pending)));
         follow_into(
             &core,
             &held,
             RoundId::ACQUIRE,
             "acquire",
             stragglers,
-            in_flight.clone(),
+            Late::Grant(in_flight.clone()),
         );
         Self {
             core,
@@ -311,11 +310,7 @@ impl LockGuard {
                 )
                 .await;
                 confirm(held, id, &round, &stragglers);
-                let pending: Vec<usize> = stragglers.nodes().collect();
-                let in_flight = (!pending.is_empty())
-                    .then(|| Arc::new(InFlight::new(core.len(), &pending, true)));
-                *held.extending.lock().unwrap_or_else(|e| e.into_inner()) = in_flight.clone();
-                follow_into(core, held, id, "extend", stragglers, in_flight);
+                follow_into(core, held, id, "extend", stragglers, Late::Restore);
                 extension_outcome(core, held, round, &window)
             }
             .instrument(span),
@@ -445,16 +440,13 @@ async fn give_up(
     in_flight: Option<Arc<InFlight>>,
 ) -> (Round, Option<(Vec<usize>, watch::Receiver<Answers>)>) {
     held.mark_lost(LossReason::Released);
+    held.begin_release();
     held.confirmations.clear();
-    let extending = held
-        .extending
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    // Per node, the requests this release races: those still in flight
-    // now, before it is sent.
+    // Per node, the acquire's requests this release races: those still in
+    // flight now, before it is sent. (Extensions' and renewals' late
+    // answers go by `restored_late`.)
     let mut races: Vec<(usize, Arc<InFlight>)> = Vec::new();
-    for requests in [in_flight, extending].into_iter().flatten() {
+    if let Some(requests) = in_flight {
         for node in (0..core.len()).filter(|&node| requests.pending(node)) {
             races.push((node, requests.clone()));
         }
@@ -608,16 +600,26 @@ fn confirm<T: Answer, F>(
     pending
 }
 
+/// What a round's late "yes" may call for once the lock's release has
+/// begun: a release once more on that node, by one of two rules.
+enum Late {
+    /// The acquire's grants in flight at the decision, raced against the
+    /// release (see [`InFlight`]).
+    Grant(Option<Arc<InFlight>>),
+    /// An extension's restores (see [`LockState::restored_late`]).
+    Restore,
+}
+
 /// Follows a round's stragglers, recording their answers in the lock's
 /// confirmations; a late "yes" that may have landed after the lock's
-/// release is released again (see [`InFlight`]).
+/// release is released again, as `late` says.
 fn follow_into<T, F>(
     core: &Arc<Core>,
     held: &Arc<LockState>,
     id: RoundId,
     op: &'static str,
     stragglers: Requests<F>,
-    in_flight: Option<Arc<InFlight>>,
+    late: Late,
 ) where
     T: Answer + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
@@ -627,11 +629,19 @@ fn follow_into<T, F>(
         let yes = answer.is_ok_and(|answer| answer.vote() == Vote::Yes);
         held.confirmations.record(id, node, yes);
         tracing::debug!(op, confirmed = held.confirmations.count());
-        if in_flight
-            .as_ref()
-            .is_some_and(|requests| requests.answered(node, yes))
-        {
-            release_again(&task_core, &held, node);
+        match &late {
+            // Every answer is recorded in the race, a "no" too.
+            Late::Grant(Some(requests)) => {
+                if requests.answered(node, yes) {
+                    release_again(&task_core, &held, node);
+                }
+            }
+            Late::Grant(None) => {}
+            Late::Restore => {
+                if yes {
+                    held.restored_late(&task_core, node);
+                }
+            }
         }
     });
 }

@@ -4,8 +4,8 @@
 //! owned, cloneable view of a held lock.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::error::{Error, LossReason, NodeFailure};
 use crate::metrics;
 use crate::quorum::{Decision, Tally, Window};
-use crate::round::{Holding, InFlight, OnNodes};
+use crate::round::{Core, Holding, OnNodes, release_again};
 use crate::token::Token;
 
 /// Shared by a guard, its leases, and the renewer.
@@ -28,11 +28,10 @@ pub(crate) struct LockState {
     pub(crate) confirmations: Confirmations,
     /// Set once the lock was handed to the renewer.
     auto_extended: AtomicBool,
-    /// The newest explicit extension's requests still in flight when it
-    /// was decided: a restore that lands after the release (a script
-    /// reloaded on NOSCRIPT, say) would set the key again, so the release
-    /// races them (see [`InFlight`]).
-    pub(crate) extending: Mutex<Option<Arc<InFlight>>>,
+    /// Set once the lock's release has begun (before it is sent): a
+    /// restoring request's "yes" heard since may have set the key again
+    /// after the release deleted it (see [`restored_late`](Self::restored_late)).
+    releasing: AtomicBool,
 }
 
 impl OnNodes for LockState {
@@ -163,8 +162,38 @@ impl LockState {
             status,
             confirmations: Confirmations::new(nodes),
             auto_extended: AtomicBool::new(false),
-            extending: Mutex::new(None),
+            releasing: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the lock's release begun: from now on a restoring request's
+    /// late "yes" calls for the release once more on its node (see
+    /// [`restored_late`](Self::restored_late)). Called before the release
+    /// is sent.
+    pub(crate) fn begin_release(&self) {
+        self.releasing.store(true, Ordering::Release);
+    }
+
+    /// A "yes" from node `node` to a request that restores missing keys (an
+    /// extension's or a renewal's), heard after its round decided: the one
+    /// rule for such late answers. Once the release has begun, that request
+    /// may have run on the node after the release deleted the key (sent
+    /// again after its connection dropped, or on a connection whose order
+    /// is not certain), and set the key again: the release goes out there
+    /// once more. A restore heard before the release began ran before it
+    /// was sent, so the release runs after it. (A grant, which never sets
+    /// a deleted key again, has a finer rule: see
+    /// [`InFlight`](crate::round::InFlight).)
+    pub(crate) fn restored_late(self: &Arc<Self>, core: &Arc<Core>, node: usize) {
+        if self.restore_calls_for_release() {
+            release_again(core, self, node);
+        }
+    }
+
+    /// Whether a restoring request's "yes" heard now calls for the release
+    /// once more: whether the release has begun.
+    fn restore_calls_for_release(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
     }
 
     /// The token.
@@ -443,6 +472,22 @@ pub(crate) mod tests {
             deadline,
             3,
         ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_restore_calls_for_the_release_again_once_it_began_whatever_the_loss() {
+        let held = held(Instant::now() + Duration::from_secs(10));
+        assert!(
+            !held.restore_calls_for_release(),
+            "held: the restore is ours"
+        );
+        // Lost first for another reason (say, a renewal round without a
+        // quorum): a late restore still keeps the key until the release.
+        held.mark_lost(LossReason::Expired);
+        assert!(!held.restore_calls_for_release());
+        held.begin_release();
+        assert!(held.restore_calls_for_release());
+        assert_eq!(held.status().lost, Some(LossReason::Expired));
     }
 
     #[tokio::test(start_paused = true)]

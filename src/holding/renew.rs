@@ -19,7 +19,7 @@ use crate::node::{ExtendReply, Extension};
 use crate::quorum::decide::{Batch, Decide};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
-use crate::round::{Core, Traced, fan_out_with, follow, release_again};
+use crate::round::{Core, Traced, fan_out_with, follow};
 
 /// The most locks renewed by one script call.
 const MAX_BATCH: usize = 1000;
@@ -330,8 +330,8 @@ impl Locks {
                     .and_then(|replies| replies.get(j))
                     .map_or(Vote::Failed, Answer::vote);
                 held.confirmations.record(round, node, vote == Vote::Yes);
-                if vote == Vote::Yes && held.status().lost == Some(LossReason::Released) {
-                    release_again(core, held, node);
+                if vote == Vote::Yes {
+                    held.restored_late(core, node);
                 }
                 vote
             })

@@ -15,9 +15,8 @@ use crate::node::{Deadline, Node, Op};
 use crate::quorum::Rule;
 use crate::round::calls::Requests;
 
-/// A held lock's requests that were still in flight when their round
-/// decided (the acquire's, or an extension's), raced per node against the
-/// lock's release.
+/// A held lock's acquire requests that were still in flight when their
+/// round decided, raced per node against the lock's release.
 ///
 /// A release does not wait for them: it goes out at once, behind them on
 /// the node's connection, and Redis runs one connection's calls in order,
@@ -25,19 +24,21 @@ use crate::round::calls::Requests;
 /// not certain (a cluster node's connection being set up — a standalone
 /// node's keeps the order from its first request, see `node::ordered` —
 /// a request sent again after its connection dropped, the group-commit
-/// queue's ACL fallback), the two answers tell: a late "yes" that may have landed
-/// after the release deleted nothing there — or, for a request that
-/// restores missing keys (an extension), after any release — calls for the
-/// release to go out once more on that node. Neither answer waits for the
-/// other; whichever of a node's two answers comes second decides, from
-/// both.
+/// queue's ACL fallback), the two answers tell: a late grant that may have
+/// landed after the release, which deleted nothing there, calls for the
+/// release to go out once more on that node. A grant the release found
+/// and deleted ran before it (`SET NX` never sets a deleted key again, so
+/// the common case — a slow node's grant, then its release — costs no
+/// second release). Neither answer waits for the other; whichever of a
+/// node's two answers comes second decides, from both.
+///
+/// Requests that restore missing keys (extensions, renewals) may follow
+/// any release, so they go by a plainer rule: see
+/// `LockState::restored_late`.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     /// Per node: the bits below.
     nodes: Box<[AtomicU8]>,
-    /// The requests set the key again where it is missing (extensions):
-    /// their "yes" may follow a release that deleted it.
-    restores: bool,
 }
 
 /// The node's request (of an [`InFlight`]) has answered…
@@ -50,9 +51,9 @@ const RELEASED: u8 = 4;
 const DELETED: u8 = 8;
 
 impl InFlight {
-    /// The requests of a round still in flight to the nodes `in_flight`,
-    /// out of `nodes`; `restores` for an extension's.
-    pub(crate) fn new(nodes: usize, in_flight: &[usize], restores: bool) -> Self {
+    /// The acquire's requests still in flight to the nodes `in_flight`, out
+    /// of `nodes`.
+    pub(crate) fn new(nodes: usize, in_flight: &[usize]) -> Self {
         let nodes: Box<[AtomicU8]> = (0..nodes)
             .map(|node| {
                 AtomicU8::new(if in_flight.contains(&node) {
@@ -62,7 +63,7 @@ impl InFlight {
                 })
             })
             .collect();
-        Self { nodes, restores }
+        Self { nodes }
     }
 
     /// Whether `node`'s request has not answered yet.
@@ -79,7 +80,7 @@ impl InFlight {
             return false;
         };
         let before = slot.fetch_or(ANSWERED | if yes { YES } else { 0 }, Ordering::AcqRel);
-        before & RELEASED != 0 && self.again(yes, before & DELETED != 0)
+        before & RELEASED != 0 && again(yes, before & DELETED != 0)
     }
 
     /// The lock's release answered on `node` (`deleted`: it deleted the
@@ -94,16 +95,15 @@ impl InFlight {
             RELEASED | if deleted { DELETED } else { 0 },
             Ordering::AcqRel,
         );
-        before & ANSWERED != 0 && self.again(before & YES != 0, deleted)
+        before & ANSWERED != 0 && again(before & YES != 0, deleted)
     }
+}
 
-    /// With both answers: whether the request may have set the key after
-    /// the release ran. A grant (`SET NX`) that the release found deleted
-    /// ran before it; one it did not find may have come after. A restore
-    /// may follow a release that deleted the key.
-    fn again(&self, yes: bool, deleted: bool) -> bool {
-        yes && (self.restores || !deleted)
-    }
+/// With both answers: whether the grant may have set the key after the
+/// release ran. One the release found deleted ran before it; one it did
+/// not find may have come after.
+fn again(yes: bool, deleted: bool) -> bool {
+    yes && !deleted
 }
 
 /// What a lock's release asks of the nodes: a held lock's [`LockState`] or
@@ -219,7 +219,7 @@ pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: u
     metrics::released_again();
     tracing::debug!(
         node = %core.label(node),
-        "a late grant may have landed after the release: releasing there again"
+        "a late grant or restore may have landed after the release: releasing there again"
     );
     let deadline = core.timeout_from(Instant::now());
     let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
@@ -239,10 +239,9 @@ fn release_id() -> String {
 mod tests {
     use super::*;
 
-    /// Node 1's request is in flight (of three nodes); `restores` for an
-    /// extension's.
-    fn racing(restores: bool) -> InFlight {
-        let requests = InFlight::new(3, &[1], restores);
+    /// Node 1's request is in flight (of three nodes).
+    fn racing() -> InFlight {
+        let requests = InFlight::new(3, &[1]);
         assert!(requests.pending(1));
         assert!(!requests.pending(0) && !requests.pending(2));
         requests
@@ -252,10 +251,10 @@ mod tests {
     fn a_grant_the_release_deleted_ran_before_it() {
         // In order on the connection: the grant, then the release that
         // deletes it — whichever answer is handled first.
-        let requests = racing(false);
+        let requests = racing();
         assert!(!requests.answered(1, true));
         assert!(!requests.released(1, true));
-        let requests = racing(false);
+        let requests = racing();
         assert!(!requests.released(1, true));
         assert!(!requests.answered(1, true));
     }
@@ -265,10 +264,10 @@ mod tests {
         // The release overtook the grant (found nothing), or failed: the
         // grant may have landed after it. Whichever answer comes second
         // says so, once.
-        let requests = racing(false);
+        let requests = racing();
         assert!(!requests.released(1, false));
         assert!(requests.answered(1, true));
-        let requests = racing(false);
+        let requests = racing();
         assert!(!requests.answered(1, true));
         assert!(requests.released(1, false));
     }
@@ -276,30 +275,18 @@ mod tests {
     #[test]
     fn a_refused_or_failed_request_needs_nothing_more() {
         for deleted in [true, false] {
-            let requests = racing(false);
+            let requests = racing();
             assert!(!requests.released(1, deleted));
             assert!(!requests.answered(1, false));
-            let requests = racing(true);
+            let requests = racing();
             assert!(!requests.answered(1, false));
             assert!(!requests.released(1, deleted));
         }
     }
 
     #[test]
-    fn a_restore_may_follow_any_release() {
-        // An extension that restored the key may have run after a release
-        // that deleted it.
-        let requests = racing(true);
-        assert!(!requests.released(1, true));
-        assert!(requests.answered(1, true));
-        let requests = racing(true);
-        assert!(!requests.answered(1, true));
-        assert!(requests.released(1, true));
-    }
-
-    #[test]
     fn nodes_not_in_flight_never_race() {
-        let requests = racing(true);
+        let requests = racing();
         for node in [0, 2, 7] {
             assert!(!requests.released(node, false));
             assert!(!requests.released(node, true));
