@@ -696,8 +696,7 @@ impl Node {
         };
         // Natively where the node can do every step of a batch; else
         // `batch.lua`.
-        let entries: Vec<Entry<'_>> = requests.iter().map(|r| Entry::from(*r)).collect();
-        let entries = &entries;
+        let entries: &[Entry<'_>] = &requests.iter().map(|r| Entry::from(*r)).collect::<Vec<_>>();
         let replies = self
             .with_capabilities(deadline, async |caps| {
                 let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());

@@ -220,12 +220,8 @@ where
     F: Fn(usize, &'a Node, Deadline) -> Fut,
     Fut: Future<Output = Result<D::Answer, NodeError>> + Send + 'f,
 {
-    // Each request boxed, as a trait object: one allocation per node
-    // keeps the depth of the node layer's futures (group commit, scripts,
-    // the connection) out of the round's future and of every caller's,
-    // whose layout and auto traits the compiler must otherwise work out
-    // through all of it; a caller a few async functions deep overflowed
-    // the compiler's default query depth.
+    // Each request boxed (see `shallow`): the node layer's futures stay
+    // out of the round's future and every caller's.
     let call = |i: usize, node: &'a Node, deadline: Deadline| -> Call<'f, D::Answer> {
         shallow(call(i, node, deadline))
     };
@@ -260,12 +256,7 @@ where
         if decide.decided() {
             break;
         }
-        // A frozen node does not hold up a decision the others leave open
-        // (a split vote, say): it would only time out.
-        let unresponsive = calls.nodes().filter(|&n| nodes[n].unresponsive());
-        if !decide.waits_for_unresponsive()
-            && waits_only_on(nodes.len(), calls.len(), unresponsive.count())
-        {
+        if waits_only_on_unresponsive(nodes, &calls, &decide) {
             let pending: Vec<usize> = calls.nodes().collect();
             for n in pending {
                 record(&mut decide, n, Err(NodeError::Unresponsive));
@@ -274,6 +265,22 @@ where
         }
     }
     (decide, calls)
+}
+
+/// Whether the fan-out's `calls` still in flight are only to nodes that
+/// do not answer, and `decide` may do without them: a frozen node does not
+/// hold up a decision the others leave open (a split vote, say), it would
+/// only time out.
+fn waits_only_on_unresponsive<D: Decide, F>(
+    nodes: &[Node],
+    calls: &Requests<F>,
+    decide: &D,
+) -> bool {
+    let unresponsive = calls
+        .nodes()
+        .filter(|&n| nodes.get(n).is_some_and(Node::unresponsive));
+    !decide.waits_for_unresponsive()
+        && waits_only_on(nodes.len(), calls.len(), unresponsive.count())
 }
 
 /// What every answer of a fan-out, or of its stragglers (`late`), tells
