@@ -220,7 +220,9 @@
 //!      renewal's batch, a leader read), the requests still in flight,
 //!      releases, cleanup; the `Core` that holders share.
 //!    - `lock` — the lock kinds (plain, fenced, multi-resource) as
-//!      descriptions the engine runs: what a node is asked, how it votes.
+//!      descriptions the engine runs: what a node is asked, how it votes;
+//!      and what `inspect` reads of a primitive as the primitive describes
+//!      it (`lock/inspect.rs`: `Reads`, and the lock's reads).
 //! 4. **Holding**
 //!    - `holding` — what a holder owns: [`LockGuard`]: extend, release,
 //!      drop, and `typed_guard!`, with which each primitive declares its
@@ -249,7 +251,9 @@
 //!      API and its description on the engine, a hold's `Shape` and the
 //!      acquire it sends a node (`node.rs`), its scripts.
 //!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
-//!      keeps under a name, read through the engine and judged at a quorum.
+//!      keeps under a name, read through the engine (the reads each
+//!      primitive describes, listed once in `inspect/read.rs`) and judged
+//!      at a quorum.
 //!
 //! A new primitive is a folder, as `semaphore` is: its API and its
 //! description on the engine (`Acquire`), its node commands and its
@@ -257,7 +261,11 @@
 //! (one `typed_guard!` line), its keys from `Limits::key` with
 //! `Limits::one_slot` (their suffixes in `keys.rs`), its scripts, each
 //! a `Lua` static beside its `.lua` file and listed once in the Functions
-//! library's list (`scripts`' tests, which regenerate the library). Guards,
+//! library's list (`scripts`' tests, which regenerate the library); what
+//! [`Redlock::inspect`] reads of it (`inspect.rs`: a `Reads` with its
+//! commands and their decoding, one entry in `inspect`'s list; something
+//! no primitive kept before is a `Kept` variant and a field of
+//! [`Stored`]). Guards,
 //! renewal, releases and wake-ups serve it without knowing which primitive
 //! it is. Its folder is one module in the layers, unless lower modules use
 //! a part of it: the lock's commands (`lock::node`), which the node check

@@ -6,8 +6,10 @@
 //! allows while too few nodes are reachable), leadership is that lock held and auto-extended by a
 //! [`LockGuard`], and the value beside it is the election primitive's: on
 //! the engine (`leader.rs`), on a node (`node.rs`), and its scripts
-//! (`elect_proclaim.lua`, `elect_leader.lua`).
+//! (`elect_proclaim.lua`, `elect_leader.lua`). What
+//! [`Redlock::inspect`] reads of it is in `inspect.rs`.
 
+pub(crate) mod inspect;
 mod leader;
 pub(crate) mod node;
 

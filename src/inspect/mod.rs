@@ -10,7 +10,10 @@
 //!
 //! - this file: the call, its decision rule on the engine, and the
 //!   following of the nodes after the decision;
-//! - `read`: one node's read commands and the decoding of their replies;
+//! - `read`: one node's read: the reads every primitive describes in its
+//!   own folder (a `lock::inspect::Reads`, each listed once in `read`'s
+//!   `PRIMITIVES`), sent together, and what they decode kept as the
+//!   node's [`Stored`];
 //! - `verdict`: the quorum verdict on the answers so far (pure);
 //! - `types`: the public result ([`Inspection`] and what it holds).
 

@@ -13,7 +13,13 @@
 //! and this file, the acquisitions, on the round engine. A plain lock's
 //! requests go through the node's group commit (`node/group.rs`), which
 //! serves any `Shape` that allows it.
+//!
+//! `inspect.rs` is what [`Redlock::inspect`](crate::Redlock::inspect)
+//! reads of a primitive, as each primitive describes it (`Reads`), with
+//! the lock's own reads: here, below every other primitive, so that each
+//! describes its reads in its own folder.
 
+pub(crate) mod inspect;
 pub(crate) mod node;
 
 use std::future::Future;

@@ -8,8 +8,10 @@
 //! description on the engine; in `node.rs` what it asks a node (the
 //! acquire, and the permit's [`Shape`](crate::node::Shape) for extending
 //! and releasing it) and how the replies read; its scripts beside them
-//! (`acquire.lua`, `extend.lua`, `release.lua`).
+//! (`acquire.lua`, `extend.lua`, `release.lua`); and in `inspect.rs` what
+//! [`Redlock::inspect`] reads of it.
 
+pub(crate) mod inspect;
 pub(crate) mod node;
 
 use std::future::Future;

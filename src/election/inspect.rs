@@ -1,0 +1,74 @@
+//! What [`Redlock::inspect`](crate::Redlock::inspect) reads of an
+//! election: its leader's value. Its lock and term counter are the lock's
+//! ([`LockReads`](crate::lock::inspect::LockReads)).
+
+use redis::{Cmd, Value};
+
+use crate::error::NodeError;
+use crate::keys::Layout;
+use crate::lock::inspect::{Decoded, Kept, Reads, Replies, command, ours, text, unexpected};
+
+/// An election's reads: `HMGET <key>:leader token term rev value`.
+#[derive(Debug)]
+pub(crate) struct LeaderReads;
+
+impl Reads for LeaderReads {
+    fn reads(&self, layout: &Layout) -> Vec<Cmd> {
+        vec![command(
+            "HMGET",
+            &[&layout.leader(), "token", "term", "rev", "value"],
+        )]
+    }
+
+    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+        let leader = ours(replies.next())?.map(proclaimed).transpose()?.flatten();
+        Ok(Decoded {
+            kept: leader.into_iter().collect(),
+            more: Vec::new(),
+        })
+    }
+}
+
+/// `HMGET <key>:leader token term rev value`: a leader's value, when all
+/// four are there.
+fn proclaimed(value: Value) -> Result<Option<Kept>, NodeError> {
+    let Value::Array(fields) = value else {
+        return Err(unexpected("HMGET"));
+    };
+    let number = |v: &Value| text(v).and_then(|t| t.parse::<u64>().ok());
+    Ok(match &fields[..] {
+        [token, term, rev, value] => match (text(token), number(term), number(rev), text(value)) {
+            (Some(token), Some(term), Some(revision), Some(value)) => Some(Kept::Leader {
+                token: token.into(),
+                term,
+                revision,
+                value,
+            }),
+            _ => None,
+        },
+        _ => return Err(unexpected("HMGET")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_value_is_read_when_complete() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let fields = Value::Array(vec![bulk("tok"), bulk("7"), bulk("2"), bulk("web")]);
+        assert_eq!(
+            proclaimed(fields).expect("hmget"),
+            Some(Kept::Leader {
+                token: "tok".into(),
+                term: 7,
+                revision: 2,
+                value: "web".to_owned()
+            })
+        );
+        let partial = Value::Array(vec![bulk("tok"), Value::Nil, bulk("2"), bulk("web")]);
+        assert_eq!(proclaimed(partial).expect("hmget"), None);
+        assert!(proclaimed(Value::Array(vec![bulk("tok")])).is_err());
+    }
+}

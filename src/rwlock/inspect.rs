@@ -1,0 +1,181 @@
+//! What [`Redlock::inspect`](crate::Redlock::inspect) reads of a
+//! reader-writer lock: its writer, its readers (those not expired by the
+//! node's clock, read beside them), and whether a writer waits.
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::error::NodeError;
+use crate::keys::Layout;
+use crate::lock::inspect::{
+    Decoded, Held, Kept, Reads, Replies, command, held, integer, ours, text, unexpected,
+};
+
+/// A reader-writer lock's reads: the writer's `GET` and `PTTL`, the
+/// readers' `ZRANGE … WITHSCORES`, the waiting writer's `EXISTS`, and the
+/// node's `TIME` to tell which readers expired.
+#[derive(Debug)]
+pub(crate) struct RwLockReads;
+
+impl Reads for RwLockReads {
+    fn reads(&self, layout: &Layout) -> Vec<Cmd> {
+        let writer = layout.writer();
+        vec![
+            command("GET", &[&writer]),
+            command("PTTL", &[&writer]),
+            command("ZRANGE", &[&layout.readers(), "0", "-1", "WITHSCORES"]),
+            command("EXISTS", &[&layout.writer_waiting()]),
+            command("TIME", &[]),
+        ]
+    }
+
+    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+        let (writer, ttl) = (ours(replies.next())?, integer(replies.next()?, "PTTL")?);
+        let readers = ours(replies.next())?.map(scored).transpose()?;
+        let waiting = integer(replies.next()?, "EXISTS")? > 0;
+        let now_ms = clock(replies.next()?)? as f64;
+        let mut kept = Vec::new();
+        if let Some(writer) = writer {
+            kept.extend(held(&writer, ttl)?.map(Kept::Writer));
+        }
+        kept.extend(
+            readers
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(token, expiry)| {
+                    let left = expiry - now_ms;
+                    (left > 0.0).then(|| {
+                        Kept::Reader(Held {
+                            token: token.into(),
+                            ttl: Some(Duration::from_millis(left as u64)),
+                        })
+                    })
+                }),
+        );
+        if waiting {
+            kept.push(Kept::WriterWaiting);
+        }
+        Ok(Decoded {
+            kept,
+            more: Vec::new(),
+        })
+    }
+}
+
+/// A reply's number, if it is one.
+fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::Double(f) => Some(*f),
+        Value::Int(n) => Some(*n as f64),
+        other => text(other).and_then(|t| t.parse().ok()),
+    }
+}
+
+/// `ZRANGE … WITHSCORES`: members and scores, flat (RESP2) or in pairs
+/// (RESP3).
+fn scored(value: Value) -> Result<Vec<(String, f64)>, NodeError> {
+    let bad = || unexpected("ZRANGE");
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    let pair = |member: &Value, score: &Value| Some((text(member)?, float(score)?));
+    if items.iter().all(|i| matches!(i, Value::Array(_))) {
+        items
+            .iter()
+            .map(|item| match item {
+                Value::Array(p) => match &p[..] {
+                    [member, score] => pair(member, score).ok_or_else(bad),
+                    _ => Err(bad()),
+                },
+                _ => Err(bad()),
+            })
+            .collect()
+    } else if items.len() % 2 == 0 {
+        items
+            .chunks(2)
+            .map(|p| match p {
+                [member, score] => pair(member, score).ok_or_else(bad),
+                _ => Err(bad()),
+            })
+            .collect()
+    } else {
+        Err(bad())
+    }
+}
+
+/// `TIME`: the node's clock, in ms.
+fn clock(value: Value) -> Result<u64, NodeError> {
+    let bad = || unexpected("TIME");
+    let Value::Array(parts) = value else {
+        return Err(bad());
+    };
+    let number = |v: &Value| match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => text(other).and_then(|t| t.parse::<u64>().ok()),
+    };
+    match &parts[..] {
+        [seconds, micros] => {
+            let (seconds, micros) = (
+                number(seconds).ok_or_else(bad)?,
+                number(micros).ok_or_else(bad)?,
+            );
+            Ok(seconds.saturating_mul(1000).saturating_add(micros / 1000))
+        }
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn replies_are_parsed_in_both_protocols() {
+        let flat = Value::Array(vec![bulk("r1"), bulk("1500"), bulk("r2"), bulk("2500.5")]);
+        assert_eq!(
+            scored(flat).expect("resp2"),
+            [("r1".to_owned(), 1500.0), ("r2".to_owned(), 2500.5)]
+        );
+        let pairs = Value::Array(vec![Value::Array(vec![bulk("r1"), Value::Double(1500.0)])]);
+        assert_eq!(scored(pairs).expect("resp3"), [("r1".to_owned(), 1500.0)]);
+        assert!(scored(Value::Array(vec![bulk("r1")])).is_err());
+        assert_eq!(
+            clock(Value::Array(vec![bulk("12"), bulk("345678")])).expect("time"),
+            12_345
+        );
+    }
+
+    #[test]
+    fn only_readers_not_expired_by_the_node_clock_are_kept() {
+        let layout = Layout::new("rw".to_owned());
+        let replies = Replies::new(vec![
+            Ok(Value::Nil),
+            Ok(Value::Int(-2)),
+            Ok(Value::Array(vec![
+                bulk("old"),
+                bulk("11000"),
+                bulk("new"),
+                bulk("13000"),
+            ])),
+            Ok(Value::Int(1)),
+            Ok(Value::Array(vec![bulk("12"), bulk("0")])),
+        ]);
+        let decoded = RwLockReads.decode(&layout, replies).expect("decoded");
+        assert_eq!(
+            decoded.kept,
+            [
+                Kept::Reader(Held {
+                    token: "new".into(),
+                    ttl: Some(Duration::from_millis(1000)),
+                }),
+                Kept::WriterWaiting,
+            ]
+        );
+        assert!(decoded.more.is_empty());
+    }
+}
