@@ -215,10 +215,11 @@ pub(crate) fn held(value: &Value, pttl: i64) -> Result<Option<Held>, NodeError> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
+    /// A bulk string reply, for the primitives' decoding tests.
+    pub(crate) fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
     }
 

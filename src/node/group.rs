@@ -661,11 +661,7 @@ impl Node {
                     fence: None,
                     shape: &**shape,
                 };
-                Ok(match self.extend(lock, deadline).await? {
-                    ExtendReply::Refused => 0,
-                    ExtendReply::Extended => 1,
-                    ExtendReply::Restored => 2,
-                })
+                Ok(self.extend(lock, deadline).await?.status())
             }
         }
     }

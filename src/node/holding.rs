@@ -132,6 +132,27 @@ pub(crate) enum ExtendReply {
     Refused,
 }
 
+impl ExtendReply {
+    /// From its status as `batch.lua` (and the native pipeline) answers
+    /// it: 1 extended, 2 restored, anything else refused.
+    pub(crate) fn of(status: u8) -> Self {
+        match status {
+            1 => Self::Extended,
+            2 => Self::Restored,
+            _ => Self::Refused,
+        }
+    }
+
+    /// Its status, as `batch.lua` answers it.
+    pub(crate) fn status(self) -> u8 {
+        match self {
+            Self::Refused => 0,
+            Self::Extended => 1,
+            Self::Restored => 2,
+        }
+    }
+}
+
 /// Extended or restored (yes), or another value holds a key (no).
 impl Answer for ExtendReply {
     fn vote(&self) -> Vote {
@@ -332,13 +353,7 @@ impl Node {
         self.batch_call(&entries, group, deadline)
             .await?
             .into_iter()
-            .map(|status| {
-                Ok(match status? {
-                    2 => ExtendReply::Restored,
-                    1 => ExtendReply::Extended,
-                    _ => ExtendReply::Refused,
-                })
-            })
+            .map(|status| status.map(ExtendReply::of))
             .collect()
     }
 
@@ -364,13 +379,7 @@ impl Node {
         group
             .iter()
             .zip(replies.chunks(2))
-            .map(|(&i, pair)| {
-                Ok(match self.extended(pair, locks[i].token)? {
-                    2 => ExtendReply::Restored,
-                    1 => ExtendReply::Extended,
-                    _ => ExtendReply::Refused,
-                })
-            })
+            .map(|(&i, pair)| self.extended(pair, locks[i].token).map(ExtendReply::of))
             .collect()
     }
 

@@ -129,10 +129,7 @@ fn clock(value: Value) -> Result<u64, NodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::lock::inspect::tests::bulk;
 
     #[test]
     fn replies_are_parsed_in_both_protocols() {

@@ -59,10 +59,7 @@ mod tests {
 
     use super::*;
     use crate::lock::inspect::Held;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::lock::inspect::tests::bulk;
 
     #[test]
     fn permits_are_read_once_their_count_is_known() {
