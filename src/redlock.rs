@@ -168,7 +168,7 @@ impl Redlock {
     }
 
     /// Checks every node against the assumptions Redlock's safety rests on
-    /// and reports, per node, findings with a [`Severity`], what was seen
+    /// and reports, per node, findings with a [`Severity`](crate::check::Severity), what was seen
     /// and what to do:
     ///
     /// - **independence**: one server behind two URLs (same `run_id`), a
