@@ -285,10 +285,24 @@ pub enum NodeError {
     Timeout(Duration),
     /// Not waited for: the node's last requests all timed out, with no
     /// answer since (a frozen node, or one far behind), and the other
-    /// nodes had answered. Its request still went out; its first answer
-    /// makes it count again.
+    /// nodes had answered. Its request still went out; later calls do not
+    /// ask it ([`NotAsked`](Self::NotAsked)) until it answers again.
     #[error("not waited for: its last requests timed out, none answered since")]
     Unresponsive,
+    /// Not asked: the node's last requests all timed out, with no answer
+    /// since, so calls are not sent to it while it is probed (on a backoff,
+    /// up to a couple of seconds apart) until it answers again. Counts as a
+    /// failure of the call, never as a confirmation; the quorum stays a
+    /// majority of all the nodes.
+    #[error(
+        "not asked since {} ago: its last requests timed out; asked again once a probe answers",
+        show_ms(*silent_for)
+    )]
+    #[non_exhaustive]
+    NotAsked {
+        /// How long the node has not been asked.
+        silent_for: Duration,
+    },
     /// The connection dropped while a release was on its way and the
     /// release went out again, to find the token gone: the first sending
     /// may have deleted it, or it was gone before. Counted neither as
@@ -557,5 +571,14 @@ impl fmt::Display for FailureList<'_> {
             write!(f, "; {failure}")?;
         }
         Ok(())
+    }
+}
+
+/// A duration as an error says it: `250ms`, `3.2s`.
+fn show_ms(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
     }
 }

@@ -95,6 +95,19 @@ pub(crate) fn shed(node: &str, op: &'static str) {
     imp::shed(node, op);
 }
 
+/// A node stopped being asked (`asked`: false) or was asked again after a
+/// probe or a late request answered (true): a counter of transitions and a
+/// gauge of the node's state (1 asked, 0 not).
+pub(crate) fn node_asked(node: &str, asked: bool) {
+    imp::node_asked(node, asked);
+}
+
+/// A probe of a node not asked ended: answered or not.
+pub(crate) fn probe(node: &str, answered: bool) {
+    let outcome = if answered { "answered" } else { "silent" };
+    imp::probe(node, outcome);
+}
+
 /// A waiter was woken by an announced release.
 pub(crate) fn wakeup() {
     imp::counter0("quorumlock_wakeups_total");
@@ -134,6 +147,22 @@ mod imp {
             .increment(1);
     }
 
+    pub(super) fn node_asked(node: &str, asked: bool) {
+        let to = if asked { "asked" } else { "not_asked" };
+        metrics::counter!("quorumlock_node_transitions_total", "node" => node.to_owned(), "to" => to)
+            .increment(1);
+        metrics::gauge!("quorumlock_node_asked", "node" => node.to_owned()).set(if asked {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
+    pub(super) fn probe(node: &str, outcome: &'static str) {
+        metrics::counter!("quorumlock_node_probes_total", "node" => node.to_owned(), "outcome" => outcome)
+            .increment(1);
+    }
+
     pub(super) fn node_error(node: &str, op: &'static str, kind: &'static str) {
         metrics::counter!(
             "quorumlock_node_errors_total",
@@ -156,4 +185,6 @@ mod imp {
     pub(super) fn node_error(_: &str, _: &'static str, _: &'static str) {}
     pub(super) fn followed(_: &'static str, _: &'static str) {}
     pub(super) fn shed(_: &str, _: &'static str) {}
+    pub(super) fn node_asked(_: &str, _: bool) {}
+    pub(super) fn probe(_: &str, _: &'static str) {}
 }

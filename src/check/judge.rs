@@ -102,6 +102,9 @@ pub(crate) struct NodeFacts {
     /// How plain locks are released and extended there (native commands
     /// or scripts), if the node said.
     pub(crate) path: Option<String>,
+    /// How long the manager has not asked the node, if it does not (its
+    /// last requests timed out; see `node::health`).
+    pub(crate) not_asked_for: Option<Duration>,
 }
 
 /// What the judgement needs besides the facts: the manager's settings.
@@ -270,6 +273,7 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
     } else {
         findings.extend(refusals(&facts.refused));
     }
+    findings.extend(facts.not_asked_for.map(not_asked));
     NodeReport {
         node: facts.node.clone(),
         server: servers.server,
@@ -277,6 +281,19 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
         path: facts.path.clone(),
         findings,
     }
+}
+
+/// The manager does not ask the node (see `node::health`), for `silent`.
+fn not_asked(silent: Duration) -> Finding {
+    Finding::new(
+        Severity::Degraded,
+        Aspect::Reachability,
+        format!(
+            "the manager has not asked this node for {}ms: its last requests timed out",
+            silent.as_millis()
+        ),
+        "it is probed until it answers, then asked again; meanwhile every call does without it (a paused, overloaded or partitioned server)",
+    )
 }
 
 /// A cluster node's slot map, if it is missing or leaves slots uncovered.
@@ -818,6 +835,7 @@ mod tests {
             slots: None,
             refused: Ok(Vec::new()),
             path: Some("release DELIFEQ, extend SET IFEQ".into()),
+            not_asked_for: None,
         }
     }
 
@@ -843,6 +861,23 @@ mod tests {
         assert_eq!(report.worst(), None, "{report}");
         assert!(!report.is_unsafe());
         assert!(report.to_string().contains("ok"), "{report}");
+    }
+
+    #[test]
+    fn a_node_the_manager_does_not_ask_is_reported_with_how_long() {
+        let mut silent = node("b", healthy("2"));
+        silent.not_asked_for = Some(Duration::from_millis(3200));
+        let report = judge(&[node("a", healthy("1")), silent], settings(&options()));
+        assert_eq!(report.nodes[0].worst(), None, "{report}");
+        let finding = &report.nodes[1].findings[0];
+        assert_eq!(
+            (finding.severity, finding.aspect),
+            (Severity::Degraded, Aspect::Reachability)
+        );
+        assert!(
+            finding.seen.contains("not asked this node for 3200ms"),
+            "{report}"
+        );
     }
 
     #[test]
@@ -1062,6 +1097,7 @@ mod tests {
             slots: None,
             refused: Err("connection refused".into()),
             path: None,
+            not_asked_for: None,
         };
         let report = judge(&[n, unreachable], settings(&options()));
         assert_eq!(report.worst(), Some(Severity::Degraded));
@@ -1092,6 +1128,7 @@ mod tests {
             slots: None,
             refused: Err(error.into()),
             path: None,
+            not_asked_for: None,
         };
         let facts = [
             node("a", healthy("r1")),

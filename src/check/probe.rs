@@ -84,6 +84,7 @@ pub(crate) async fn node_facts(
         slots,
         refused,
         path,
+        not_asked_for: node.not_asked_for(),
     }
 }
 

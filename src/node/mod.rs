@@ -1,8 +1,9 @@
 //! One voting node — a standalone Redis master or a whole Redis Cluster —
 //! and what it takes to talk to it, split by job:
 //!
-//! - here: the node itself, its shared connection and its health (`note`,
-//!   `unresponsive`);
+//! - here: the node itself and its shared connection;
+//! - `health`: whether it answers (`note`, `unresponsive`), and while it
+//!   does not, not asking it but probing it until it does;
 //! - `ordered`: a standalone node's one multiplexed connection (lazy,
 //!   reconnecting), with requests reaching the server in the order they
 //!   were issued, from the first one;
@@ -29,6 +30,7 @@
 mod caps;
 mod deadline;
 mod group;
+mod health;
 mod holding;
 mod native;
 mod ordered;
@@ -43,6 +45,7 @@ pub(crate) use deadline::{Deadline, within};
 #[cfg(any(test, feature = "testkit"))]
 pub(crate) use group::BATCH;
 pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
+pub(crate) use health::{Heard, watch};
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
@@ -53,7 +56,7 @@ pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -76,10 +79,6 @@ use self::url::{is_tls, label, open};
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How many requests in a row must time out, with no answer between them,
-/// before a node counts as unresponsive (see [`Node::unresponsive`]).
-const UNRESPONSIVE: u32 = 2;
 
 /// What every node of a manager shares: how scripts run, and whom to trust
 /// over TLS.
@@ -149,9 +148,9 @@ pub(crate) struct Node {
     /// What the server says it is (`redis 6.2.16`), asked on the first
     /// error that names it.
     server: OnceCell<Arc<str>>,
-    /// Requests in a row that timed out, with no answer since (see
-    /// [`unresponsive`](Node::unresponsive)).
-    timeouts: AtomicU32,
+    /// Whether it answers, and while it does not, since when (see
+    /// [`health`]).
+    health: health::Health,
     /// Requests sent again after their connection dropped (see
     /// [`resent`](Node::resent)).
     resends: AtomicU64,
@@ -261,7 +260,7 @@ impl Node {
             tls,
             passwords,
             server: OnceCell::new(),
-            timeouts: AtomicU32::new(0),
+            health: health::Health::default(),
             resends: AtomicU64::new(0),
             backend,
         }
@@ -375,27 +374,6 @@ impl Node {
     #[cfg(feature = "tls")]
     pub(crate) fn is_tls(&self) -> bool {
         self.tls
-    }
-
-    /// Records how a request to this node ended: timed out, or answered
-    /// (an error the node sent back is an answer too).
-    pub(crate) fn note(&self, timed_out: bool) {
-        if timed_out {
-            self.timeouts.fetch_add(1, Ordering::Relaxed);
-        } else if self.timeouts.load(Ordering::Relaxed) != 0 {
-            self.timeouts.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether the node's last requests all timed out ([`UNRESPONSIVE`] in
-    /// a row, none answered since): a frozen node, or one far behind. A
-    /// fan-out does not wait for it once the other nodes have answered
-    /// (see [`waits_only_on`](crate::quorum::decide::waits_only_on));
-    /// its requests still go out and are followed, and its first answer
-    /// makes it responsive again. A loaded but healthy node answers between
-    /// its timeouts, and keeps its place.
-    pub(crate) fn unresponsive(&self) -> bool {
-        self.timeouts.load(Ordering::Relaxed) >= UNRESPONSIVE
     }
 
     /// How many requests went out to this node a second time because their

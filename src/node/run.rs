@@ -176,6 +176,30 @@ impl Node {
         payload: Payload<'_>,
         resend: Resend,
     ) -> Result<T, NodeError> {
+        // A node that does not answer is not asked: nothing to queue on
+        // its connection, to time or to follow (see `health`).
+        if let Some(not_asked) = self.not_asked() {
+            return Err(not_asked);
+        }
+        self.deliver_to_any(payload, resend).await
+    }
+
+    /// `cmd`, sent once, even to a node [not asked](Self::unresponsive):
+    /// the probe that finds whether it answers again.
+    pub(super) async fn deliver_unasked<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+    ) -> Result<T, NodeError> {
+        self.deliver_to_any(Payload::Command(cmd), Resend::Never)
+            .await
+    }
+
+    /// [`deliver`](Self::deliver), whether the node is asked or not.
+    async fn deliver_to_any<T: FromRedisValue>(
+        &self,
+        payload: Payload<'_>,
+        resend: Resend,
+    ) -> Result<T, NodeError> {
         let mut sent = 0;
         loop {
             sent += 1;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError};
-use crate::node::{Extension, Lanes, Node, OnNode, ShapeRef, nth};
+use crate::node::{Extension, Lanes, Node, OnNode, ShapeRef, nth, watch};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
 use crate::round::tasks::Background;
@@ -42,6 +42,8 @@ impl Core {
         announce: bool,
     ) -> Self {
         let nodes: Arc<[Node]> = nodes.into();
+        // A node that stops answering is not asked until a probe answers.
+        watch(&nodes, node_timeout);
         let background: Arc<Background> = Arc::default();
         Self {
             lanes: Lanes::new(nodes.clone(), Box::new(background.clone())),

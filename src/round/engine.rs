@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::Core;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
-use crate::node::{Deadline, Node};
+use crate::node::{Deadline, Heard, Node};
 use crate::quorum::decide::{Decide, waits_only_on};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote};
 use crate::round::calls::Requests;
@@ -287,9 +287,7 @@ fn waits_only_on_unresponsive<D: Decide, F>(
 /// beyond its rule: how the node is doing, the failure metric, the logs.
 fn heard<T: Traced>(node: &Node, op: &'static str, answer: &Result<T, NodeError>, late: bool) {
     // Only an answer or a timeout says how the node is doing.
-    if !matches!(answer, Err(NodeError::Unresponsive)) {
-        node.note(matches!(answer, Err(NodeError::Timeout(_))));
-    }
+    node.note(Heard::of(answer));
     let node = &**node.label();
     if let Err(error) = answer {
         metrics::node_error(node, op, matches!(error, NodeError::Timeout(_)));
@@ -453,7 +451,7 @@ mod tests {
         assert_eq!(Instant::now(), start + Duration::from_millis(100));
         // One timeout each: not yet unresponsive, but on the way.
         assert!(!nodes[1].unresponsive());
-        nodes[1].note(true);
+        nodes[1].note(Heard::Timeout);
         assert!(nodes[1].unresponsive());
     }
 

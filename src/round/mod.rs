@@ -41,7 +41,7 @@ pub(crate) mod tests {
     /// Makes `node` unresponsive: its last requests timed out.
     pub(crate) fn freeze(node: &Node) {
         while !node.unresponsive() {
-            node.note(true);
+            node.note(crate::node::Heard::Timeout);
         }
     }
 }

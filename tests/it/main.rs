@@ -39,6 +39,7 @@ mod layers;
 mod metrics;
 mod multi;
 mod native;
+mod not_asked;
 mod replica_sync;
 mod report;
 mod rwlock;
