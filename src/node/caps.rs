@@ -244,6 +244,12 @@ impl Node {
         if let Some(caps) = self.capabilities() {
             return step(Some(caps)).await;
         }
+        // A node not asked: no turn to wait for on its connection (it may
+        // be reconnecting to a server that does not answer); the step's
+        // own requests fail at once.
+        if self.not_asked().is_some() {
+            return step(None).await;
+        }
         match &self.backend {
             Backend::Standalone(ordered) => {
                 match within(deadline, async { Ok(ordered.turn().await) }).await {

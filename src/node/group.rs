@@ -292,6 +292,11 @@ impl Lanes {
         deadline: Deadline,
     ) -> Result<u8, NodeError> {
         let target = nth(&self.nodes, node)?;
+        // Not behind a call in flight to a node that is not asked: that
+        // call waits out its deadline, and this one would fail after it.
+        if let Some(not_asked) = target.not_asked() {
+            return Err(not_asked);
+        }
         let token = holding.token;
         let Some(answer) = self.queue(node, &op, key, holding, deadline) else {
             // Hands what queues meanwhile to a batch when this call ends,

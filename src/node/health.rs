@@ -95,9 +95,9 @@ pub(crate) enum Heard {
     /// No answer within the deadline.
     Timeout,
     /// Nothing either way: the request was not sent (not waited for, not
-    /// asked), or its connection failed (dropped, refused, broken) — which
-    /// says nothing of whether the server would answer: a connection to a
-    /// frozen server may break while it stays frozen.
+    /// asked), or its connection failed (dropped, refused, broken, or not
+    /// made) — which says nothing of whether the server would answer: a
+    /// connection to a frozen server may break while it stays frozen.
     Nothing,
 }
 
@@ -108,11 +108,11 @@ impl Heard {
             Ok(_) => Self::Answer,
             Err(NodeError::Timeout(_)) => Self::Timeout,
             Err(NodeError::Unresponsive | NodeError::NotAsked { .. }) => Self::Nothing,
-            Err(NodeError::Redis(e))
-                if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() =>
-            {
-                Self::Nothing
-            }
+            // The client's own timers (connecting, say): no answer either.
+            Err(NodeError::Redis(e)) if e.is_timeout() => Self::Timeout,
+            // Only an error with a code came from the server; the others
+            // are the connection's (dropped, refused, broken, not made).
+            Err(NodeError::Redis(e)) if e.code().is_none() => Self::Nothing,
             Err(_) => Self::Answer,
         }
     }
@@ -378,6 +378,19 @@ mod tests {
         )));
         nodes[0].note(Heard::of(&broken));
         assert!(nodes[0].not_asked().is_some());
+        // Nor does an error the server did not send, whatever its words.
+        let client: Result<(), NodeError> = Err(NodeError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "request dropped",
+        ))));
+        nodes[0].note(Heard::of(&client));
+        assert!(nodes[0].not_asked().is_some());
+        // A server's error is an answer.
+        let server: Result<(), NodeError> = Err(NodeError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "LOADING",
+        ))));
+        assert_eq!(Heard::of(&server), Heard::Answer);
         nodes[0].note(Heard::Answer);
         assert!(!nodes[0].unresponsive());
         assert!(nodes[0].not_asked().is_none());

@@ -93,10 +93,11 @@ async fn a_node_that_stops_answering_is_not_asked_until_a_probe_answers() {
         })
         .await;
         assert_eq!(guard.confirmed(), 2);
-        let summary = guard.release().await.expect("release");
+        // (The round may decide on the other two before it has even
+        // started the silent node's request: that one is then started in
+        // the background, where it fails at once too.)
+        let summary = guard.release().await.expect("release").settled().await;
         assert!(not_asked(summary.failures()), "{summary}");
-        // The quorum needed both others: nothing left to follow.
-        assert_eq!(summary.pending(), 0, "{summary}");
     }
 
     // The requests sent before it was not asked have all timed out: none
