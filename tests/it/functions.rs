@@ -73,6 +73,10 @@ fn manager(nodes: &RedisNodes, mode: ScriptMode) -> Redlock {
         .nodes(nodes.urls().iter().map(|url| as_user(url)))
         .key_prefix(PREFIX)
         .script_mode(mode)
+        // These tests check that every node ran each function: a node that
+        // a loaded machine stalls past the default 250 ms would fail a call
+        // there (and, twice in a row, be left unasked for a while).
+        .node_timeout(Duration::from_secs(2))
         .retry(Retry::none())
         .build()
         .expect("config")
