@@ -104,8 +104,8 @@ impl FaultProxy {
     /// [`TestkitError::Io`] if no loopback port can be bound.
     pub async fn start(target_port: u16) -> Result<Self, TestkitError> {
         // Never a port a server of this process had: its clients may be
-        // reconnecting to it while it is down (see `super::claim`).
-        let (listener, port) = super::unclaimed(
+        // reconnecting to it while it is down (see `super::ports::claim`).
+        let (listener, port) = super::ports::unclaimed(
             || std::net::TcpListener::bind("127.0.0.1:0"),
             |l| Ok(l.local_addr()?.port()),
         )?;

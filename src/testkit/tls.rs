@@ -158,7 +158,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// with one of [`NO_TLS_MARKERS`]. A TLS port of 0 would not do: Valkey
 /// and Redis 7.2 only look for TLS support when they open a TLS listener.
 fn probe(binary: &Path) -> Result<(), String> {
-    let port = super::free_port().map_err(|e| format!("no port to probe with: {e}"))?;
+    let port = super::ports::free_port().map_err(|e| format!("no port to probe with: {e}"))?;
     let missing = std::env::temp_dir().join("quorumlock-tls-probe-no-such-file");
     let mut child = Command::new(binary)
         .args(["--port", "0", "--tls-port", &port.to_string()])

@@ -1,0 +1,117 @@
+//! Loopback ports for servers and proxies: free ones from the OS, never
+//! one this process handed out before.
+
+use std::net::TcpListener;
+use std::sync::Mutex;
+
+use super::TestkitError;
+
+/// Every loopback port this process has handed to a server or a proxy.
+///
+/// A killed server's port is free for anyone until it restarts, and a
+/// SIGKILLed redis-server with a request unread on every connection (a
+/// busy node under load) leaves no `TIME_WAIT` behind to keep the OS from
+/// handing the port to the next `bind(0)`. Another test's server or proxy
+/// could then start there, and this test's clients, reconnecting to their
+/// "dead" node, would be answered by a stranger: a grant with a majority
+/// down. No port is handed out twice in one process, which rules that out
+/// for the tests of one binary (they share a process; cargo runs test
+/// binaries one after another).
+static CLAIMED: Mutex<std::collections::BTreeSet<u16>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// Claims `port` for this process; false if it was claimed before.
+pub(super) fn claim(port: u16) -> bool {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(port)
+}
+
+/// Whether `port` was claimed before.
+fn claimed(port: u16) -> bool {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&port)
+}
+
+/// The first socket `bind` gives whose port this process never handed out,
+/// claimed. Sockets with a claimed port are held until the end, so that
+/// the OS offers another.
+pub(super) fn unclaimed<S>(
+    mut bind: impl FnMut() -> std::io::Result<S>,
+    port_of: impl Fn(&S) -> std::io::Result<u16>,
+) -> Result<(S, u16), TestkitError> {
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let socket = bind()?;
+        let port = port_of(&socket)?;
+        if claim(port) {
+            return Ok((socket, port));
+        }
+        held.push(socket);
+    }
+    Err(TestkitError::Io(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "64 ports in a row were ones this process handed out before",
+    )))
+}
+
+/// Asks the OS for a free loopback port this process never handed out,
+/// and claims it.
+pub(super) fn free_port() -> Result<u16, TestkitError> {
+    let (_, port) = unclaimed(
+        || TcpListener::bind("127.0.0.1:0"),
+        |l| Ok(l.local_addr()?.port()),
+    )?;
+    Ok(port)
+}
+
+/// A free port `p` with `p + 10000` free too (a cluster member's default
+/// bus port, before `cluster-port` existed): the bus port is asked of the
+/// OS, the port taken 10000 below it.
+pub(super) fn port_below_bus() -> Result<(u16, u16), TestkitError> {
+    for _ in 0..64 {
+        let bus_port = free_port()?;
+        let Some(port) = bus_port.checked_sub(10_000).filter(|&p| p >= 1024) else {
+            continue;
+        };
+        // An explicit bind succeeds on a killed server's port (the listener
+        // sets SO_REUSEADDR, so not even TIME_WAIT keeps it off): only the
+        // claim tells it is another server's.
+        if !claimed(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() && claim(port) {
+            return Ok((port, bus_port));
+        }
+    }
+    Err(TestkitError::Cluster(
+        "no free port with a free bus port 10000 above it".to_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_port_is_handed_out_twice_in_one_process() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port().expect("a port")).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+        // The OS offering a port handed out before (a killed server's) is
+        // refused until it offers a fresh one.
+        let old = ports[0];
+        let fresh = (1024..u16::MAX)
+            .find(|&p| !claimed(p))
+            .expect("an unclaimed port number");
+        let mut offers = [old, old, fresh].into_iter();
+        let pick = unclaimed(|| Ok(offers.next().unwrap_or(old)), |&p| Ok(p));
+        assert_eq!(pick.expect("a fresh port").1, fresh);
+        assert!(claimed(fresh));
+        // And only so many times.
+        let refused = unclaimed(|| Ok(old), |&p| Ok(p));
+        assert!(
+            matches!(refused, Err(TestkitError::Io(e)) if e.kind() == std::io::ErrorKind::AddrInUse)
+        );
+    }
+}
