@@ -257,7 +257,7 @@ enum Direction {
 /// delays do not pile up behind one another and a healed proxy catches up.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    to: tokio::net::tcp::OwnedWriteHalf,
     state: watch::Receiver<State>,
     epoch: u64,
     direction: Direction,
@@ -266,27 +266,15 @@ async fn pump(
     // Bounded: a target that stops reading (a paused node) must push back
     // on the sender through TCP, as it would without the proxy, instead of
     // piling what the sender writes up in this process's memory.
-    let (chunks, mut ready) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(BACKLOG);
+    let (chunks, ready) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(BACKLOG);
     let reader = {
         let mut state = state.clone();
         async move {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
                 // Wait out a blackhole before reading: bytes queue in the kernel.
-                loop {
-                    let (closing, blackhole) = {
-                        let s = state.borrow_and_update();
-                        (s.shutdown || s.epoch != epoch, s.faults.blackhole)
-                    };
-                    if closing {
-                        return;
-                    }
-                    if !blackhole {
-                        break;
-                    }
-                    if state.changed().await.is_err() {
-                        return;
-                    }
+                if !flowing(&mut state, epoch).await {
+                    return;
                 }
                 let n = tokio::select! {
                     read = from.read(&mut buf) => match read {
@@ -300,12 +288,7 @@ async fn pump(
                         continue;
                     }
                 };
-                let faults = state.borrow().faults;
-                let base = match direction {
-                    Direction::Request => faults.request_delay,
-                    Direction::Reply => faults.reply_delay,
-                };
-                let leave = Instant::now() + base + faults.jitter.mul_f64(rand::random::<f64>());
+                let leave = leave_at(&state.borrow().faults, direction);
                 let chunk = match &mut framer {
                     Some(framer) => framer.feed(&buf[..n]),
                     None => buf[..n].to_vec(),
@@ -316,24 +299,60 @@ async fn pump(
             }
         }
     };
-    let writer = async move {
-        while let Some((leave, chunk)) = ready.recv().await {
-            // Without a delay, straight on: a timer would hold every chunk
-            // until the next tick (about a millisecond each way).
-            if leave > Instant::now() {
-                tokio::time::sleep_until(leave).await;
-            }
-            if to.write_all(&chunk).await.is_err() {
-                return;
-            }
-        }
-    };
+    let writer = release(ready, to);
     // Closing: the epoch changes or the proxy shuts down; or either half ends.
     tokio::select! {
         _ = reader => {}
         _ = writer => {}
         _ = wait_for_close(state, epoch) => {}
     }
+}
+
+/// Writes each chunk to `to` once its time to leave has come.
+async fn release(
+    mut ready: tokio::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+) {
+    while let Some((leave, chunk)) = ready.recv().await {
+        // Without a delay, straight on: a timer would hold every chunk
+        // until the next tick (about a millisecond each way).
+        if leave > Instant::now() {
+            tokio::time::sleep_until(leave).await;
+        }
+        if to.write_all(&chunk).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits while a blackhole stops the traffic; false once the connection
+/// must close instead (epoch bumped, or shutdown).
+async fn flowing(state: &mut watch::Receiver<State>, epoch: u64) -> bool {
+    loop {
+        let (closing, blackhole) = {
+            let s = state.borrow_and_update();
+            (s.shutdown || s.epoch != epoch, s.faults.blackhole)
+        };
+        if closing {
+            return false;
+        }
+        if !blackhole {
+            return true;
+        }
+        if state.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// When a chunk read now may leave, going `direction`: after its delay and
+/// a random part of the jitter.
+fn leave_at(faults: &Faults, direction: Direction) -> Instant {
+    let base = match direction {
+        Direction::Request => faults.request_delay,
+        Direction::Reply => faults.reply_delay,
+    };
+    Instant::now() + base + faults.jitter.mul_f64(rand::random::<f64>())
 }
 
 /// Resolves once the connection must close (epoch bumped, or shutdown).

@@ -185,6 +185,19 @@ impl fmt::Display for Show<'_> {
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Violation::Overlap { .. }
+            | Violation::TooManyHolders { .. }
+            | Violation::LostUpdate { .. }
+            | Violation::FenceBackwards { .. } => self.fmt_resource(f),
+            _ => self.fmt_event(f),
+        }
+    }
+}
+
+impl Violation {
+    /// A violation of a resource's rules: windows, counter, fences.
+    fn fmt_resource(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Violation::Overlap {
                 resource,
                 first,
@@ -232,6 +245,13 @@ impl fmt::Display for Violation {
                 Show(earlier),
                 Show(later)
             ),
+            _ => Ok(()),
+        }
+    }
+
+    /// A violation by one grant, loss or call.
+    fn fmt_event(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Violation::GrantDuringMajorityOutage { grant, outage } => write!(
                 f,
                 "granted on {} during a majority outage ({}..{}): {}",
@@ -255,28 +275,7 @@ impl fmt::Display for Violation {
                 Ms(grant.started),
                 Show(grant)
             ),
-            Violation::LossWithMajorityUp { loss, faults } => {
-                write!(
-                    f,
-                    "holder {} lost its lock on {} ({}) at {} while a majority of nodes was up; faults in the ttl before:",
-                    loss.client,
-                    loss.resource,
-                    loss.reason,
-                    Ms(loss.at)
-                )?;
-                for (i, fault) in faults.iter().enumerate() {
-                    let sep = if i == 0 { " " } else { ", " };
-                    write!(
-                        f,
-                        "{sep}{} on {:?} {}..{}",
-                        fault.kind,
-                        fault.nodes,
-                        Ms(fault.from),
-                        Ms(fault.to)
-                    )?;
-                }
-                Ok(())
-            }
+            Violation::LossWithMajorityUp { loss, faults } => fmt_loss(f, loss, faults),
             Violation::UndocumentedError { op } => {
                 let error = match &op.outcome {
                     Outcome::Undocumented(e) => e.as_str(),
@@ -300,8 +299,33 @@ impl fmt::Display for Violation {
                 op.end.saturating_sub(op.start),
                 Ms(op.start)
             ),
+            _ => Ok(()),
         }
     }
+}
+
+/// A loss while a majority was up, with the faults in the ttl before it.
+fn fmt_loss(f: &mut fmt::Formatter<'_>, loss: &Loss, faults: &[Fault]) -> fmt::Result {
+    write!(
+        f,
+        "holder {} lost its lock on {} ({}) at {} while a majority of nodes was up; faults in the ttl before:",
+        loss.client,
+        loss.resource,
+        loss.reason,
+        Ms(loss.at)
+    )?;
+    for (i, fault) in faults.iter().enumerate() {
+        let sep = if i == 0 { " " } else { ", " };
+        write!(
+            f,
+            "{sep}{} on {:?} {}..{}",
+            fault.kind,
+            fault.nodes,
+            Ms(fault.from),
+            Ms(fault.to)
+        )?;
+    }
+    Ok(())
 }
 
 /// Judges a history by the rules of the [module docs](super): per grant,
@@ -312,7 +336,22 @@ impl fmt::Display for Violation {
 /// up; every failure a documented one, in time.
 pub fn check(history: &History) -> HistoryCheck {
     let mut verdict = HistoryCheck::default();
-    let flag = &mut verdict.violations;
+    check_grants(history, &mut verdict.violations);
+    check_resources(history, &mut verdict.violations);
+    check_outages(history, &mut verdict.violations);
+    check_losses(history, &mut verdict);
+    check_ops(history, &mut verdict);
+    verdict.preempted = history
+        .grants
+        .iter()
+        .filter(|g| g.deadline > g.invoked.saturating_add(g.ttl))
+        .count();
+    verdict
+}
+
+/// Per grant: its start within the call, its deadline within `started +
+/// ttl`.
+fn check_grants(history: &History, flag: &mut Vec<Violation>) {
     for g in &history.grants {
         // The stricter `deadline <= invoked + ttl` on the client's own
         // clock also needs the client thread not to be preempted between
@@ -324,6 +363,11 @@ pub fn check(history: &History) -> HistoryCheck {
             flag.push(Violation::DeadlinePastTtl { grant: g.clone() });
         }
     }
+}
+
+/// Per resource: windows never overlap (or share by their rule), the
+/// counter equals the writes, fences increase in grant order.
+fn check_resources(history: &History, flag: &mut Vec<Violation>) {
     let resources: BTreeSet<&str> = history
         .grants
         .iter()
@@ -361,6 +405,10 @@ pub fn check(history: &History) -> HistoryCheck {
             });
         }
     }
+}
+
+/// No grant inside a majority outage.
+fn check_outages(history: &History, flag: &mut Vec<Violation>) {
     for outage in &history.outages {
         for g in &history.grants {
             if g.invoked >= outage.from && g.granted <= outage.to {
@@ -371,6 +419,11 @@ pub fn check(history: &History) -> HistoryCheck {
             }
         }
     }
+}
+
+/// No loss while a majority was up, unless the process stalled before it
+/// or a majority had lost the key (counted instead).
+fn check_losses(history: &History, verdict: &mut HistoryCheck) {
     for loss in unexcused_by_outages(history) {
         if stalled_before(history, loss) {
             verdict.losses_after_stalls += 1;
@@ -391,6 +444,11 @@ pub fn check(history: &History) -> HistoryCheck {
             faults,
         });
     }
+}
+
+/// Every failure a documented one, and a failed `try_lock` within the
+/// failure bound unless the process stalled meanwhile (counted instead).
+fn check_ops(history: &History, verdict: &mut HistoryCheck) {
     for op in &history.ops {
         if let Outcome::Undocumented(_) = &op.outcome {
             verdict
@@ -412,12 +470,6 @@ pub fn check(history: &History) -> HistoryCheck {
             });
         }
     }
-    verdict.preempted = history
-        .grants
-        .iter()
-        .filter(|g| g.deadline > g.invoked.saturating_add(g.ttl))
-        .count();
-    verdict
 }
 
 /// Plain locks: no two windows of `grants` (sorted by grant) overlap.

@@ -133,7 +133,8 @@ fn draw_error(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-fn latency(history: &History, slices: &Slices) -> Result<String, String> {
+/// Acquire and release latency per slice, p50 and p99, in ms.
+fn latency_series(history: &History, slices: &Slices) -> Vec<Series> {
     let mut acquire: Vec<Vec<f64>> = vec![Vec::new(); slices.count];
     let mut release: Vec<Vec<f64>> = vec![Vec::new(); slices.count];
     for op in &history.ops {
@@ -177,6 +178,11 @@ fn latency(history: &History, slices: &Slices) -> Result<String, String> {
             points: p99,
         });
     }
+    series
+}
+
+fn latency(history: &History, slices: &Slices) -> Result<String, String> {
+    let series = latency_series(history, slices);
     let values = series
         .iter()
         .flat_map(|s| s.points.iter().flatten().map(|p| p.1));
@@ -219,7 +225,8 @@ fn latency(history: &History, slices: &Slices) -> Result<String, String> {
     Ok(svg)
 }
 
-fn rate(history: &History, slices: &Slices) -> Result<String, String> {
+/// Grants and failed attempts per second, per slice.
+fn rate_series(history: &History, slices: &Slices) -> [Series; 2] {
     let mut grants = vec![0usize; slices.count];
     let mut failed = vec![0usize; slices.count];
     for g in &history.grants {
@@ -238,7 +245,7 @@ fn rate(history: &History, slices: &Slices) -> Result<String, String> {
             .map(|(i, n)| Some((slices.middle(i), *n as f64 / per_second)))
             .collect()
     };
-    let series = [
+    [
         Series {
             name: "grants per second",
             colour: ACQUIRE,
@@ -251,7 +258,11 @@ fn rate(history: &History, slices: &Slices) -> Result<String, String> {
             dashed: false,
             points: to_points(&failed),
         },
-    ];
+    ]
+}
+
+fn rate(history: &History, slices: &Slices) -> Result<String, String> {
+    let series = rate_series(history, slices);
     let high = series
         .iter()
         .flat_map(|s| s.points.iter().flatten().map(|p| p.1))
