@@ -128,7 +128,9 @@ async fn a_user_without_scripting_permission_locks_in_functions_mode() {
         }
     });
     for released in futures::future::join_all(burst).await {
-        assert_eq!(released.expect("burst").released(), 3);
+        let summary = released.expect("burst");
+        // Which node did not release, and why, if one did not.
+        assert_eq!(summary.released(), 3, "{summary}: {:?}", summary.failures());
     }
 
     // Auto-extension renews through the same functions: wait until a
