@@ -440,7 +440,6 @@ async fn give_up(
     in_flight: Option<Arc<InFlight>>,
 ) -> (Round, Option<(Vec<usize>, watch::Receiver<Answers>)>) {
     held.mark_lost(LossReason::Released);
-    held.begin_release();
     held.confirmations.clear();
     // Per node, the acquire's requests this release races: those still in
     // flight now, before it is sent. (Extensions' and renewals' late
@@ -600,8 +599,9 @@ fn confirm<T: Answer, F>(
     pending
 }
 
-/// What a round's late "yes" may call for once the lock's release has
-/// begun: a release once more on that node, by one of two rules.
+/// What a round's late "yes" may call for once the lock's release was
+/// handed to its node: a release once more on that node, by one of two
+/// rules.
 enum Late {
     /// The acquire's grants in flight at the decision, raced against the
     /// release (see [`InFlight`]).

@@ -28,15 +28,21 @@ pub(crate) struct LockState {
     pub(crate) confirmations: Confirmations,
     /// Set once the lock was handed to the renewer.
     auto_extended: AtomicBool,
-    /// Set once the lock's release has begun (before it is sent): a
+    /// Per node, set just before the lock's release is handed to it: a
     /// restoring request's "yes" heard since may have set the key again
     /// after the release deleted it (see [`restored_late`](Self::restored_late)).
-    releasing: AtomicBool,
+    release_sent: Box<[AtomicBool]>,
 }
 
 impl OnNodes for LockState {
     fn holding(&self) -> &Holding {
         &self.holding
+    }
+
+    fn sending_release(&self, node: usize) {
+        if let Some(sent) = self.release_sent.get(node) {
+            sent.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -162,38 +168,34 @@ impl LockState {
             status,
             confirmations: Confirmations::new(nodes),
             auto_extended: AtomicBool::new(false),
-            releasing: AtomicBool::new(false),
+            release_sent: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
         }
-    }
-
-    /// Marks the lock's release begun: from now on a restoring request's
-    /// late "yes" calls for the release once more on its node (see
-    /// [`restored_late`](Self::restored_late)). Called before the release
-    /// is sent.
-    pub(crate) fn begin_release(&self) {
-        self.releasing.store(true, Ordering::Release);
     }
 
     /// A "yes" from node `node` to a request that restores missing keys (an
     /// extension's or a renewal's), heard after its round decided: the one
-    /// rule for such late answers. Once the release has begun, that request
-    /// may have run on the node after the release deleted the key (sent
-    /// again after its connection dropped, or on a connection whose order
-    /// is not certain), and set the key again: the release goes out there
-    /// once more. A restore heard before the release began ran before it
-    /// was sent, so the release runs after it. (A grant, which never sets
-    /// a deleted key again, has a finer rule: see
+    /// rule for such late answers. Once the release has been handed to that
+    /// node, the request may have run there after the release deleted the
+    /// key (sent again after its connection dropped, sent behind the
+    /// release, or on a connection whose order is not certain), and set the
+    /// key again: the release goes out there once more. A restore heard
+    /// before the release was handed to the node ran before it, so the
+    /// release runs after it and deletes what it set; a second release
+    /// would only race the first and make it find nothing. (A grant, which
+    /// never sets a deleted key again, has a finer rule: see
     /// [`InFlight`](crate::round::InFlight).)
     pub(crate) fn restored_late(self: &Arc<Self>, core: &Arc<Core>, node: usize) {
-        if self.restore_calls_for_release() {
+        if self.restore_calls_for_release(node) {
             release_again(core, self, node);
         }
     }
 
-    /// Whether a restoring request's "yes" heard now calls for the release
-    /// once more: whether the release has begun.
-    fn restore_calls_for_release(&self) -> bool {
-        self.releasing.load(Ordering::Acquire)
+    /// Whether a restoring request's "yes" heard now from `node` calls for
+    /// the release once more there: whether the release was handed to it.
+    fn restore_calls_for_release(&self, node: usize) -> bool {
+        self.release_sent
+            .get(node)
+            .is_some_and(|sent| sent.load(Ordering::Acquire))
     }
 
     /// The token.
@@ -475,18 +477,22 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_late_restore_calls_for_the_release_again_once_it_began_whatever_the_loss() {
+    async fn a_late_restore_calls_for_the_release_again_where_it_was_sent_whatever_the_loss() {
         let held = held(Instant::now() + Duration::from_secs(10));
         assert!(
-            !held.restore_calls_for_release(),
+            !held.restore_calls_for_release(0),
             "held: the restore is ours"
         );
         // Lost first for another reason (say, a renewal round without a
         // quorum): a late restore still keeps the key until the release.
         held.mark_lost(LossReason::Expired);
-        assert!(!held.restore_calls_for_release());
-        held.begin_release();
-        assert!(held.restore_calls_for_release());
+        assert!(!held.restore_calls_for_release(0));
+        // The release handed to node 1 only: a restore heard from node 0
+        // ran before the release that node is still to get.
+        held.sending_release(1);
+        assert!(!held.restore_calls_for_release(0));
+        assert!(held.restore_calls_for_release(1));
+        assert!(!held.restore_calls_for_release(7), "no such node");
         assert_eq!(held.status().lost, Some(LossReason::Expired));
     }
 

@@ -112,6 +112,10 @@ fn again(yes: bool, deleted: bool) -> bool {
 /// [`LockState`]: crate::holding::lease::LockState
 pub(crate) trait OnNodes: Send + Sync + 'static {
     fn holding(&self) -> &Holding;
+
+    /// Called just before the release is handed to node `node` (a held
+    /// lock's late restores heard since call for it again there).
+    fn sending_release(&self, _node: usize) {}
 }
 
 impl OnNodes for Holding {
@@ -152,6 +156,7 @@ async fn release_request<L: OnNodes>(
     };
     let resends = || core.node(node).map(Node::resent).ok();
     let before = resends();
+    lock.sending_release(node);
     let deleted = core
         .lanes()
         .send_or(node, op, holding.on_node(), deadline, alone)
