@@ -16,6 +16,10 @@
 //! | `<key>:writer` | a reader-writer lock's writer: its token |
 //! | `<key>:readers` | a reader-writer lock's readers: tokens scored with expiries |
 //! | `<key>:writer-waiting` | the mark of a writer waiting for the readers to leave |
+//! | `<key>:queue` | a fair lock's line: waiter ids scored with their tickets |
+//! | `<key>:queue:leases` | a fair lock's waiters' ids scored with their leases' ends |
+//! | `<key>:queue:ticket` | a fair lock's ticket counter |
+//! | `<key>:turn` | the channel a fair lock's release tells the next waiter on |
 
 /// Appended to a lock's key to form its fence counter's key.
 pub(crate) const FENCE_SUFFIX: &str = ":fence";
@@ -56,6 +60,21 @@ pub(crate) const READERS_SUFFIX: &str = ":readers";
 /// Appended to a reader-writer lock's key to form the mark of a writer
 /// waiting for the readers to leave.
 pub(crate) const WRITER_WAITING_SUFFIX: &str = ":writer-waiting";
+
+/// Appended to a fair lock's key to form its line: a sorted set of the
+/// waiters' ids, scored with their tickets.
+pub(crate) const QUEUE_SUFFIX: &str = ":queue";
+
+/// Appended to a fair lock's key to form its waiters' leases: a sorted set
+/// of their ids, scored with when each lease ends (ms, by the node's clock).
+pub(crate) const QUEUE_LEASES_SUFFIX: &str = ":queue:leases";
+
+/// Appended to a fair lock's key to form its ticket counter.
+pub(crate) const QUEUE_TICKET_SUFFIX: &str = ":queue:ticket";
+
+/// Appended to a fair lock's key to form the channel on which a release
+/// tells the waiter first in line that its turn came.
+pub(crate) const TURN_SUFFIX: &str = ":turn";
 
 /// Every key a resource's key may have beside it, by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +122,22 @@ impl Layout {
     pub(crate) fn writer_waiting(&self) -> String {
         self.beside(WRITER_WAITING_SUFFIX)
     }
+
+    pub(crate) fn queue(&self) -> String {
+        self.beside(QUEUE_SUFFIX)
+    }
+
+    pub(crate) fn queue_leases(&self) -> String {
+        self.beside(QUEUE_LEASES_SUFFIX)
+    }
+
+    pub(crate) fn queue_ticket(&self) -> String {
+        self.beside(QUEUE_TICKET_SUFFIX)
+    }
+
+    pub(crate) fn turn(&self) -> String {
+        self.beside(TURN_SUFFIX)
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +154,9 @@ mod tests {
         assert_eq!(layout.writer(), "{jobs}:7:writer");
         assert_eq!(layout.readers(), "{jobs}:7:readers");
         assert_eq!(layout.writer_waiting(), "{jobs}:7:writer-waiting");
+        assert_eq!(layout.queue(), "{jobs}:7:queue");
+        assert_eq!(layout.queue_leases(), "{jobs}:7:queue:leases");
+        assert_eq!(layout.queue_ticket(), "{jobs}:7:queue:ticket");
+        assert_eq!(layout.turn(), "{jobs}:7:turn");
     }
 }

@@ -96,6 +96,15 @@
 //! attempt, and leadership an auto-extended lock, so leadership guarantees
 //! what the lock does, under the same assumptions; see [`Election`].
 //!
+//! # A fair lock
+//!
+//! [`Redlock::fair_lock`] grants a resource in the order the callers asked,
+//! across every manager: waiters stand in one line kept on every node (a
+//! ticket drawn from a quorum), only the first in line attempts, and a
+//! release tells just that waiter its turn came. The lock key still
+//! decides who holds, exactly as for [`Redlock::lock`], and it returns the
+//! same [`LockGuard`]. See [`Redlock::fair_lock`] and `docs/fair.md`.
+//!
 //! # Semaphores and reader-writer locks
 //!
 //! [`Redlock::semaphore`] gives a [`Semaphore`]: at most `L` holders at
@@ -233,7 +242,8 @@
 //! 5. **Entry points**
 //!    - `acquire` — around an acquiring call: [`Retry`] (delays with
 //!      jitter, attempt limits, wait deadlines), waiting for a release by
-//!      pub/sub instead of polling (`wakeup.rs`), and whether the
+//!      pub/sub instead of polling (`wakeup.rs`), a fair lock's waiter
+//!      told its turn (`turns.rs`), and whether the
 //!      manager's node check on first use has started.
 //!    - `check::run` — the node check over a manager's nodes: every node
 //!      probed at once, judged, and logged for the check on first use.
@@ -244,6 +254,10 @@
 //!      observe; and on the engine (`election/leader.rs`), the leader's
 //!      value beside a fenced lock, proclaimed token-checked, read by a
 //!      quorum; its commands on a node (`node.rs`) and its scripts.
+//!    - `fair` — [`Redlock::fair_lock`], in its own folder as `semaphore`
+//!      is: its API, the waiter's loop (a ticket, then attempts first in
+//!      line) and its descriptions on the engine (`mod.rs`), what it asks a
+//!      node and the fair lock's `Shape` (`node.rs`), its scripts.
 //!    - `semaphore` — [`Semaphore`], in its own folder: its API and its
 //!      description on the engine (`mod.rs`), what it asks a node and the
 //!      permit's `Shape` (`node.rs`), its scripts (`*.lua`).
@@ -313,6 +327,7 @@ mod holding;
 mod acquire;
 mod builder;
 mod election;
+mod fair;
 mod inspect;
 mod redlock;
 mod rwlock;
@@ -326,6 +341,7 @@ pub use acquire::wakeup::WakeOnRelease;
 pub use builder::RedlockBuilder;
 pub use election::{Election, Leader, Leadership};
 pub use error::{ArgumentError, ConfigError, Error, LossReason, NodeError, NodeFailure};
+pub use fair::FAIR_QUEUE_LEASE;
 pub use holding::guard::{LockGuard, ReleaseSummary};
 pub use holding::lease::Lease;
 pub use inspect::{

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::acquire::FirstUse;
 use crate::acquire::retry::{Next, Retry, Schedule, jitter_unit};
+use crate::acquire::turns::Turns;
 use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, unheard_backoff};
 use crate::check::{self, CheckOptions, Report};
 use crate::error::Error;
@@ -68,6 +69,8 @@ pub(crate) struct Manager {
     pub(crate) pubsub: Arc<PubSub>,
     /// Waiters woken by releases, with [`WakeOnRelease::Subscribe`].
     pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// Fair lock waiters told their turn, with [`WakeOnRelease::Subscribe`].
+    pub(crate) turns: Option<Arc<Turns>>,
     /// The node check on first use (see `doctor`).
     pub(crate) first_use: FirstUse,
 }

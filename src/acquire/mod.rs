@@ -1,9 +1,11 @@
 //! Getting a hold: what an acquiring call does around its attempts — the
 //! retry loop's delays ([`Retry`](retry::Retry)), waiting for a release by
-//! pub/sub instead of polling (`wakeup`), and the node check a manager
+//! pub/sub instead of polling (`wakeup`; a fair lock's waiter told its
+//! turn, `turns`), and the node check a manager
 //! runs on its first use ([`FirstUse`]).
 
 pub(crate) mod retry;
+pub(crate) mod turns;
 pub(crate) mod wakeup;
 
 use crate::check::StartupCheck;

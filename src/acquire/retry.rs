@@ -194,6 +194,7 @@ impl Retry {
             outage: None,
             available_at: started,
             made: 0,
+            started,
         }
     }
 }
@@ -213,6 +214,8 @@ pub(crate) struct Schedule {
     /// start, or the last failure that was not for want of nodes.
     available_at: Instant,
     made: u32,
+    /// When the call started.
+    started: Instant,
 }
 
 /// What to do after a failed attempt.
@@ -268,6 +271,16 @@ impl Schedule {
 
     pub(crate) fn attempts_made(&self) -> u32 {
         self.made
+    }
+
+    /// When the call stops waiting, if the policy says.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// How long the call has waited so far.
+    pub(crate) fn waited(&self) -> Duration {
+        self.started.elapsed()
     }
 }
 

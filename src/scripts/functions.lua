@@ -605,3 +605,146 @@ redis.register_function('quorumlock_batch', function(KEYS, ARGV)
   end
   return out
 end)
+
+redis.register_function('quorumlock_fair_enter', function(KEYS, ARGV)
+  -- A fair lock's first attempt of a call, on one node: with nobody queued,
+  -- take the lock as a plain lock would (SET NX PX); either way, draw a
+  -- ticket, the call's place in line if it has to queue.
+  -- KEYS[1] = lock key, KEYS[2] = the queue (a sorted set: each waiter's id
+  -- scored with its ticket), KEYS[3] = the waiters' leases (a sorted set:
+  -- each waiter's id scored with its lease's end, in ms by this server's
+  -- clock), KEYS[4] = the ticket counter.
+  -- ARGV[1] = token, ARGV[2] = ttl in ms, ARGV[3] = the queue lease in ms.
+  -- Returns {granted, ticket}: granted 1 if the lock key now holds the
+  -- token (0 otherwise), ticket the counter's new value. Waiters whose
+  -- lease ended are removed first (they died or gave up without leaving).
+  -- Idempotent for the lock: sent again after the connection dropped, a
+  -- grant that had landed finds its own token (and draws another ticket,
+  -- which only places the call later).
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  for _, id in ipairs(gone) do
+    redis.call('ZREM', KEYS[2], id)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  local granted = 0
+  if redis.call('ZCARD', KEYS[2]) == 0 then
+    if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+      granted = 1
+    elseif redis.pcall('GET', KEYS[1]) == ARGV[1] then
+      granted = 1
+    end
+  end
+  local ticket = redis.call('INCR', KEYS[4])
+  -- The counter outlives every lease taken with it; idle, it goes.
+  redis.call('PEXPIRE', KEYS[4], 2 * tonumber(ARGV[3]))
+  return {granted, ticket}
+end)
+
+redis.register_function('quorumlock_fair_try', function(KEYS, ARGV)
+  -- A queued fair lock waiter's attempt on one node: take (or keep) its
+  -- place in line, and take the lock if it is first in line.
+  -- KEYS as enter.lua: lock key, queue, leases, ticket counter.
+  -- ARGV[1] = the waiter's id (the same for all its attempts), ARGV[2] = its
+  -- ticket, ARGV[3] = this attempt's token, ARGV[4] = ttl in ms, ARGV[5] =
+  -- the queue lease in ms.
+  -- The waiter's entry is (re)placed at its ticket — a node that lost it (an
+  -- empty restart) gets it back at the same place — and its lease renewed;
+  -- the counter is raised to the ticket, so that a call drawing a ticket
+  -- later on a quorum that meets this one draws a larger one. The line is
+  -- ordered by ticket, then id. Returns:
+  --   {1}      first in line, and the lock key now holds the token (the
+  --            entry is removed: the waiter holds);
+  --   {0, ms}  another waiter is first: ms until that waiter's lease ends,
+  --            if it does not renew it;
+  --   {2, ms}  first in line, but the lock is held: ms until it expires
+  --            (-1: no expiry; -2: gone meanwhile).
+  -- Idempotent: sent again after the connection dropped, a grant that had
+  -- landed finds its own token.
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local lease = tonumber(ARGV[5])
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  for _, id in ipairs(gone) do
+    redis.call('ZREM', KEYS[2], id)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.pcall('GET', KEYS[1]) == ARGV[3] then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return {1}
+  end
+  local counter = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+  if counter < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[4], ARGV[2])
+  end
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('ZADD', KEYS[3], now + lease, ARGV[1])
+  for i = 2, 4 do
+    redis.call('PEXPIRE', KEYS[i], 2 * lease)
+  end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if first ~= ARGV[1] then
+    local ends = tonumber(redis.call('ZSCORE', KEYS[3], first) or now)
+    return {0, math.max(0, ends - now)}
+  end
+  if redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[4]) then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    return {1}
+  end
+  return {2, redis.call('PTTL', KEYS[1])}
+end)
+
+redis.register_function('quorumlock_fair_release', function(KEYS, ARGV)
+  -- Token-checked release of a fair lock on one node, handing the turn on.
+  -- KEYS[1] = lock key, KEYS[2] = the queue, KEYS[3] = the leases (as
+  -- enter.lua). ARGV[1] = token. ARGV[2], if given, is the channel on which
+  -- the waiter now first in line is told its turn came: the message is its
+  -- id, and only that waiter tries (one per node that released; the same
+  -- waiter on every node, since the line has one order).
+  -- Returns 1 if the key held the token and was deleted, 0 otherwise.
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) == 'table' and value.err then
+    if not string.find(value.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply(value.err)
+    end
+    return 0
+  end
+  if value ~= ARGV[1] then
+    return 0
+  end
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] then
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    local ends = first and tonumber(redis.call('ZSCORE', KEYS[3], first))
+    if ends and ends > now then
+      -- Best effort: the key is gone either way.
+      redis.pcall('PUBLISH', ARGV[2], first)
+    end
+  end
+  return 1
+end)
+
+redis.register_function('quorumlock_fair_leave', function(KEYS, ARGV)
+  -- A fair lock waiter leaves the line on one node (it gave up, was
+  -- cancelled, or holds the lock after a quorum granted it elsewhere).
+  -- KEYS[1] = lock key, KEYS[2] = the queue, KEYS[3] = the leases (as
+  -- enter.lua). ARGV[1] = the waiter's id. ARGV[2], if given, is the turn
+  -- channel (see release.lua): when the leaving waiter was first in line and
+  -- the lock is free, the waiter next in line is told its turn came.
+  -- Returns 1 if the waiter was in line here, 0 otherwise.
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  local removed = redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  if removed == 1 and first == ARGV[1] and ARGV[2] and redis.call('EXISTS', KEYS[1]) == 0 then
+    local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if next then
+      redis.pcall('PUBLISH', ARGV[2], next)
+    end
+  end
+  return removed
+end)

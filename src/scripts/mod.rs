@@ -216,6 +216,10 @@ mod tests {
             &*crate::rwlock::node::EXTEND,
             &*crate::rwlock::node::RELEASE,
             &*crate::node::BATCH,
+            &*crate::fair::node::ENTER,
+            &*crate::fair::node::TRY,
+            &*crate::fair::node::RELEASE,
+            &*crate::fair::node::LEAVE,
         ]
     }
 

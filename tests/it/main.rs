@@ -28,6 +28,7 @@ mod counter;
 mod degraded;
 mod doctor;
 mod election;
+mod fair;
 mod fault_tolerance;
 mod faults;
 mod fencing;

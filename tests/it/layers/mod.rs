@@ -92,7 +92,7 @@ const LAYERS: [Layer; 5] = [
             // The manager.
             &["redlock"],
             // Built on the manager: its builder, the other primitives.
-            &["builder", "election", "rwlock", "semaphore"],
+            &["builder", "election", "fair", "rwlock", "semaphore"],
             // What is stored under a name, for any primitive.
             &["inspect"],
         ],
