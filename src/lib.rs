@@ -369,6 +369,9 @@ struct CliDoctests;
 #[doc = include_str!("../docs/election.md")]
 struct ElectionDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/fair.md")]
+struct FairDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/guide.md")]
 struct GuideDoctests;
 #[cfg(doctest)]

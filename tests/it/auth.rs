@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisServer, ServerOptions};
 use quorumlock::{Error, NodeError, Redlock, Retry};
-use support::{ELECTION_COMMANDS, LOCK_COMMANDS, RWLOCK_COMMANDS, SEMAPHORE_COMMANDS};
+use support::{
+    ELECTION_COMMANDS, FAIR_COMMANDS, LOCK_COMMANDS, RWLOCK_COMMANDS, SEMAPHORE_COMMANDS,
+};
 
 const PASSWORD: &str = "s3cret-pw-7f1e";
 const USER_PASSWORD: &str = "alice-pw-91c2";
@@ -245,16 +247,17 @@ async fn a_user_confined_to_the_key_prefix_can_use_every_kind_of_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_acl_serves_semaphores_rwlocks_and_elections() {
+async fn the_documented_acl_serves_semaphores_rwlocks_elections_and_fair_locks() {
     // docs/security.md: LOCK_COMMANDS, plus what each other primitive's
     // scripts run. Each primitive is tried with exactly the commands the
     // docs list for it, so a script that starts calling another command
     // fails here before it fails a locked-down user.
     let ttl = Duration::from_secs(5);
-    let primitives: [(&str, &[&str]); 3] = [
+    let primitives: [(&str, &[&str]); 4] = [
         ("semaphore", &SEMAPHORE_COMMANDS),
         ("rwlock", &RWLOCK_COMMANDS),
         ("election", &ELECTION_COMMANDS),
+        ("fair", &FAIR_COMMANDS),
     ];
     for (primitive, extra) in primitives {
         let commands: Vec<&str> = LOCK_COMMANDS.iter().chain(extra).copied().collect();
@@ -274,6 +277,16 @@ async fn the_documented_acl_serves_semaphores_rwlocks_and_elections() {
                 let writer = rw.try_write(ttl).await.expect("write");
                 writer.extend(ttl).await.expect("extend write");
                 assert_eq!(support::release_settled(writer).await, 1);
+            }
+            "fair" => {
+                let holder = locks.fair_lock("printer", ttl).await.expect("fair_lock");
+                holder.extend(ttl).await.expect("extend fair");
+                // Busy: it queues, tries once first in line, and leaves
+                // (no retries): refused for being busy, not for an ACL.
+                let err = locks.fair_lock("printer", ttl).await.expect_err("held");
+                assert!(matches!(err, Error::Contended { .. }), "{err}");
+                assert_eq!(support::release_settled(holder).await, 1);
+                locks.settle().await;
             }
             _ => {
                 let election = locks.election("scheduler");

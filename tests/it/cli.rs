@@ -848,3 +848,87 @@ fn a_frozen_node_holds_back_neither_exec_nor_status_nor_doctor() {
     assert_eq!(lines.len(), 1, "{text}");
     assert!(lines[0].contains("none within"), "{text}");
 }
+
+#[test]
+fn fair_execs_run_in_the_order_they_asked() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let (mut holder, first) = Running::start(exec(
+        &nodes,
+        &["--fair", "--no-wait"],
+        "job:line",
+        &["sh", "-c", "echo started; read _; exit 0"],
+    ));
+    assert_eq!(first, "started");
+    let _ = std::fs::remove_file(nodes_log(&nodes));
+    // Busy: a fair exec that does not wait gives up at once.
+    let out = output(exec(
+        &nodes,
+        &["--fair", "--no-wait"],
+        "job:line",
+        &["true"],
+    ));
+    assert_status(&out, BUSY);
+    // Three waiters, each asking once the one before stands in line.
+    let mut waiters = Vec::new();
+    for name in ["a", "b", "c"] {
+        let waiter = exec(
+            &nodes,
+            &["--fair", "--wait", "forever"],
+            "job:line",
+            &["sh", "-c", &format!("echo {name} >> \"$LOG\"")],
+        )
+        .env("LOG", nodes_log(&nodes))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+        until_in_line(&nodes, "job:line", waiters.len() + 1);
+        waiters.push(waiter);
+    }
+    holder.close_stdin();
+    assert_status(&holder.finish(), 0);
+    for waiter in waiters {
+        assert_status(&finish(waiter), 0);
+    }
+    let log = std::fs::read_to_string(nodes_log(&nodes)).expect("log");
+    assert_eq!(log, "a\nb\nc\n");
+}
+
+#[test]
+fn fair_and_fence_do_not_go_together() {
+    let nodes = RedisNodes::start(1).expect("nodes");
+    let out = output(exec(&nodes, &["--fair", "--fence"], "job", &["true"]));
+    assert_status(&out, USAGE);
+}
+
+/// Where the fair execs of a test write their names: a file of its own.
+fn nodes_log(nodes: &RedisNodes) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "quorumlock-fair-{}.log",
+        nodes.urls()[0].replace([':', '/', '.'], "_")
+    ))
+}
+
+/// Waits until `n` waiters stand in `resource`'s line on every node.
+fn until_in_line(nodes: &RedisNodes, resource: &str, n: usize) {
+    let started = std::time::Instant::now();
+    for url in nodes.urls() {
+        let client = redis::Client::open(url.as_str()).expect("url");
+        let mut conn = client.get_connection().expect("connect");
+        loop {
+            let queued: usize = redis::cmd("ZCARD")
+                .arg(format!("{resource}:queue"))
+                .query(&mut conn)
+                .expect("ZCARD");
+            if queued >= n {
+                break;
+            }
+            assert!(
+                started.elapsed() < crate::support::HANG_GUARD,
+                "waiters never queued"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}

@@ -11,13 +11,13 @@ use std::time::Duration;
 use clap::Args;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry};
+use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry, WakeOnRelease};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::duration::{Wait, parse_duration, parse_wait, show};
 use crate::exit;
-use crate::nodes::{NodeArgs, straggler_grace};
+use crate::nodes::{NodeArgs, straggler_grace, usage_error};
 use crate::signals::{Signals, signal_status};
 
 /// The environment variable carrying the fencing token to the command.
@@ -57,6 +57,12 @@ pub(crate) struct ExecArgs {
     #[arg(long)]
     pub(crate) fence: bool,
 
+    /// Wait in line: the callers of `exec --fair` on this resource get it
+    /// in the order they asked, across hosts. Releases tell the next in
+    /// line its turn (pub/sub). Not with --fence.
+    #[arg(long, conflicts_with = "fence")]
+    pub(crate) fair: bool,
+
     /// After the lock is lost, how long the command gets between SIGTERM
     /// and SIGKILL.
     #[arg(
@@ -92,13 +98,28 @@ pub(crate) async fn run(args: ExecArgs) -> Result<u8, clap::Error> {
         (true, _) => Retry::none(),
         (false, wait) => exec_retry(wait),
     };
-    let locks = args.nodes.manager("exec", retry)?;
+    let locks = match args.fair {
+        // The next in line is told its turn by the release.
+        true => args
+            .nodes
+            .builder(retry)
+            .wake_on_release(WakeOnRelease::Subscribe)
+            .build()
+            .map_err(|e| usage_error("exec", format!("--nodes: {e}")))?,
+        false => args.nodes.manager("exec", retry)?,
+    };
     let Some(mut signals) = Signals::install_or_report() else {
         return Ok(exit::INTERNAL);
     };
 
     let resource = args.resource.as_str();
-    let acquire = acquire(&locks, resource, args.ttl, args.fence, args.no_wait);
+    let acquire = acquire(
+        &locks,
+        resource,
+        args.ttl,
+        (args.fence, args.fair),
+        args.no_wait,
+    );
     let guard = tokio::select! {
         acquired = acquire => match acquired {
             Ok(guard) => guard,
@@ -174,14 +195,16 @@ async fn acquire(
     locks: &Redlock,
     resource: &str,
     ttl: Duration,
-    fence: bool,
+    (fence, fair): (bool, bool),
     no_wait: bool,
 ) -> Result<LockGuard, Error> {
-    match (fence, no_wait) {
-        (false, false) => locks.lock(resource, ttl).await,
-        (false, true) => locks.try_lock(resource, ttl).await,
-        (true, false) => locks.lock_fenced(resource, ttl).await,
-        (true, true) => locks.try_lock_fenced(resource, ttl).await,
+    match (fence, fair, no_wait) {
+        (true, _, false) => locks.lock_fenced(resource, ttl).await,
+        (true, _, true) => locks.try_lock_fenced(resource, ttl).await,
+        (false, true, false) => locks.fair_lock(resource, ttl).await,
+        (false, true, true) => locks.try_fair_lock(resource, ttl).await,
+        (false, false, false) => locks.lock(resource, ttl).await,
+        (false, false, true) => locks.try_lock(resource, ttl).await,
     }
 }
 

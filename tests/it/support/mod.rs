@@ -48,6 +48,18 @@ pub const RWLOCK_COMMANDS: [&str; 7] = [
 ];
 /// See [`SEMAPHORE_COMMANDS`].
 pub const ELECTION_COMMANDS: [&str; 0] = [];
+/// See [`SEMAPHORE_COMMANDS`]: a fair lock's line is two sorted sets (by
+/// ticket, and by lease end on the server's clock).
+pub const FAIR_COMMANDS: [&str; 8] = [
+    "+pttl",
+    "+time",
+    "+zadd",
+    "+zcard",
+    "+zrem",
+    "+zrange",
+    "+zremrangebyscore",
+    "+zscore",
+];
 
 /// A bound that turns a hang into a test failure; not a timing assertion.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
