@@ -50,13 +50,14 @@ pub const RWLOCK_COMMANDS: [&str; 7] = [
 pub const ELECTION_COMMANDS: [&str; 0] = [];
 /// See [`SEMAPHORE_COMMANDS`]: a fair lock's line is two sorted sets (by
 /// ticket, and by lease end on the server's clock).
-pub const FAIR_COMMANDS: [&str; 8] = [
+pub const FAIR_COMMANDS: [&str; 9] = [
     "+pttl",
     "+time",
     "+zadd",
     "+zcard",
     "+zrem",
     "+zrange",
+    "+zrangebyscore",
     "+zremrangebyscore",
     "+zscore",
 ];
