@@ -7,7 +7,7 @@ use crate::support::{self, no_hang};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::testkit::RedisNodes;
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
 use quorumlock::{Error, FAIR_QUEUE_LEASE, Redlock, Retry, WakeOnRelease};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -226,6 +226,54 @@ async fn the_line_keeps_its_order_with_a_node_frozen() {
     }
     nodes[4].resume().expect("SIGCONT");
     assert_eq!(*granted.lock().expect("order"), vec![0, 1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_keeps_its_order_with_a_node_slowed() {
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let proxies = support::proxies(&nodes).await;
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let managers: Vec<Redlock> = (0..2).map(|_| manager_of(&urls)).collect();
+    let holder = managers[0]
+        .fair_lock("slowed", TTL)
+        .await
+        .expect("fair_lock");
+    let ms = Duration::from_millis(20);
+    proxies[4].set(Faults::latency(ms, ms, Duration::ZERO));
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let locks = managers[i % 2].clone();
+        let granted = granted.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = locks.fair_lock("slowed", TTL).await.expect("fair_lock");
+            granted.lock().expect("order").push(i);
+            guard.release().await.expect("release");
+        }));
+        // Every node, the slow one too: its renewals come late, not never.
+        until_in_line(&nodes, "slowed", i + 1).await;
+    }
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        no_hang("waiter", waiter).await.expect("task");
+    }
+    assert_eq!(*granted.lock().expect("order"), vec![0, 1, 2, 3]);
+}
+
+/// [`manager`] (told its turn) over these URLs.
+fn manager_of(urls: &[String]) -> Redlock {
+    Redlock::builder()
+        .nodes(urls.iter().cloned())
+        .node_timeout(Duration::from_secs(1))
+        .wake_on_release(WakeOnRelease::Subscribe)
+        .retry(
+            Retry::forever()
+                .delay(Duration::from_millis(20))
+                .jitter(Duration::from_millis(10))
+                .wait(Duration::from_secs(60)),
+        )
+        .build()
+        .expect("config")
 }
 
 /// The first `n` nodes of a set (the others frozen).
