@@ -9,8 +9,10 @@
 //! The whole primitive is in this folder: here its public API, its
 //! descriptions on the engine and the waiter's loop; in `node.rs` what it
 //! asks a node, how the replies read, and the fair lock's
-//! [`Shape`](crate::node::Shape); its scripts beside them.
+//! [`Shape`](crate::node::Shape); its scripts beside them; and in
+//! `inspect.rs` what [`Redlock::inspect`] reads of its line.
 
+pub(crate) mod inspect;
 pub(crate) mod node;
 
 use std::future::Future;

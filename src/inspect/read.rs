@@ -9,6 +9,7 @@ use redis::{Cmd, Value};
 use super::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
 use crate::election::inspect::LeaderReads;
 use crate::error::NodeError;
+use crate::fair::inspect::LineReads;
 use crate::keys::Layout;
 use crate::lock::inspect::{Held, Kept, LockReads, Reads, Replies};
 use crate::node::{Deadline, Node};
@@ -18,7 +19,13 @@ use crate::semaphore::inspect::PermitReads;
 
 /// Every primitive's reads, in the order their commands go out: a new
 /// primitive that keeps something of its own is one more entry.
-const PRIMITIVES: [&dyn Reads; 4] = [&LockReads, &LeaderReads, &PermitReads, &RwLockReads];
+const PRIMITIVES: [&dyn Reads; 5] = [
+    &LockReads,
+    &LeaderReads,
+    &PermitReads,
+    &RwLockReads,
+    &LineReads,
+];
 
 /// Reads what node `node` keeps under `layout`'s keys: every primitive's
 /// first reads at once, then at once the reads that depend on them (a
@@ -94,6 +101,7 @@ fn keep(stored: &mut Stored, kept: Kept) {
         Kept::Writer(held) => stored.writer = Some(holder(held)),
         Kept::Reader(held) => stored.readers.push(holder(held)),
         Kept::WriterWaiting => stored.writer_waiting = true,
+        Kept::InLine(waiters) => stored.in_line = waiters,
     }
 }
 

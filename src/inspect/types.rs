@@ -111,7 +111,8 @@ impl Inspection {
     }
 
     /// The Redis keys that a resource of `kind` keeps under this name on
-    /// a node: a lock's key and fence counter; an election's lock key, term
+    /// a node: a lock's key and fence counter (and a fair lock's line:
+    /// waiters, their leases, the ticket counter); an election's lock key, term
     /// counter and leader value; a semaphore's limit key and its permits'
     /// keys (as many as the [permit count](Self::permit_count) the nodes
     /// keep); a reader-writer lock's writer, readers and waiting-writer
@@ -119,7 +120,13 @@ impl Inspection {
     pub fn keys_for(&self, kind: ResourceKind) -> Vec<String> {
         let layout = &self.layout;
         match kind {
-            ResourceKind::Lock => vec![layout.key.clone(), layout.fence()],
+            ResourceKind::Lock => vec![
+                layout.key.clone(),
+                layout.fence(),
+                layout.queue(),
+                layout.queue_leases(),
+                layout.queue_ticket(),
+            ],
             ResourceKind::Election => {
                 vec![layout.key.clone(), layout.fence(), layout.leader()]
             }
@@ -369,6 +376,7 @@ pub struct Stored {
     pub(super) writer: Option<Holder>,
     pub(super) readers: Vec<Holder>,
     pub(super) writer_waiting: bool,
+    pub(super) in_line: usize,
 }
 
 impl Stored {
@@ -428,6 +436,13 @@ impl Stored {
     /// (and holds new readers back).
     pub fn writer_waiting(&self) -> bool {
         self.writer_waiting
+    }
+
+    /// How many waiters stand in a fair lock's line on this node
+    /// ([`Redlock::fair_lock`](crate::Redlock::fair_lock)), those whose
+    /// lease has not ended by the node's clock.
+    pub fn in_line(&self) -> usize {
+        self.in_line
     }
 
     /// Every token this node holds, by what it holds.

@@ -165,7 +165,9 @@ pub(super) fn kind_of(answered: &[&Stored]) -> Option<ResourceKind> {
         Some(ResourceKind::Semaphore)
     } else if any(|s| s.writer.is_some() || !s.readers.is_empty() || s.writer_waiting) {
         Some(ResourceKind::RwLock)
-    } else if any(|s| s.lock.is_some() || s.fence.is_some() || s.other_type.is_some()) {
+    } else if any(|s| {
+        s.lock.is_some() || s.fence.is_some() || s.other_type.is_some() || s.in_line > 0
+    }) {
         Some(ResourceKind::Lock)
     } else {
         None

@@ -85,6 +85,8 @@ pub(crate) enum Kept {
     Reader(Held),
     /// A writer waits for a reader-writer lock's readers to leave.
     WriterWaiting,
+    /// How many waiters stand in a fair lock's line, their lease not ended.
+    InLine(usize),
 }
 
 /// A token a key keeps, and for how long (`None`: no expiry).
@@ -212,6 +214,69 @@ pub(crate) fn held(value: &Value, pttl: i64) -> Result<Option<Held>, NodeError> 
         token: token.into(),
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
     }))
+}
+
+/// A reply's number, if it is one.
+pub(crate) fn float(value: &Value) -> Option<f64> {
+    match value {
+        Value::Double(f) => Some(*f),
+        Value::Int(n) => Some(*n as f64),
+        other => text(other).and_then(|t| t.parse().ok()),
+    }
+}
+
+/// `ZRANGE … WITHSCORES`: members and scores, flat (RESP2) or in pairs
+/// (RESP3).
+pub(crate) fn scored(value: Value) -> Result<Vec<(String, f64)>, NodeError> {
+    let bad = || unexpected("ZRANGE");
+    let Value::Array(items) = value else {
+        return Err(bad());
+    };
+    let pair = |member: &Value, score: &Value| Some((text(member)?, float(score)?));
+    if items.iter().all(|i| matches!(i, Value::Array(_))) {
+        items
+            .iter()
+            .map(|item| match item {
+                Value::Array(p) => match &p[..] {
+                    [member, score] => pair(member, score).ok_or_else(bad),
+                    _ => Err(bad()),
+                },
+                _ => Err(bad()),
+            })
+            .collect()
+    } else if items.len() % 2 == 0 {
+        items
+            .chunks(2)
+            .map(|p| match p {
+                [member, score] => pair(member, score).ok_or_else(bad),
+                _ => Err(bad()),
+            })
+            .collect()
+    } else {
+        Err(bad())
+    }
+}
+
+/// `TIME`: the node's clock, in ms.
+pub(crate) fn clock(value: Value) -> Result<u64, NodeError> {
+    let bad = || unexpected("TIME");
+    let Value::Array(parts) = value else {
+        return Err(bad());
+    };
+    let number = |v: &Value| match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => text(other).and_then(|t| t.parse::<u64>().ok()),
+    };
+    match &parts[..] {
+        [seconds, micros] => {
+            let (seconds, micros) = (
+                number(seconds).ok_or_else(bad)?,
+                number(micros).ok_or_else(bad)?,
+            );
+            Ok(seconds.saturating_mul(1000).saturating_add(micros / 1000))
+        }
+        _ => Err(bad()),
+    }
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 
 use crate::error::NodeError;
 use crate::keys::Layout;
 use crate::lock::inspect::{
-    Decoded, Held, Kept, Reads, Replies, command, held, integer, ours, text, unexpected,
+    Decoded, Held, Kept, Reads, Replies, clock, command, held, integer, ours, scored,
 };
 
 /// A reader-writer lock's reads: the writer's `GET` and `PTTL`, the
@@ -63,71 +63,10 @@ impl Reads for RwLockReads {
     }
 }
 
-/// A reply's number, if it is one.
-fn float(value: &Value) -> Option<f64> {
-    match value {
-        Value::Double(f) => Some(*f),
-        Value::Int(n) => Some(*n as f64),
-        other => text(other).and_then(|t| t.parse().ok()),
-    }
-}
-
-/// `ZRANGE … WITHSCORES`: members and scores, flat (RESP2) or in pairs
-/// (RESP3).
-fn scored(value: Value) -> Result<Vec<(String, f64)>, NodeError> {
-    let bad = || unexpected("ZRANGE");
-    let Value::Array(items) = value else {
-        return Err(bad());
-    };
-    let pair = |member: &Value, score: &Value| Some((text(member)?, float(score)?));
-    if items.iter().all(|i| matches!(i, Value::Array(_))) {
-        items
-            .iter()
-            .map(|item| match item {
-                Value::Array(p) => match &p[..] {
-                    [member, score] => pair(member, score).ok_or_else(bad),
-                    _ => Err(bad()),
-                },
-                _ => Err(bad()),
-            })
-            .collect()
-    } else if items.len() % 2 == 0 {
-        items
-            .chunks(2)
-            .map(|p| match p {
-                [member, score] => pair(member, score).ok_or_else(bad),
-                _ => Err(bad()),
-            })
-            .collect()
-    } else {
-        Err(bad())
-    }
-}
-
-/// `TIME`: the node's clock, in ms.
-fn clock(value: Value) -> Result<u64, NodeError> {
-    let bad = || unexpected("TIME");
-    let Value::Array(parts) = value else {
-        return Err(bad());
-    };
-    let number = |v: &Value| match v {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        other => text(other).and_then(|t| t.parse::<u64>().ok()),
-    };
-    match &parts[..] {
-        [seconds, micros] => {
-            let (seconds, micros) = (
-                number(seconds).ok_or_else(bad)?,
-                number(micros).ok_or_else(bad)?,
-            );
-            Ok(seconds.saturating_mul(1000).saturating_add(micros / 1000))
-        }
-        _ => Err(bad()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use redis::Value;
+
     use super::*;
     use crate::lock::inspect::tests::bulk;
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
-use quorumlock::{Error, FAIR_QUEUE_LEASE, Redlock, Retry, WakeOnRelease};
+use quorumlock::{Error, FAIR_QUEUE_LEASE, NodeState, Redlock, ResourceKind, Retry, WakeOnRelease};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -290,5 +290,44 @@ impl RedisNodesView<'_> {
             }
         })
         .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_holder_and_the_waiters_in_line() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = manager(&nodes, true);
+    let holder = locks.fair_lock("shown", TTL).await.expect("fair_lock");
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.fair_lock("shown", TTL).await })
+        })
+        .collect();
+    until_in_line(&nodes, "shown", 2).await;
+    let inspection = locks.inspect("shown").await.expect("inspect");
+    let inspection = no_hang("settled", inspection.settled()).await;
+    assert_eq!(inspection.kind(), Some(ResourceKind::Lock));
+    assert_eq!(
+        inspection
+            .holder()
+            .map(|claim| claim.token().is(holder.token())),
+        Some(true)
+    );
+    for node in inspection.nodes() {
+        let NodeState::Answered(stored) = node.state() else {
+            panic!("{} did not answer: {:?}", node.node(), node.state());
+        };
+        assert_eq!(stored.in_line(), 2, "{}", node.node());
+    }
+    let keys = inspection.keys_for(ResourceKind::Lock);
+    assert!(keys.contains(&"shown:queue".to_owned()), "{keys:?}");
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        let guard = no_hang("waiter", waiter)
+            .await
+            .expect("task")
+            .expect("fair_lock");
+        guard.release().await.expect("release");
     }
 }

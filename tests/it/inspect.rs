@@ -108,9 +108,16 @@ async fn a_fenced_lock_shows_its_counter_which_outlives_it() {
     for stored in stored(&inspection) {
         assert!(stored.fence() >= Some(fence), "{stored:?}");
     }
+    // The lock's keys, and a fair lock's line beside them.
     assert_eq!(
         inspection.keys_for(ResourceKind::Lock),
-        ["inspect:fenced", "inspect:fenced:fence"]
+        [
+            "inspect:fenced",
+            "inspect:fenced:fence",
+            "inspect:fenced:queue",
+            "inspect:fenced:queue:leases",
+            "inspect:fenced:queue:ticket"
+        ]
     );
 
     guard.release().await.expect("release");

@@ -178,7 +178,7 @@ fn lock(inspection: &Inspection, waits: Waits, election: bool) {
 }
 
 /// A node's line about a lock: held, free or not a lock; its fence
-/// counter; and an election's leader value (the holder's, or a former
+/// counter; a fair lock's waiters in line; and an election's leader value (the holder's, or a former
 /// leader's until it expires).
 fn describe(stored: &Stored) -> String {
     let fence = stored
@@ -210,7 +210,12 @@ fn describe(stored: &Stored) -> String {
             )
         }
     });
-    format!("{lock}{}", leader.unwrap_or_default())
+    let line = match stored.in_line() {
+        0 => String::new(),
+        1 => "  1 waiting in line".to_owned(),
+        n => format!("  {n} waiting in line"),
+    };
+    format!("{lock}{}{line}", leader.unwrap_or_default())
 }
 
 /// How many more of the nodes holding a lock may fail before it is lost.

@@ -1,0 +1,73 @@
+//! What [`Redlock::inspect`](crate::Redlock::inspect) reads of a fair
+//! lock beside its lock key: how many waiters stand in its line, those
+//! whose lease has not ended by the node's clock (read beside them).
+
+use redis::Cmd;
+
+use crate::error::NodeError;
+use crate::keys::Layout;
+use crate::lock::inspect::{Decoded, Kept, Reads, Replies, clock, command, ours, scored};
+
+/// A fair lock's reads: its waiters' leases (`ZRANGE … WITHSCORES`) and
+/// the node's `TIME`, to leave out the waiters whose lease ended.
+#[derive(Debug)]
+pub(crate) struct LineReads;
+
+impl Reads for LineReads {
+    fn reads(&self, layout: &Layout) -> Vec<Cmd> {
+        vec![
+            command("ZRANGE", &[&layout.queue_leases(), "0", "-1", "WITHSCORES"]),
+            command("TIME", &[]),
+        ]
+    }
+
+    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+        let leases = ours(replies.next())?.map(scored).transpose()?;
+        let now_ms = clock(replies.next()?)? as f64;
+        let live = leases
+            .unwrap_or_default()
+            .iter()
+            .filter(|(_, ends)| *ends > now_ms)
+            .count();
+        Ok(Decoded {
+            kept: (live > 0)
+                .then_some(Kept::InLine(live))
+                .into_iter()
+                .collect(),
+            more: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::*;
+    use crate::lock::inspect::tests::bulk;
+
+    #[test]
+    fn only_waiters_whose_lease_has_not_ended_are_in_line() {
+        let layout = Layout::new("k".to_owned());
+        let leases = Value::Array(vec![
+            bulk("gone"),
+            bulk("999"),
+            bulk("a"),
+            bulk("2000"),
+            bulk("b"),
+            bulk("3000"),
+        ]);
+        let time = Value::Array(vec![bulk("1"), bulk("500000")]);
+        let decoded = LineReads
+            .decode(&layout, Replies::new(vec![Ok(leases), Ok(time.clone())]))
+            .expect("line");
+        assert_eq!(decoded.kept, [Kept::InLine(2)]);
+        let empty = LineReads
+            .decode(
+                &layout,
+                Replies::new(vec![Ok(Value::Array(vec![])), Ok(time)]),
+            )
+            .expect("no line");
+        assert!(empty.kept.is_empty());
+    }
+}
