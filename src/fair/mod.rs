@@ -27,6 +27,7 @@ use crate::error::{Error, NodeError};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::node::{Deadline, ShapeRef};
+use crate::quorum::Rule;
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Fencing, Keys, Target, Ttl};
 use crate::round::calls::Requests;
@@ -260,6 +261,11 @@ impl Acquire for Enter {
         self.fair.shape()
     }
 
+    /// Tickets from a quorum, whatever the nodes answered.
+    fn rule(&self) -> Rule {
+        Rule::QuorumHeard
+    }
+
     fn call(
         &self,
         call: NodeCall,
@@ -341,6 +347,11 @@ impl Acquire for TryTurn {
         self.fair.shape()
     }
 
+    /// In line on a quorum, whatever the nodes answered.
+    fn rule(&self) -> Rule {
+        Rule::QuorumHeard
+    }
+
     fn call(
         &self,
         call: NodeCall,
@@ -398,8 +409,8 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
     loop {
         let seen = Arc::new(Seen::default());
         let error = match take_turn(locks, fair, &id, ticket, &seen).await {
-            Ok((guard, granted)) => {
-                in_line.granted(&granted);
+            Ok(guard) => {
+                in_line.granted();
                 return Ok(guard);
             }
             Err(error) if !error.is_retryable() => return Err(error),
@@ -439,14 +450,14 @@ async fn first_attempt(locks: &Redlock, fair: &Fair) -> Result<Entry, Error> {
     }
 }
 
-/// A queued waiter's attempt: the guard and, per node, whether it granted.
+/// A queued waiter's attempt: the guard if granted.
 async fn take_turn(
     locks: &Redlock,
     fair: &Fair,
     id: &Arc<str>,
     ticket: u64,
     seen: &Arc<Seen>,
-) -> Result<(LockGuard, Vec<bool>), Error> {
+) -> Result<LockGuard, Error> {
     let try_turn = TryTurn {
         fair: fair.clone(),
         id: id.clone(),
@@ -454,13 +465,7 @@ async fn take_turn(
         seen: seen.clone(),
     };
     let grant = attempt(&locks.manager().core, &try_turn).await?;
-    let granted = grant
-        .round
-        .answers
-        .iter()
-        .map(|answer| matches!(answer, Some(Tried::Granted)))
-        .collect();
-    Ok((guard(locks, fair, grant), granted))
+    Ok(guard(locks, fair, grant))
 }
 
 /// A granted attempt as the caller's guard.
@@ -558,12 +563,13 @@ impl InLine {
         }
     }
 
-    /// Granted where `granted` says: the nodes that granted removed the
-    /// waiter from their line; it leaves the others' (behind its request
-    /// there), without handing on a turn: it holds the lock.
-    fn granted(&mut self, granted: &[bool]) {
-        let leave: Vec<bool> = granted.iter().map(|&granted| !granted).collect();
-        leave_in_background(&self.core, &self.line, &self.id, &leave, false);
+    /// Granted: the waiter leaves the line on every node (behind its
+    /// request there), without handing on a turn: it holds the lock. (A
+    /// node keeps it in line until then, so that an attempt that fails
+    /// after some nodes granted it keeps its place.)
+    fn granted(&mut self) {
+        let every = vec![true; self.core.len()];
+        leave_in_background(&self.core, &self.line, &self.id, &every, false);
         self.leave = None;
     }
 }

@@ -10,7 +10,8 @@
 -- later on a quorum that meets this one draws a larger one. The line is
 -- ordered by ticket, then id. Returns:
 --   {1}      first in line, and the lock key now holds the token (the
---            entry is removed: the waiter holds);
+--            entry stays until the waiter leaves the line: an attempt
+--            that fails after some nodes granted it keeps its place);
 --   {0, ms}  another waiter is first: ms until that waiter's lease ends,
 --            if it does not renew it;
 --   {2, ms}  first in line, but the lock is held: ms until it expires
@@ -26,8 +27,6 @@ for _, id in ipairs(gone) do
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.pcall('GET', KEYS[1]) == ARGV[3] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
   return {1}
 end
 local counter = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
@@ -45,8 +44,6 @@ if first ~= ARGV[1] then
   return {0, math.max(0, ends - now)}
 end
 if redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[4]) then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[3], ARGV[1])
   return {1}
 end
 return {2, redis.call('PTTL', KEYS[1])}

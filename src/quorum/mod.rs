@@ -63,6 +63,13 @@ pub(crate) enum Rule {
     /// or every node has answered. Failures alone do not decide it: a node
     /// still answering may yet say the token was gone.
     Release,
+    /// As [`Quorum`](Self::Quorum), but a refusal is decided only once a
+    /// quorum has answered (or failures alone rule a quorum out, or no
+    /// node is left): a fair lock's rounds, whose answers must come from a
+    /// quorum whatever they say — its ticket is the largest drawn on a
+    /// quorum, and a waiter stands in line on a quorum before it counts on
+    /// its place.
+    QuorumHeard,
 }
 
 /// Why a quorum was impossible, from the caller's point of view.
@@ -120,6 +127,15 @@ impl Tally {
     pub(crate) fn decides(&self, rule: Rule) -> bool {
         match rule {
             Rule::Quorum => self.decision() != Decision::Pending,
+            Rule::QuorumHeard => match self.decision() {
+                Decision::Reached => true,
+                Decision::Impossible => {
+                    self.yes + self.no >= self.quorum
+                        || self.failed > self.nodes - self.quorum
+                        || self.pending() == 0
+                }
+                Decision::Pending => false,
+            },
             Rule::Release => {
                 self.yes >= self.quorum
                     || self.refused_by_quorum_complement()
@@ -321,6 +337,30 @@ mod tests {
         assert!(tally(&[No, Failed, Yes]).decides(Rule::Release));
         assert!(tally(&[Failed, Failed, Failed]).decides(Rule::Release));
         assert!(!tally(&[Yes, No]).decides(Rule::Release));
+    }
+
+    #[test]
+    fn a_fair_round_decides_a_refusal_only_once_a_quorum_answered() {
+        let tally = |n: usize, votes: &[Vote]| {
+            let mut t = Tally::new(n);
+            for &v in votes {
+                t.record(v);
+            }
+            t
+        };
+        use Vote::{Failed, No, Yes};
+        // Five nodes, one not asked: two refusals rule out a quorum of
+        // grants, but only two nodes have answered.
+        assert!(tally(5, &[Failed, No, No]).decides(Rule::Quorum));
+        assert!(!tally(5, &[Failed, No, No]).decides(Rule::QuorumHeard));
+        assert!(tally(5, &[Failed, No, No, No]).decides(Rule::QuorumHeard));
+        assert!(tally(5, &[Failed, No, No, Yes]).decides(Rule::QuorumHeard));
+        // A grant on a quorum, or failures that rule one out: at once.
+        assert!(tally(5, &[Yes, Yes, Yes]).decides(Rule::QuorumHeard));
+        assert!(tally(5, &[Failed, Failed, Failed]).decides(Rule::QuorumHeard));
+        // Every node heard from.
+        assert!(tally(3, &[Failed, No, Failed]).decides(Rule::QuorumHeard));
+        assert!(!tally(3, &[No]).decides(Rule::QuorumHeard));
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub(crate) trait Acquire: Sync {
         self.shape()
     }
 
+    /// When the round is decided: at a quorum's yes or once one is
+    /// impossible, unless said otherwise.
+    fn rule(&self) -> Rule {
+        Rule::Quorum
+    }
+
     /// One node's request in the attempt (see [`NodeCall`]).
     fn call(
         &self,
@@ -146,7 +152,7 @@ async fn ask<A: Acquire>(
     let deadline = core.timeout_within(start, window.deadline());
     fan_out(
         core.nodes(),
-        Rule::Quorum,
+        acquire.rule(),
         "acquire",
         deadline,
         |node, _, deadline| {

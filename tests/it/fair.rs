@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
-use quorumlock::{Error, FAIR_QUEUE_LEASE, NodeState, Redlock, ResourceKind, Retry, WakeOnRelease};
+use quorumlock::{
+    Error, FAIR_QUEUE_LEASE, NodeError, NodeState, Redlock, ResourceKind, Retry, WakeOnRelease,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -109,6 +111,10 @@ async fn granted_in_order(told: bool) {
         no_hang("waiter", waiter).await.expect("task");
     }
     assert_eq!(*granted.lock().expect("order"), vec![0, 1, 2, 3, 4, 5]);
+    // Each leaves the line once granted, in the background.
+    for locks in &managers {
+        no_hang("settle", locks.settle()).await;
+    }
     for url in nodes.urls() {
         assert_eq!(in_line(&url, resource).await, 0, "the line is empty after");
     }
@@ -139,6 +145,7 @@ async fn a_waiter_that_died_in_line_holds_the_next_up_for_its_lease_only() {
     let guard = no_hang("next up", locks.fair_lock("dead", TTL))
         .await
         .expect("granted once the dead waiter's lease ended");
+    no_hang("settle", locks.settle()).await;
     for url in nodes.urls() {
         assert_eq!(in_line(&url, "dead").await, 0, "the dead waiter is gone");
     }
@@ -207,6 +214,12 @@ async fn the_line_keeps_its_order_with_a_node_frozen() {
         .await
         .expect("fair_lock");
     nodes[4].pause().expect("SIGSTOP");
+    // Once its requests timed out twice, the frozen node is not asked:
+    // a call's first round then fails there at once, and two refusals
+    // settle it before a quorum drew tickets. Waiters must queue anyway.
+    for locks in &managers {
+        until_not_asked(locks).await;
+    }
     let granted = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     let live = RedisNodesView(&nodes, 4);
@@ -274,6 +287,28 @@ fn manager_of(urls: &[String]) -> Redlock {
         )
         .build()
         .expect("config")
+}
+
+/// Locks and releases other resources until a release says a node is
+/// not asked.
+async fn until_not_asked(locks: &Redlock) {
+    no_hang("a node not asked", async {
+        for i in 0.. {
+            if let Ok(guard) = locks.lock(&format!("pace:{i}"), TTL).await {
+                let summary = guard.release().await.expect("release");
+                if summary
+                    .failures()
+                    .iter()
+                    .any(|f| matches!(f.error, NodeError::NotAsked { .. }))
+                {
+                    return;
+                }
+            }
+            // The node timeout must pass for requests to time out.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
 }
 
 /// The first `n` nodes of a set (the others frozen).
