@@ -38,7 +38,8 @@ use self::node::{Attempt, Entered, Line, Tried, enter, leave, try_turn};
 
 /// How long a waiter's place in line lasts on a node unless the waiter
 /// renews it: a waiter that dies while queued holds up the next one by at
-/// most this long.
+/// most this long, and the next one's attempt (which starts when the lease
+/// it saw ends).
 pub const FAIR_QUEUE_LEASE: Duration = Duration::from_secs(1);
 
 /// How often a waiter renews its place: a third of its lease, so that a
