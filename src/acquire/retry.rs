@@ -260,7 +260,7 @@ impl Schedule {
         {
             return Next::AttemptsExhausted;
         }
-        let wanted = self.delay + self.jitter.mul_f64(unit.clamp(0.0, 1.0));
+        let wanted = self.delay(unit);
         match self.deadline {
             Some(deadline) if now >= deadline => Next::DeadlinePassed,
             // The last attempt starts at the deadline at the latest.
@@ -271,6 +271,12 @@ impl Schedule {
 
     pub(crate) fn attempts_made(&self) -> u32 {
         self.made
+    }
+
+    /// The policy's delay between attempts, its jitter scaled by `unit` (a
+    /// uniform sample in `[0, 1)`), without counting an attempt.
+    pub(crate) fn delay(&self, unit: f64) -> Duration {
+        self.delay + self.jitter.mul_f64(unit.clamp(0.0, 1.0))
     }
 
     /// When the call stops waiting, if the policy says.

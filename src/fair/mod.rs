@@ -417,7 +417,7 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
             Err(error) if !error.is_retryable() => return Err(error),
             Err(error) => error,
         };
-        let wait = next_wait(&mut schedule, fair, &seen, error)?;
+        let wait = next_wait(&mut schedule, fair, &seen, error, turn.is_some())?;
         match &turn {
             Some(turn) => {
                 tokio::select! {
@@ -493,12 +493,15 @@ where
 /// and the waiter waits its delay — less if the lock expires sooner —
 /// unless told its turn first. Behind others everywhere, it only renews
 /// its place: it waits a renewal period, or until the lease of the waiter
-/// ahead ends (a waiter that died leaves the line then).
+/// ahead ends (a waiter that died leaves the line then). Unless `told`
+/// (wake-ups on), nobody will tell it when it comes first: it polls, at
+/// its retry delay if that is sooner, as a plain lock's waiter does.
 fn next_wait(
     schedule: &mut Schedule,
     fair: &Fair,
     seen: &Seen,
     error: Error,
+    told: bool,
 ) -> Result<Duration, Error> {
     let first = seen.first.load(Ordering::Acquire) > 0;
     let contended = matches!(error, Error::Contended { .. });
@@ -514,7 +517,11 @@ fn next_wait(
         return Err(wait_timeout(schedule, fair, error));
     }
     let ahead = Seen::ms(&seen.ahead_ms).map(|ms| ms + Duration::from_millis(1));
-    Ok(RENEW_EVERY.min(ahead.unwrap_or(RENEW_EVERY)))
+    let renew = match told {
+        true => RENEW_EVERY,
+        false => RENEW_EVERY.min(schedule.delay(jitter_unit())),
+    };
+    Ok(renew.min(ahead.unwrap_or(renew)))
 }
 
 /// A failed attempt that counts against the retry policy: the delay
