@@ -24,12 +24,7 @@ fn manager(nodes: &RedisNodes, told: bool) -> Redlock {
     };
     support::patient_builder(nodes)
         .wake_on_release(wake)
-        .retry(
-            Retry::forever()
-                .delay(Duration::from_millis(20))
-                .jitter(Duration::from_millis(10))
-                .wait(Duration::from_secs(60)),
-        )
+        .retry(waiting())
         .build()
         .expect("config")
 }
@@ -287,18 +282,21 @@ async fn the_line_keeps_its_order_with_a_node_slowed() {
     assert_eq!(*granted.lock().expect("order"), vec![0, 1, 2, 3]);
 }
 
+/// How the tests' waiters wait: as long as it takes, a minute at most.
+fn waiting() -> Retry {
+    Retry::forever()
+        .delay(Duration::from_millis(20))
+        .jitter(Duration::from_millis(10))
+        .wait(Duration::from_secs(60))
+}
+
 /// [`manager`] (told its turn) over these URLs.
 fn manager_of(urls: &[String]) -> Redlock {
     Redlock::builder()
         .nodes(urls.iter().cloned())
         .node_timeout(Duration::from_secs(1))
         .wake_on_release(WakeOnRelease::Subscribe)
-        .retry(
-            Retry::forever()
-                .delay(Duration::from_millis(20))
-                .jitter(Duration::from_millis(10))
-                .wait(Duration::from_secs(60)),
-        )
+        .retry(waiting())
         .build()
         .expect("config")
 }
