@@ -224,6 +224,8 @@
 //! 3. **Round**
 //!    - `round::calls` — the poller of one fan-out's requests, under one timer.
 //!    - `round::tasks` — background work that outlives a caller, for [`Redlock::settle`].
+//!    - `round::follower` — requests still in flight after their call
+//!      returned, followed by one task per node under one timer.
 //!    - `round` — the engine: the one fan-out (one request to every node,
 //!      decided by a rule from `quorum::decide`: a lock's votes, a
 //!      renewal's batch, a leader read), the requests still in flight,

@@ -34,6 +34,13 @@ pub(crate) struct Requests<Fut> {
     deadline: Option<Timer>,
 }
 
+/// When requests in flight time out, and how long they were given then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) at: Instant,
+    pub(crate) given: Duration,
+}
+
 struct Timer {
     /// How long the requests were given, for their timeout errors.
     given: Duration,
@@ -86,6 +93,17 @@ impl<Fut> Requests<Fut> {
     /// The indices of the nodes whose requests are in flight.
     pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
         self.calls.iter().map(|call| call.node)
+    }
+
+    /// The requests still in flight, each with its node, and when their
+    /// common deadline times them out: for whoever follows them apart.
+    pub(crate) fn into_parts(self) -> (impl Iterator<Item = (usize, Pin<Box<Fut>>)>, Option<Due>) {
+        let due = self.deadline.map(|deadline| Due {
+            at: deadline.timer.deadline(),
+            given: deadline.given,
+        });
+        let calls = self.calls.into_iter().map(|call| (call.node, call.request));
+        (calls, due)
     }
 }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, NodeError};
 use crate::node::{Extension, Lanes, Node, OnNode, ShapeRef, nth, watch};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
+use crate::round::follower::Followers;
 use crate::round::tasks::Background;
 use crate::token::Token;
 
@@ -32,6 +33,9 @@ pub(crate) struct Core {
     /// waiters of [`WakeOnRelease::Subscribe`](crate::WakeOnRelease).
     announce: bool,
     background: Arc<Background>,
+    /// Each node's follower of requests still in flight after their call
+    /// returned.
+    followers: Followers,
 }
 
 impl Core {
@@ -47,6 +51,7 @@ impl Core {
         let background: Arc<Background> = Arc::default();
         Self {
             lanes: Lanes::new(nodes.clone(), Box::new(background.clone())),
+            followers: Followers::new(nodes.len(), background.clone()),
             nodes,
             node_timeout,
             drift_factor,
@@ -121,6 +126,16 @@ impl Core {
     /// The tasks that outlive a caller.
     pub(crate) fn background(&self) -> &Arc<Background> {
         &self.background
+    }
+
+    /// Each node's follower of requests still in flight.
+    pub(crate) fn followers(&self) -> &Followers {
+        &self.followers
+    }
+
+    /// The nodes, shared, for what outlives a call.
+    pub(crate) fn shared_nodes(&self) -> &Arc<[Node]> {
+        &self.nodes
     }
 
     /// When a request to the nodes begun at `start` stops waiting for

@@ -5,6 +5,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::time::Instant;
@@ -16,6 +18,7 @@ use crate::node::{Deadline, Heard, Node};
 use crate::quorum::decide::{Decide, waits_only_on};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote};
 use crate::round::calls::Requests;
+use crate::round::follower::Straggle;
 
 /// What one request to every node produced: one lock's votes, decided by
 /// its [`Rule`].
@@ -301,41 +304,86 @@ fn heard<T: Traced>(node: &Node, op: &'static str, answer: &Result<T, NodeError>
 /// hands it to its node's connection (a request whose connection was still
 /// being set up is sent only while something polls it: following at once
 /// makes every reachable node get it within the node timeout); answers
-/// already there are handled at once, and the rest in a background task
-/// that [`Redlock::settle`](crate::Redlock::settle) waits for. Without a
+/// already there are handled at once, and the rest by their nodes'
+/// followers (one task per node, see [`Followers`](super::follower)),
+/// which [`Redlock::settle`](crate::Redlock::settle) waits for. Without a
 /// runtime nothing can follow them: they are dropped, and their keys
 /// expire by ttl.
-pub(crate) fn follow<T, F>(
+pub(crate) fn follow<T, F, C>(
     core: &Arc<Core>,
     op: &'static str,
     mut stragglers: Requests<F>,
-    on_answer: impl Fn(usize, Result<T, NodeError>) + Send + 'static,
+    on_answer: C,
 ) where
     T: Traced + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    C: Fn(usize, Result<T, NodeError>) + Send + Sync + 'static,
 {
     if stragglers.is_empty() || tokio::runtime::Handle::try_current().is_err() {
         return;
     }
-    let record = move |core: &Core, node: usize, answer: Result<T, NodeError>| {
-        if let Ok(target) = core.node(node) {
-            heard(target, op, &answer, true);
-        }
-        metrics::followed(op, answer.is_ok());
-        on_answer(node, answer);
-    };
-    while let Some(Some((node, answer))) = stragglers.next().now_or_never() {
-        record(core, node, answer);
-    }
-    if stragglers.is_empty() {
-        return;
-    }
-    let task_core = core.clone();
-    core.background().spawn(async move {
-        while let Some((node, answer)) = stragglers.next().await {
-            record(&task_core, node, answer);
-        }
+    let late = Arc::new(Late {
+        nodes: core.shared_nodes().clone(),
+        op,
+        on_answer,
     });
+    while let Some(Some((node, answer))) = stragglers.next().now_or_never() {
+        late.record(node, answer);
+    }
+    let (requests, due) = stragglers.into_parts();
+    for (node, request) in requests {
+        let late = late.clone();
+        let straggler = Box::new(Straggler {
+            node,
+            request,
+            late,
+        });
+        core.followers().follow(node, straggler, due);
+    }
+}
+
+/// What a fan-out's late answers are for: the engine's notes (as for any
+/// answer), then the caller's `on_answer`.
+struct Late<C> {
+    nodes: Arc<[Node]>,
+    op: &'static str,
+    on_answer: C,
+}
+
+impl<C> Late<C> {
+    fn record<T: Traced>(&self, node: usize, answer: Result<T, NodeError>)
+    where
+        C: Fn(usize, Result<T, NodeError>),
+    {
+        if let Some(target) = self.nodes.get(node) {
+            heard(target, self.op, &answer, true);
+        }
+        metrics::followed(self.op, answer.is_ok());
+        (self.on_answer)(node, answer);
+    }
+}
+
+/// One node's request still in flight, in its node's follower.
+struct Straggler<F, C> {
+    node: usize,
+    request: Pin<Box<F>>,
+    late: Arc<Late<C>>,
+}
+
+impl<T, F, C> Straggle for Straggler<F, C>
+where
+    T: Traced,
+    F: Future<Output = Result<T, NodeError>> + Send,
+    C: Fn(usize, Result<T, NodeError>) + Send + Sync,
+{
+    fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let answer = self.request.as_mut().poll(cx);
+        answer.map(|answer| self.late.record(self.node, answer))
+    }
+
+    fn time_out(&mut self, given: Duration) {
+        self.late.record(self.node, Err(NodeError::Timeout(given)));
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod attempt;
 pub(crate) mod calls;
 mod core;
 mod engine;
+mod follower;
 mod release;
 pub(crate) mod tasks;
 

@@ -16,10 +16,11 @@ pub(crate) struct Background {
     idle: Notify,
 }
 
-/// Decrements the count when the task ends, however it ends.
-struct Running(Arc<Background>);
+/// One unit of counted work (a task, or a straggler in its node's
+/// follower): decrements the count when it ends, however it ends.
+pub(crate) struct Counted(Arc<Background>);
 
-impl Drop for Running {
+impl Drop for Counted {
     fn drop(&mut self) {
         if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
@@ -36,8 +37,7 @@ impl Background {
         F: Future<Output = ()> + Send + 'static,
     {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        self.running.fetch_add(1, Ordering::AcqRel);
-        let running = Running(self.clone());
+        let running = self.count();
         Some(
             runtime.spawn(
                 async move {
@@ -47,6 +47,12 @@ impl Background {
                 .in_current_span(),
             ),
         )
+    }
+
+    /// Counts one unit of work until the returned guard is dropped.
+    pub(crate) fn count(self: &Arc<Self>) -> Counted {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Counted(self.clone())
     }
 
     /// Resolves once no counted task is running.

@@ -70,6 +70,9 @@ const LAYERS: [Layer; 5] = [
             // The engine's parts that know no engine: the poller of one
             // fan-out's calls, and the background tasks.
             &["round::calls", "round::tasks"],
+            // Following the requests still in flight after a fan-out: one
+            // task per node.
+            &["round::follower"],
             // The engine: one request to every node, decided by a rule.
             &["round"],
             // The lock kinds as descriptions the engine runs.
