@@ -175,24 +175,52 @@ async fn a_failed_attempt_leaves_its_cleanup_to_the_background() {
     );
 }
 
+/// What [`release_and_lock_again`] saw.
+struct Cycles {
+    /// The last grant.
+    guard: LockGuard,
+    /// How many releases returned before every node answered.
+    early: usize,
+    /// The most tasks alive on this runtime after any step, beyond those
+    /// alive before the first.
+    extra_tasks: usize,
+}
+
 /// Releases `guard` and at once locks its resource again, `cycles` times,
-/// from the same manager; returns the last grant and how many releases
-/// returned before every node answered.
-async fn release_and_lock_again(
-    locks: &Redlock,
-    mut guard: LockGuard,
-    cycles: usize,
-) -> (LockGuard, usize) {
+/// from the same manager.
+async fn release_and_lock_again(locks: &Redlock, mut guard: LockGuard, cycles: usize) -> Cycles {
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = alive();
+    let (mut early, mut most) = (0, before);
     let resource = guard.resource().to_owned();
-    let mut early = 0;
     for _ in 0..cycles {
         let summary = no_hang("release", guard.release()).await.expect("release");
         early += usize::from(summary.pending() > 0);
+        most = most.max(alive());
         guard = no_hang("the next lock", locks.lock(&resource, TTL))
             .await
             .expect("lock");
+        most = most.max(alive());
     }
-    (guard, early)
+    Cycles {
+        guard,
+        early,
+        extra_tasks: most.saturating_sub(before),
+    }
+}
+
+/// Requests still in flight after their calls returned are followed by
+/// one task per node, however many calls left one (not a task each).
+fn one_follower_per_node_at_most(cycles: &Cycles, nodes: usize) {
+    assert!(
+        cycles.extra_tasks <= nodes,
+        "{} more tasks alive while stragglers were followed",
+        cycles.extra_tasks
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,8 +234,10 @@ async fn a_straggling_release_never_removes_the_next_grant_on_a_paused_node() {
     warm(&locks, TTL).await;
     let paused = Paused::new(&nodes[FROZEN]);
     let guard = locks.lock("frozen:next", TTL).await.expect("lock");
-    let (guard, early) = release_and_lock_again(&locks, guard, 20).await;
-    assert_eq!(early, 20, "the paused node cannot have answered");
+    let cycles = release_and_lock_again(&locks, guard, 20).await;
+    assert_eq!(cycles.early, 20, "the paused node cannot have answered");
+    one_follower_per_node_at_most(&cycles, 5);
+    let guard = cycles.guard;
     drop(paused);
     no_hang("settle", locks.settle()).await;
     assert_eq!(guard.confirmed(), 5);
@@ -229,7 +259,9 @@ async fn a_straggling_release_never_removes_the_next_grant_on_a_slow_node() {
     let ms = Duration::from_millis(10);
     proxies[FROZEN].set(Faults::latency(ms, ms, Duration::ZERO));
     let guard = locks.lock("slow:next", TTL).await.expect("lock");
-    let (guard, _) = release_and_lock_again(&locks, guard, 50).await;
+    let cycles = release_and_lock_again(&locks, guard, 50).await;
+    one_follower_per_node_at_most(&cycles, 5);
+    let guard = cycles.guard;
     no_hang("settle", locks.settle()).await;
     assert_eq!(guard.confirmed(), 5);
     assert_eq!(
