@@ -497,7 +497,7 @@ async fn extend_on(
     deadline: Deadline,
 ) -> Result<ExtendReply, NodeError> {
     let holding = &held.holding;
-    let alone = async { core.node(i)?.extend(holding.extension(ttl), deadline).await };
+    let alone = async || core.node(i)?.extend(holding.extension(ttl), deadline).await;
     let (op, on_node) = (Op::Extend { ttl }, holding.on_node());
     core.lanes().send_or(i, op, on_node, deadline, alone).await
 }

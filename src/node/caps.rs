@@ -12,6 +12,8 @@
 //! after the connection dropped, since a node may come back upgraded or
 //! downgraded. Until the answer is in, requests take the script path.
 
+use futures::FutureExt;
+use futures::future::Either;
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -244,6 +246,18 @@ impl Node {
         if let Some(caps) = self.capabilities() {
             return step(Some(caps)).await;
         }
+        // Rare (a connection's first requests): boxed, so that the common
+        // path's future does not carry this one's size.
+        Box::pin(self.learning_for(deadline, step)).await
+    }
+
+    /// [`with_capabilities`](Self::with_capabilities) while they are not
+    /// known.
+    async fn learning_for<T>(
+        &self,
+        deadline: Deadline,
+        step: impl AsyncFnOnce(Option<Capabilities>) -> T,
+    ) -> T {
         // A node not asked: no turn to wait for on its connection (it may
         // be reconnecting to a server that does not answer); the step's
         // own requests fail at once.
@@ -271,16 +285,19 @@ impl Node {
     /// Runs `request`, and while this node's capabilities are not known,
     /// asks for them beside it on the same connection: the question goes
     /// out first and is answered first, so it costs the request nothing.
-    pub(super) async fn learning<T>(
-        &self,
+    pub(super) fn learning<'a, T: 'a>(
+        &'a self,
         deadline: Deadline,
-        request: impl Future<Output = T>,
-    ) -> T {
+        request: impl Future<Output = T> + 'a,
+    ) -> impl Future<Output = T> + 'a {
+        // Not an `async fn`, which would hold `request` twice (as its
+        // argument, and awaited), and the rare case boxed: the common
+        // path's future is the request's own.
         if self.capabilities().is_some() {
-            return request.await;
+            return Either::Left(request);
         }
-        let (_, reply) = futures::join!(self.learn(deadline), request);
-        reply
+        let both = futures::future::join(self.learn(deadline), request);
+        Either::Right(Box::pin(both).map(|(_, reply)| reply))
     }
 
     /// Asks the server what it offers, unless someone else is asking. A

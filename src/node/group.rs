@@ -268,14 +268,16 @@ impl Lanes {
         op: Op,
         holding: OnNode<'_>,
         deadline: Deadline,
-        alone: impl Future<Output = Result<T, NodeError>>,
+        alone: impl AsyncFnOnce() -> Result<T, NodeError>,
     ) -> Result<T, NodeError> {
         match op.batched(&holding) {
             Some(key) => {
                 let code = self.send(node, op, key, &holding, deadline).await?;
                 Ok(Status::of(code).into())
             }
-            None => alone.await,
+            // Boxed: a plain lock's requests, the most frequent, never go
+            // alone, and their futures need not carry this one's size.
+            None => Box::pin(alone()).await,
         }
     }
 

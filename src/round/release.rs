@@ -147,7 +147,7 @@ async fn release_request<L: OnNodes>(
     let op = Op::Release {
         announce: announce.clone(),
     };
-    let alone = async {
+    let alone = async || {
         let (keys, shape, token) = (&holding.keys, &*holding.shape, holding.token.as_str());
         let target = core.node(node)?;
         target
@@ -243,6 +243,32 @@ fn release_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What one node's request costs before it is sent: its future is
+    /// boxed (moved whole) for every node of every call, so a rare path
+    /// held inline — learning a node's commands, a request that goes
+    /// alone — made each lock cycle copy 37 KB (15 KB per acquire, 22 KB
+    /// per release), which was half of the client's instructions.
+    #[tokio::test]
+    async fn a_node_requests_future_stays_small() {
+        const AT_MOST: usize = 4096;
+        let core = Arc::new(Core::new(
+            crate::round::tests::nodes(3),
+            std::time::Duration::from_secs(1),
+            0.01,
+            true,
+        ));
+        let holding = Arc::new(Holding {
+            keys: Arc::new(["r".into()]),
+            token: crate::token::Token::generate().expect("random source"),
+            fence: None,
+            shape: crate::node::ShapeRef::LOCK,
+        });
+        let deadline = Deadline::from(Instant::now());
+        let release = release_request(core.clone(), holding, 0, Some("id".into()), deadline);
+        let size = std::mem::size_of_val(&release);
+        assert!(size <= AT_MOST, "a release request's future: {size} bytes");
+    }
 
     /// Node 1's request is in flight (of three nodes).
     fn racing() -> InFlight {
