@@ -473,7 +473,7 @@ async fn take_turn(
 fn guard<T, F>(locks: &Redlock, fair: &Fair, grant: crate::round::Grant<T, F>) -> LockGuard
 where
     T: crate::quorum::Answer + Send + 'static,
-    F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    F: Future<Output = Result<T, NodeError>> + Unpin + Send + 'static,
 {
     let manager = locks.manager();
     LockGuard::new(
@@ -608,7 +608,7 @@ fn leave_in_background(core: &Arc<Core>, line: &Arc<Line>, id: &Arc<str>, on: &[
                 let node = core.node(i)?;
                 leave(node, &line, &id, turn, shared).await
             };
-            (i, request)
+            (i, Box::pin(request))
         });
     let stragglers = Requests::new(requests, Some(deadline));
     follow(core, "leave", stragglers, |_, _| {});

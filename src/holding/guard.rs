@@ -132,7 +132,7 @@ impl LockGuard {
     ) -> Self
     where
         T: Answer + Send + 'static,
-        F: Future<Output = Result<T, NodeError>> + Send + 'static,
+        F: Future<Output = Result<T, NodeError>> + Unpin + Send + 'static,
     {
         let Grant {
             holding,
@@ -622,7 +622,7 @@ fn follow_into<T, F>(
     late: Late,
 ) where
     T: Answer + Send + 'static,
-    F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    F: Future<Output = Result<T, NodeError>> + Unpin + Send + 'static,
 {
     let (task_core, held) = (core.clone(), held.clone());
     follow(core, op, stragglers, move |node, answer| {

@@ -51,7 +51,9 @@ struct Call<Fut> {
     node: usize,
     woken: Arc<Woken>,
     waker: Waker,
-    request: Pin<Box<Fut>>,
+    /// Boxed by the caller (a fan-out boxes each request anyway): not
+    /// boxed again here.
+    request: Fut,
 }
 
 /// A request's waker: marks it due for a poll and wakes the polling task.
@@ -97,7 +99,7 @@ impl<Fut> Requests<Fut> {
 
     /// The requests still in flight, each with its node, and when their
     /// common deadline times them out: for whoever follows them apart.
-    pub(crate) fn into_parts(self) -> (impl Iterator<Item = (usize, Pin<Box<Fut>>)>, Option<Due>) {
+    pub(crate) fn into_parts(self) -> (impl Iterator<Item = (usize, Fut)>, Option<Due>) {
         let due = self.deadline.map(|deadline| Due {
             at: deadline.timer.deadline(),
             given: deadline.given,
@@ -107,7 +109,7 @@ impl<Fut> Requests<Fut> {
     }
 }
 
-impl<T, Fut: Future<Output = Result<T, NodeError>>> Requests<Fut> {
+impl<T, Fut: Future<Output = Result<T, NodeError>> + Unpin> Requests<Fut> {
     /// Starts nothing: the requests run when polled through [`next`](Self::next).
     /// With a `deadline` (common to every request), one timer enforces it
     /// for all: a request still in flight then fails with
@@ -129,7 +131,7 @@ impl<T, Fut: Future<Output = Result<T, NodeError>>> Requests<Fut> {
                     node,
                     waker: Waker::from(woken.clone()),
                     woken,
-                    request: Box::pin(request),
+                    request,
                 }
             })
             .collect();
@@ -161,7 +163,7 @@ impl<T, Fut: Future<Output = Result<T, NodeError>>> Requests<Fut> {
                 continue;
             }
             let mut cx = Context::from_waker(&call.waker);
-            if let Poll::Ready(answer) = call.request.as_mut().poll(&mut cx) {
+            if let Poll::Ready(answer) = Pin::new(&mut call.request).poll(&mut cx) {
                 // Requests not looked at in this round keep their `due`
                 // mark for the next call (which also registers its task).
                 let call = self.calls.swap_remove(k);
@@ -189,10 +191,13 @@ mod tests {
         let delays = [30u64, 10, 20];
         let mut calls = Requests::new(
             delays.iter().enumerate().map(|(i, &ms)| {
-                (i, async move {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok::<_, NodeError>(ms)
-                })
+                (
+                    i,
+                    Box::pin(async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        Ok::<_, NodeError>(ms)
+                    }),
+                )
             }),
             None,
         );
@@ -209,10 +214,13 @@ mod tests {
     async fn the_rest_can_be_polled_by_another_task() {
         let mut calls = Requests::new(
             (0..3u64).map(|i| {
-                (i as usize, async move {
-                    tokio::time::sleep(Duration::from_millis(10 * i)).await;
-                    Ok::<_, NodeError>(i)
-                })
+                (
+                    i as usize,
+                    Box::pin(async move {
+                        tokio::time::sleep(Duration::from_millis(10 * i)).await;
+                        Ok::<_, NodeError>(i)
+                    }),
+                )
             }),
             None,
         );
@@ -233,10 +241,13 @@ mod tests {
         let deadline = start + Duration::from_millis(100);
         let mut calls = Requests::new(
             [10u64, 500, 1000].into_iter().enumerate().map(|(i, ms)| {
-                (i, async move {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    Ok::<_, NodeError>(ms)
-                })
+                (
+                    i,
+                    Box::pin(async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        Ok::<_, NodeError>(ms)
+                    }),
+                )
             }),
             Some(deadline),
         );

@@ -316,7 +316,7 @@ pub(crate) fn follow<T, F, C>(
     on_answer: C,
 ) where
     T: Traced + Send + 'static,
-    F: Future<Output = Result<T, NodeError>> + Send + 'static,
+    F: Future<Output = Result<T, NodeError>> + Unpin + Send + 'static,
     C: Fn(usize, Result<T, NodeError>) + Send + Sync + 'static,
 {
     if stragglers.is_empty() || tokio::runtime::Handle::try_current().is_err() {
@@ -366,18 +366,18 @@ impl<C> Late<C> {
 /// One node's request still in flight, in its node's follower.
 struct Straggler<F, C> {
     node: usize,
-    request: Pin<Box<F>>,
+    request: F,
     late: Arc<Late<C>>,
 }
 
 impl<T, F, C> Straggle for Straggler<F, C>
 where
     T: Traced,
-    F: Future<Output = Result<T, NodeError>> + Send,
+    F: Future<Output = Result<T, NodeError>> + Unpin + Send,
     C: Fn(usize, Result<T, NodeError>) + Send + Sync,
 {
     fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let answer = self.request.as_mut().poll(cx);
+        let answer = Pin::new(&mut self.request).poll(cx);
         answer.map(|answer| self.late.record(self.node, answer))
     }
 

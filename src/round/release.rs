@@ -211,7 +211,7 @@ pub(crate) fn release_in_background<L: OnNodes>(
     let skipped = |i: usize| skip.and_then(|s| s.get(i).copied()).unwrap_or(false);
     let requests = (0..core.len()).filter(|&i| !skipped(i)).map(|i| {
         let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
-        (i, request)
+        (i, Box::pin(request))
     });
     let stragglers = Requests::new(requests, Some(deadline));
     follow(core, "release", stragglers, |_, _| {});
