@@ -20,8 +20,9 @@
 //! with node 5 frozen (SIGSTOP), and with node 5 flapping (frozen 1 s,
 //! thawed 1 s, repeated): lock+release p50/p99 at 1 task, cycles/s at
 //! 64 tasks, handoffs/s of 16 tasks on one resource, and peak RSS, each as a
-//! ratio of the same library's healthy figure; then how much memory 256
-//! quorumlock tasks use over 30 s with node 5 frozen.
+//! ratio of the same library's healthy figure; then, with node 5 frozen
+//! and again flapping, how much memory 256 quorumlock tasks use over 30 s
+//! and how many tasks the runtime runs besides them.
 //!
 //! The fair part (`--only fair`; in a default run) starts five nodes of its
 //! own too: 16 tasks in 4 managers (4 each) on one resource, each calling,
@@ -87,7 +88,7 @@ struct Plan {
     /// The most a degraded latency row may take (it stops early once it
     /// has `latency_cycles` samples).
     degraded_budget: Duration,
-    /// Tasks and time of the memory row (node 5 frozen).
+    /// Tasks and time of the memory rows (node 5 frozen, then flapping).
     memory_tasks: usize,
     memory_for: Duration,
     /// How long each case of the fair part runs, and its killed-waiter
@@ -1811,9 +1812,18 @@ struct DegradedRow {
     peak_rss_kib: u64,
 }
 
-/// Quorumlock tasks cycling with node 5 frozen: does memory level off?
+/// How often the memory rows count the runtime's alive tasks.
+const TASK_SAMPLE: Duration = Duration::from_millis(100);
+/// How many more tasks beyond the workers the second half of a memory row
+/// may peak at than the first (a prober, a flusher, a re-sent release
+/// caught by one sample and not another), before that counts as growth.
+const TASKS_SLACK: usize = 5;
+
+/// Quorumlock tasks cycling with node 5 frozen or flapping: do memory and
+/// the runtime's tasks level off?
 #[derive(Debug)]
 struct MemoryRow {
+    condition: Condition,
     tasks: usize,
     seconds: f64,
     cycles: u64,
@@ -1822,6 +1832,13 @@ struct MemoryRow {
     peak_first_half_kib: u64,
     peak_second_half_kib: u64,
     rss_end_kib: u64,
+    /// The runtime's alive tasks just before the workers were spawned.
+    alive_before: usize,
+    /// The most alive tasks of the samples (every [`TASK_SAMPLE`]) in each
+    /// half, workers included.
+    alive_peak: [usize; 2],
+    /// Alive tasks once the workers ended.
+    alive_after: usize,
 }
 
 impl MemoryRow {
@@ -1834,12 +1851,94 @@ impl MemoryRow {
     fn growth(&self) -> f64 {
         self.peak_second_half_kib as f64 / self.peak_first_half_kib.max(1) as f64
     }
+
+    /// Each half's peak of alive tasks beyond the workers and those alive
+    /// before them: background work started during the run (followers,
+    /// probers, re-sent releases, the proxy's connections).
+    fn beyond(&self) -> [usize; 2] {
+        self.alive_peak
+            .map(|peak| peak.saturating_sub(self.tasks + self.alive_before))
+    }
+
+    /// Memory and background tasks bounded, each with whether this run
+    /// met it.
+    fn targets(&self) -> [(String, bool); 2] {
+        let what = format!(
+            "node 5 {}, {} tasks for {:.0} s",
+            self.condition.name(),
+            self.tasks,
+            self.seconds
+        );
+        let [first, second] = self.beyond();
+        [
+            (
+                format!(
+                    "{what}: memory bounded, the second half's peak <= 1.1x the first half's ({:.2}x; peak {} KiB, {} KiB at the start)",
+                    self.growth(),
+                    self.peak_kib(),
+                    self.rss_start_kib
+                ),
+                self.growth() <= 1.1,
+            ),
+            (
+                format!(
+                    "{what}: background tasks bounded, the second half's peak beyond the workers <= the first half's + {TASKS_SLACK} (first half {first}, second {second}; {} alive before the workers)",
+                    self.alive_before
+                ),
+                second <= first + TASKS_SLACK,
+            ),
+        ]
+    }
+
+    fn table(&self, out: &mut String) {
+        let [first, second] = self.beyond();
+        let _ = writeln!(
+            out,
+            "{} quorumlock tasks for {:.0} s with node 5 {}: {} cycles ({} failed); resident {} KiB at the start, peak {} KiB in the first half and {} KiB in the second, {} KiB at the end (whole process); runtime tasks: {} alive before the workers; beyond the workers and those, at most {first} in the first half and {second} in the second (counted every {} ms); {} alive after the workers ended",
+            self.tasks,
+            self.seconds,
+            self.condition.name(),
+            self.cycles - self.failed,
+            self.failed,
+            self.rss_start_kib,
+            self.peak_first_half_kib,
+            self.peak_second_half_kib,
+            self.rss_end_kib,
+            self.alive_before,
+            TASK_SAMPLE.as_millis(),
+            self.alive_after
+        );
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let [first, second] = self.beyond();
+        json!({
+            "node5": self.condition.name(),
+            "tasks": self.tasks,
+            "seconds": self.seconds,
+            "cycles": self.cycles - self.failed,
+            "failed": self.failed,
+            "rss_start_kib": self.rss_start_kib,
+            "peak_rss_kib": self.peak_kib(),
+            "peak_first_half_kib": self.peak_first_half_kib,
+            "peak_second_half_kib": self.peak_second_half_kib,
+            "rss_end_kib": self.rss_end_kib,
+            "task_sample_ms": TASK_SAMPLE.as_millis() as u64,
+            "alive_tasks_before_workers": self.alive_before,
+            "peak_alive_tasks_first_half": self.alive_peak[0],
+            "peak_alive_tasks_second_half": self.alive_peak[1],
+            "peak_tasks_beyond_workers_first_half": first,
+            "peak_tasks_beyond_workers_second_half": second,
+            "alive_tasks_after_workers": self.alive_after,
+        })
+    }
 }
 
 #[derive(Debug)]
 struct Degraded {
     rows: Vec<DegradedRow>,
-    memory: Option<MemoryRow>,
+    /// Node 5 frozen, then flapping.
+    memory: Vec<MemoryRow>,
     budget: Duration,
     /// PING p50 of node 5 direct and through its proxy with no fault.
     proxy_ping: [Duration; 2],
@@ -1892,43 +1991,61 @@ async fn degraded(plan: Plan) -> Result<Degraded, BoxError> {
     ];
     let mut out = Degraded {
         rows: Vec::new(),
-        memory: None,
+        memory: Vec::new(),
         budget: plan.degraded_budget,
         proxy_ping,
     };
     for (c, condition) in Condition::ALL.into_iter().enumerate() {
         progress(&format!("degraded: node 5 {}", condition.name()));
-        proxy.heal();
-        let paused = match condition {
-            Condition::Healthy => None,
-            Condition::Slow => {
-                proxy.set(Faults::latency(SLOW_BY, SLOW_BY, Duration::ZERO));
-                None
-            }
-            Condition::Frozen => Some(Paused::new(&nodes[4])?),
-            Condition::Flapping => None,
-        };
-        let rows = async {
-            let mut rows = Vec::new();
-            for (library, side, contender) in &sides {
-                rows.push(degraded_row(library, side, contender, condition, c, plan).await?);
-            }
-            Ok::<_, BoxError>(rows)
-        };
-        let rows = match condition {
-            Condition::Flapping => while_flapping(&nodes[4], rows).await??,
-            _ => rows.await?,
-        };
+        let (rows, memory) = condition_rows(&nodes[4], &proxy, &sides, condition, c, plan).await?;
         out.rows.extend(rows);
-        if condition == Condition::Frozen {
-            out.memory = Some(memory_bound(&sides[0].1, plan).await);
-        }
-        drop(paused);
-        proxy.heal();
+        out.memory.extend(memory);
         for locks in [&locks, &waiting] {
             let _ = tokio::time::timeout(CYCLE_LIMIT, locks.settle()).await;
         }
     }
+    Ok(out)
+}
+
+/// One condition's rows, quorumlock's then rslock's, and with node 5
+/// frozen or flapping the memory row after them, all under the fault
+/// (a flapping node flaps from the first row to the end of the last).
+async fn condition_rows(
+    node5: &RedisServer,
+    proxy: &FaultProxy,
+    sides: &[(&'static str, Side, Contender)],
+    condition: Condition,
+    c: usize,
+    plan: Plan,
+) -> Result<(Vec<DegradedRow>, Option<MemoryRow>), BoxError> {
+    proxy.heal();
+    let paused = match condition {
+        Condition::Healthy | Condition::Flapping => None,
+        Condition::Slow => {
+            proxy.set(Faults::latency(SLOW_BY, SLOW_BY, Duration::ZERO));
+            None
+        }
+        Condition::Frozen => Some(Paused::new(node5)?),
+    };
+    let rows = async {
+        let mut rows = Vec::new();
+        for (library, side, contender) in sides {
+            rows.push(degraded_row(library, side, contender, condition, c, plan).await?);
+        }
+        let memory = match condition {
+            Condition::Frozen | Condition::Flapping => {
+                Some(memory_bound(&sides[0].1, plan, condition).await)
+            }
+            Condition::Healthy | Condition::Slow => None,
+        };
+        Ok::<_, BoxError>((rows, memory))
+    };
+    let out = match condition {
+        Condition::Flapping => while_flapping(node5, rows).await??,
+        _ => rows.await?,
+    };
+    drop(paused);
+    proxy.heal();
     Ok(out)
 }
 
@@ -2007,33 +2124,61 @@ async fn degraded_row(
 }
 
 /// `memory_tasks` quorumlock tasks cycling for `memory_for` with node 5
-/// frozen: the resident set at the start, its peak in each half, and at
-/// the end.
-async fn memory_bound(side: &Side, plan: Plan) -> MemoryRow {
+/// frozen or flapping (the caller sets it up): the resident set at the
+/// start, its peak in each half, and at the end; the runtime's alive tasks
+/// just before the workers, their peak in each half, and after.
+async fn memory_bound(side: &Side, plan: Plan, condition: Condition) -> MemoryRow {
     let (tasks, period) = (plan.memory_tasks, plan.memory_for);
     progress(&format!(
-        "degraded: {tasks} quorumlock tasks for {period:?}, node 5 frozen"
+        "degraded: {tasks} quorumlock tasks for {period:?}, node 5 {}",
+        condition.name()
     ));
+    let runtime = tokio::runtime::Handle::current().metrics();
     reset_peak_rss();
     let rss_start_kib = proc_status_kib("VmRSS").unwrap_or(0);
-    let first_half = async {
-        tokio::time::sleep(period / 2).await;
-        let peak = proc_status_kib("VmHWM").unwrap_or(0);
-        reset_peak_rss();
-        peak
+    let alive_before = runtime.num_alive_tasks();
+    let started = tokio::time::Instant::now();
+    let halves = async {
+        let first = watch_half(started + period / 2).await;
+        (first, watch_half(started + period).await)
     };
-    let ((_, cycles, failed), peak_first_half_kib) =
-        tokio::join!(throughput(side, tasks, period, 900), first_half);
+    let ((_, cycles, failed), (first, second)) = tokio::join!(
+        throughput(side, tasks, period, 900 + condition as usize),
+        halves
+    );
     MemoryRow {
+        condition,
         tasks,
         seconds: period.as_secs_f64(),
         cycles,
         failed,
         rss_start_kib,
-        peak_first_half_kib,
-        peak_second_half_kib: proc_status_kib("VmHWM").unwrap_or(0),
+        peak_first_half_kib: first.1,
+        peak_second_half_kib: second.1,
         rss_end_kib: proc_status_kib("VmRSS").unwrap_or(0),
+        alive_before,
+        alive_peak: [first.0, second.0],
+        alive_after: runtime.num_alive_tasks(),
     }
+}
+
+/// Until `until`: the most alive tasks on the runtime, counted every
+/// [`TASK_SAMPLE`] (from one sample in, so that the workers are all
+/// spawned), and then the peak resident set since it was last reset
+/// (resetting it for the next half).
+async fn watch_half(until: tokio::time::Instant) -> (usize, u64) {
+    let runtime = tokio::runtime::Handle::current().metrics();
+    let mut peak = 0;
+    let mut next = tokio::time::Instant::now() + TASK_SAMPLE;
+    while next < until {
+        tokio::time::sleep_until(next).await;
+        peak = peak.max(runtime.num_alive_tasks());
+        next += TASK_SAMPLE;
+    }
+    tokio::time::sleep_until(until).await;
+    let rss = proc_status_kib("VmHWM").unwrap_or(0);
+    reset_peak_rss();
+    (peak, rss)
 }
 
 impl Degraded {
@@ -2062,8 +2207,9 @@ impl Degraded {
         ]
     }
 
-    /// The targets for quorumlock with node 5 slow, frozen or flapping, and
-    /// memory while it is frozen, each with whether this run met it.
+    /// The targets for quorumlock with node 5 slow, frozen or
+    /// flapping, and memory and background tasks while it is frozen and
+    /// while it flaps, each with whether this run met it.
     fn targets(&self) -> Vec<(String, bool)> {
         let mut out = Vec::new();
         for row in self
@@ -2100,23 +2246,14 @@ impl Degraded {
                 ));
             }
         }
-        if let Some(m) = &self.memory {
-            out.push((
-                format!(
-                    "node 5 frozen, {} tasks for {:.0} s: memory bounded, the second half's peak <= 1.1x the first half's ({:.2}x; peak {} KiB, {} KiB at the start)",
-                    m.tasks,
-                    m.seconds,
-                    m.growth(),
-                    m.peak_kib(),
-                    m.rss_start_kib
-                ),
-                m.growth() <= 1.1,
-            ));
+        for m in &self.memory {
+            out.extend(m.targets());
         }
         out
     }
 
-    fn table(&self, quick: bool, out: &mut String) {
+    /// What the table's rows were measured under, and its header.
+    fn preamble(&self, out: &mut String) {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -2137,6 +2274,10 @@ impl Degraded {
             "| node 5 | library | lock+release p50 / p99, 1 task | cycles/s, {DEGRADED_TASKS} tasks | handoffs/s, {CONTENDERS} on one | peak RSS | vs healthy: p50 / p99 / cycles/s / handoffs/s / RSS |"
         );
         let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+    }
+
+    fn table(&self, quick: bool, out: &mut String) {
+        self.preamble(out);
         let no_result = "no result";
         for row in &self.rows {
             let latency = row.latency_ms.map_or(no_result.to_owned(), |(p50, p99)| {
@@ -2168,20 +2309,11 @@ impl Degraded {
                 row.failed
             );
         }
-        if let Some(m) = &self.memory {
+        if !self.memory.is_empty() {
             let _ = writeln!(out);
-            let _ = writeln!(
-                out,
-                "{} quorumlock tasks for {:.0} s with node 5 frozen: {} cycles ({} failed); resident {} KiB at the start, peak {} KiB in the first half and {} KiB in the second, {} KiB at the end (whole process)",
-                m.tasks,
-                m.seconds,
-                m.cycles - m.failed,
-                m.failed,
-                m.rss_start_kib,
-                m.peak_first_half_kib,
-                m.peak_second_half_kib,
-                m.rss_end_kib
-            );
+        }
+        for m in &self.memory {
+            m.table(out);
         }
         let _ = writeln!(out);
         let _ = writeln!(
@@ -2221,19 +2353,12 @@ impl Degraded {
                 })
             })
             .collect();
-        let memory = self.memory.as_ref().map(|m| {
-            json!({
-                "tasks": m.tasks,
-                "seconds": m.seconds,
-                "cycles": m.cycles - m.failed,
-                "failed": m.failed,
-                "rss_start_kib": m.rss_start_kib,
-                "peak_rss_kib": m.peak_kib(),
-                "peak_first_half_kib": m.peak_first_half_kib,
-                "peak_second_half_kib": m.peak_second_half_kib,
-                "rss_end_kib": m.rss_end_kib,
-            })
-        });
+        let memory = |condition| {
+            self.memory
+                .iter()
+                .find(|m| m.condition == condition)
+                .map(MemoryRow::json)
+        };
         json!({
             "nodes": 5,
             "slow_by_ms_each_way": SLOW_BY.as_millis() as u64,
@@ -2246,7 +2371,8 @@ impl Degraded {
             },
             "peak_rss_of": "the whole process",
             "rows": rows,
-            "memory": memory,
+            "memory": memory(Condition::Frozen),
+            "memory_flapping": memory(Condition::Flapping),
             "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
         })
     }
