@@ -159,7 +159,21 @@ impl Entry {
 /// answered or timed out, with one timer at the earliest deadline; ends
 /// once its sender is gone (the manager dropped, or a follower on the
 /// current runtime replaced it) and it has followed everything.
-async fn run(mut received: mpsc::UnboundedReceiver<Entry>) {
+///
+/// It runs outside tokio's cooperative budget (`unconstrained`): it stands
+/// for many tasks at once, and under load more stragglers can arrive
+/// between two of its polls than one task's budget (128 operations) lets
+/// it take. Within the budget, each poll spent it taking new stragglers and
+/// never got to its timer: nothing timed out, a frozen node's requests
+/// never counted against it (so it was never left unasked), and they piled
+/// up. The work of a poll is bounded all the same: what arrived, the
+/// stragglers woken (`FuturesUnordered` yields after one pass), and what
+/// is due.
+async fn run(received: mpsc::UnboundedReceiver<Entry>) {
+    tokio::task::unconstrained(follow_all(received)).await;
+}
+
+async fn follow_all(mut received: mpsc::UnboundedReceiver<Entry>) {
     let mut entries: FuturesUnordered<Entry> = FuturesUnordered::new();
     let mut timer: Pin<Box<Sleep>> = Box::pin(tokio::time::sleep(Duration::ZERO));
     let mut next: Option<Instant> = None;
@@ -180,10 +194,8 @@ async fn run(mut received: mpsc::UnboundedReceiver<Entry>) {
                 Poll::Pending => break,
             }
         }
-        while let Poll::Ready(Some(())) = entries.poll_next_unpin(cx) {}
         // Past the earliest deadline: time out what is due, and set the
-        // timer for the next. Expired entries are woken: they end on this
-        // task's next poll.
+        // timer for the next. Expired entries are woken: they end below.
         while next.is_some() && timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
             next = entries.iter_mut().filter_map(|e| e.expire_by(now)).min();
@@ -191,6 +203,7 @@ async fn run(mut received: mpsc::UnboundedReceiver<Entry>) {
                 timer.as_mut().reset(at);
             }
         }
+        while let Poll::Ready(Some(())) = entries.poll_next_unpin(cx) {}
         if !open && entries.is_empty() {
             Poll::Ready(())
         } else {
@@ -319,5 +332,64 @@ mod tests {
             background.idle().await;
         });
         assert_eq!(*heard.lock().expect("lock"), ["answered"]);
+    }
+
+    /// Wakes itself each poll and returns `Pending`, `polls` times: a busy
+    /// task, queued behind the others each time (as a coop-budget wake
+    /// queues the follower).
+    async fn busy<F: FnMut(usize)>(polls: usize, mut each: F) {
+        let mut n = 0;
+        std::future::poll_fn(|cx| {
+            if n == polls {
+                return Poll::Ready(());
+            }
+            each(n);
+            n += 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn deadlines_are_kept_while_stragglers_keep_coming() {
+        // A busy follower: between two of its polls, 100 tasks hand it 2
+        // stragglers each, more than tokio's per-poll budget (128) lets a
+        // task take. Its timer must still time out what is due (here, all
+        // at once), or a frozen node's requests never count against it and
+        // pile up in its follower.
+        const TASKS: usize = 100;
+        const ROUNDS: usize = 50;
+        let followers = Arc::new(Followers::new(1, Arc::new(Background::default())));
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let timed_out_meanwhile = Arc::new(Mutex::new(None));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (followers, heard, answers) =
+                    (followers.clone(), heard.clone(), answers.clone());
+                let timed_out_meanwhile = timed_out_meanwhile.clone();
+                tokio::spawn(busy(ROUNDS, move |round| {
+                    for _ in 0..2 {
+                        let (tx, work) = fake(&heard);
+                        assert!(followers.follow(0, work, due_in(0)));
+                        answers.lock().expect("lock").push(tx);
+                    }
+                    if t == 0 && round == ROUNDS - 1 {
+                        let heard = heard.lock().expect("lock").len();
+                        *timed_out_meanwhile.lock().expect("lock") = Some(heard);
+                    }
+                }))
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        let meanwhile = timed_out_meanwhile.lock().expect("lock").unwrap_or(0);
+        assert!(
+            meanwhile >= TASKS * 2 * (ROUNDS - 2),
+            "{meanwhile} of {} timed out while they kept coming",
+            TASKS * 2 * ROUNDS
+        );
     }
 }
