@@ -226,11 +226,13 @@ pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: u
         node = %core.label(node),
         "a late grant or restore may have landed after the release: releasing there again"
     );
+    // Followed by the node's follower, as any request nobody waits for:
+    // a node flapping between answers and silence can call for many.
     let deadline = core.timeout_from(Instant::now());
-    let request = release_request(core.clone(), lock.clone(), node, None, deadline.into());
-    core.background().spawn(async move {
-        let _ = request.await;
-    });
+    let shared = Deadline::timed_by_caller(deadline);
+    let request = release_request(core.clone(), lock.clone(), node, None, shared);
+    let requests = Requests::new([(node, Box::pin(request))], Some(deadline));
+    follow(core, "release", requests, |_, _| {});
 }
 
 /// What a release announces: a random id, so that the waiters can tell one
