@@ -243,12 +243,17 @@ impl Acquisition for Fair {
 struct Tickets {
     highest: AtomicU64,
     heard: AtomicUsize,
+    /// Nodes that granted the lock (where the call was not placed in line).
+    granted: AtomicUsize,
 }
 
 /// A call's first attempt: the lock if nobody queues, and tickets.
 struct Enter {
     fair: Fair,
     tickets: Arc<Tickets>,
+    /// The waiter's id, for a call that waits: placed in line where
+    /// refused.
+    waiter: Option<Arc<str>>,
 }
 
 impl Acquire for Enter {
@@ -273,12 +278,24 @@ impl Acquire for Enter {
     ) -> impl Future<Output = Result<Entered, NodeError>> + Send + 'static + use<> {
         let (line, tickets) = (self.fair.line.clone(), self.tickets.clone());
         let (ttl, lease) = (self.fair.target.ttl, self.fair.lease);
+        let waiter = self.waiter.clone();
         async move {
             let node = call.server()?;
             let token = call.token.as_str();
-            let entered = enter(node, &line, token, ttl, lease, call.deadline).await?;
+            let entered = enter(
+                node,
+                &line,
+                token,
+                (ttl, lease),
+                waiter.as_deref(),
+                call.deadline,
+            )
+            .await?;
             tickets.highest.fetch_max(entered.ticket, Ordering::AcqRel);
             tickets.heard.fetch_add(1, Ordering::AcqRel);
+            if entered.granted {
+                tickets.granted.fetch_add(1, Ordering::AcqRel);
+            }
             Ok(entered)
         }
     }
@@ -378,7 +395,9 @@ impl Acquire for TryTurn {
 
 /// What a call's first attempt came to.
 enum Entry {
-    Granted(LockGuard),
+    /// The lock; and whether every node granted it, so that the call was
+    /// placed in line nowhere.
+    Granted(LockGuard, bool),
     /// Its ticket: the highest drawn on a quorum.
     Ticket(u64),
 }
@@ -388,12 +407,24 @@ enum Entry {
 async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> {
     let manager = locks.manager();
     let mut schedule = manager.retry.schedule(Instant::now());
+    let id: Arc<str> = Arc::from(Token::generate()?.as_str());
+    // A call that waits is placed in line by its first attempt where a
+    // node refuses it: from then on it leaves the line however it ends.
+    let core = manager.core.clone();
+    let mut in_line = InLine::new(core, fair.line.clone(), id.clone(), fair.queue);
+    let waiter = fair.queue.then(|| id.clone());
+    // Whether an earlier first attempt may have placed it somewhere.
+    let mut placed = false;
     let ticket = loop {
-        let error = match first_attempt(locks, fair).await {
-            Ok(Entry::Granted(guard)) => return Ok(guard),
+        let error = match first_attempt(locks, fair, waiter.clone()).await {
+            Ok(Entry::Granted(guard, everywhere)) => {
+                in_line.granted_first(waiter.is_some() && (placed || !everywhere));
+                return Ok(guard);
+            }
             Ok(Entry::Ticket(ticket)) => break ticket,
             Err(error) => error,
         };
+        placed = waiter.is_some();
         if !fair.queue || !error.is_retryable() {
             return Err(error);
         }
@@ -401,8 +432,6 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
         let delay = counted(&mut schedule, fair, error, unavailable)?;
         tokio::time::sleep(delay).await;
     };
-    let id: Arc<str> = Arc::from(Token::generate()?.as_str());
-    let mut in_line = InLine::new(manager.core.clone(), fair.line.clone(), id.clone());
     let turn = manager
         .turns
         .as_ref()
@@ -433,15 +462,23 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
 /// A call's first attempt: the lock if nobody queued on a quorum, or the
 /// call's ticket; an error if too few nodes drew one (or it does not
 /// queue).
-async fn first_attempt(locks: &Redlock, fair: &Fair) -> Result<Entry, Error> {
+async fn first_attempt(
+    locks: &Redlock,
+    fair: &Fair,
+    waiter: Option<Arc<str>>,
+) -> Result<Entry, Error> {
     let core = &locks.manager().core;
     let tickets = Arc::new(Tickets::default());
     let enter = Enter {
         fair: fair.clone(),
         tickets: tickets.clone(),
+        waiter,
     };
     match attempt(core, &enter).await {
-        Ok(grant) => Ok(Entry::Granted(guard(locks, fair, grant))),
+        Ok(grant) => {
+            let everywhere = tickets.granted.load(Ordering::Acquire) == core.len();
+            Ok(Entry::Granted(guard(locks, fair, grant), everywhere))
+        }
         Err(error) if fair.queue && tickets.heard.load(Ordering::Acquire) >= core.quorum() => {
             // Refused by a quorum (held, or others in line): queue.
             tracing::debug!(error = %error, "fair lock busy: queuing");
@@ -561,13 +598,26 @@ struct InLine {
 }
 
 impl InLine {
-    fn new(core: Arc<Core>, line: Arc<Line>, id: Arc<str>) -> Self {
-        let leave = Some(vec![true; core.len()]);
+    /// Waiter `id` in `line`: one that `waits` leaves on every node when
+    /// dropped; one that does not was never placed.
+    fn new(core: Arc<Core>, line: Arc<Line>, id: Arc<str>, waits: bool) -> Self {
+        let leave = waits.then(|| vec![true; core.len()]);
         Self {
             core,
             line,
             id,
             leave,
+        }
+    }
+
+    /// Granted by a first attempt: leaves the line if it may have been
+    /// `placed` there (a node refused it, now or in an earlier first
+    /// attempt); else there is nothing to leave.
+    fn granted_first(&mut self, placed: bool) {
+        if placed {
+            self.granted();
+        } else {
+            self.leave = None;
         }
     }
 

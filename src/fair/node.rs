@@ -119,16 +119,20 @@ impl Answer for Tried {
 }
 
 /// The first attempt of a call on `node` (see `enter.lua`).
+///
+/// `waiter`, the id of a call that waits, places it in line where the node
+/// refuses it; a call that does not wait (`try_fair_lock`) gives none.
 pub(crate) async fn enter(
     node: &Node,
     line: &Line,
     token: &str,
-    ttl: Ttl,
-    lease: Ttl,
+    (ttl, lease): (Ttl, Ttl),
+    waiter: Option<&str>,
     deadline: Deadline,
 ) -> Result<Entered, NodeError> {
     let (ttl, lease) = (ttl.ms().to_string(), lease.ms().to_string());
-    let args = [token, ttl.as_str(), lease.as_str()];
+    let mut args = vec![token, ttl.as_str(), lease.as_str()];
+    args.extend(waiter);
     let reply = node
         .script(&ENTER, &line.keys(), &args, &[token], deadline)
         .await?;

@@ -282,6 +282,72 @@ async fn the_line_keeps_its_order_with_a_node_slowed() {
     assert_eq!(*granted.lock().expect("order"), vec![0, 1, 2, 3]);
 }
 
+/// A waiter whose answers reach it late (a loaded client, a slow return
+/// path) keeps the place its first requests took: a call that asks after
+/// they landed queues behind it, although the first waiter has not yet read
+/// its tickets nor placed itself at its final one. (Placed only by its
+/// second round, it was passed by every call that came meanwhile: the chaos
+/// suite's starvation check caught it under load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_reads_its_answers_late_keeps_its_place() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let proxies = support::proxies(&nodes).await;
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let reader = manager_of(&urls);
+    // Its connections made (what is tested is the line, not their setup).
+    let warm = no_hang("warm", reader.lock("warm", TTL)).await;
+    warm.expect("lock").release().await.expect("release");
+    // Then its replies take 300 ms; its requests land at once.
+    let late = Duration::from_millis(300);
+    for proxy in &proxies {
+        proxy.set(Faults::latency(Duration::ZERO, late, Duration::ZERO));
+    }
+    let others = manager(&nodes, true);
+    let resource = "late-reader";
+    let holder = no_hang("hold", others.fair_lock(resource, TTL))
+        .await
+        .expect("fair_lock");
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let first = {
+        let granted = granted.clone();
+        tokio::spawn(async move {
+            let guard = reader.fair_lock(resource, TTL).await.expect("fair_lock");
+            granted.lock().expect("order").push("late reader");
+            guard.release().await.expect("release");
+        })
+    };
+    // Its first requests landed: every node drew its ticket (the holder
+    // drew the first).
+    no_hang("the late reader's tickets", async {
+        for url in nodes.urls() {
+            let mut conn = support::conn(&url).await;
+            loop {
+                let drawn: Option<u64> = redis::cmd("GET")
+                    .arg(format!("{resource}:queue:ticket"))
+                    .query_async(&mut conn)
+                    .await
+                    .expect("GET");
+                if drawn >= Some(2) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    })
+    .await;
+    holder.release().await.expect("release");
+    let guard = no_hang("the next caller", others.fair_lock(resource, TTL))
+        .await
+        .expect("fair_lock");
+    granted.lock().expect("order").push("next caller");
+    guard.release().await.expect("release");
+    no_hang("the late reader", first).await.expect("task");
+    assert_eq!(
+        *granted.lock().expect("order"),
+        vec!["late reader", "next caller"]
+    );
+}
+
 /// How the tests' waiters wait: as long as it takes, a minute at most.
 fn waiting() -> Retry {
     Retry::forever()

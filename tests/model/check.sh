@@ -64,11 +64,12 @@ runs=(
 "12|P1 mutex + P4 token|NATIVE_MIXED (either path per node): 2 attempts, 1 extension|pass|-O2|-DNATIVE -DNATIVE_MIXED -DPROP_MUTEX -DPROP_TOKEN -DMAXATT=2 -DMAXEXT=1 -DMAXF=0"
 "14|P2 fence|fenced, untimed: 3 attempts, a retry may raise the counter instead of reusing its value (MARK_EXPIRES)|pass|-O2|-DPROP_FENCE -DFENCED -DMARK_EXPIRES -DNOCLOCK -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "q2|Q1 mutex|fair.pml: any queue (ANYQUEUE): enter + 1 try, enter + 1 try|pass|-O2|-DPROP_MUTEX -DANYQUEUE -DTRIES0=1 -DTRIES1=1"
-"q6|Q2 order + Q3 ticket|fair.pml: untimed, lossy (<= 1 loss): enter + try, 2 enters + try|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DENTERS1=2 -DTRIES0=1 -DTRIES1=1"
+"q6|Q2 order + Q3 ticket|fair.pml: untimed, lossy (<= 1 loss): enter + try, 2 enters + try; enter as before (ENTER_NO_PLACE: README, Finding 6)|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DENTERS1=2 -DTRIES0=1 -DTRIES1=1 -DENTER_NO_PLACE"
 "q3|Q1 mutex + Q2 + Q3|fair.pml: timed, the queue as is: enter + 1 try, enter|pass|-O2|-DPROP_MUTEX -DPROP_ORDER -DPROP_TICKET -DNO_GIVEUP -DTRIES0=1 -DTRIES1=0"
 "q1|Q1 mutex|fair.pml: any queue, 1 crash (back after TTL): enter + try, enter|pass|-O2|-DPROP_MUTEX -DANYQUEUE -DCRASH_DELAYED -DMAXF=1 -DTRIES0=1 -DTRIES1=0"
-"q4|Q2 order + Q3 ticket|fair.pml: untimed: enter + 2 tries, enter + 1 try|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DTRIES0=2 -DTRIES1=1"
-"q5|Q2 order + Q3 ticket|fair.pml: untimed: enter + 1 try, enter + 2 tries|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DTRIES0=1 -DTRIES1=2"
+"q4|Q2 order + Q3 ticket|fair.pml: untimed: enter + 2 tries, enter + 1 try; enter as before (ENTER_NO_PLACE)|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DTRIES0=2 -DTRIES1=1 -DENTER_NO_PLACE"
+"q5|Q2 order + Q3 ticket|fair.pml: untimed: enter + 1 try, enter + 2 tries; enter as before (ENTER_NO_PLACE)|pass|-O2|-DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DTRIES0=1 -DTRIES1=2 -DENTER_NO_PLACE"
+"q7|Q5 entered + Q2 + Q3|fair.pml: untimed: enter + 1 try each|pass|-O2|-DPROP_ENTERED -DPROP_ORDER -DPROP_TICKET -DNOCLOCK -DTRIES0=1 -DTRIES1=1"
 "j|P2 fence|write-back to all, any Q acks (old src/redlock.rs)|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ALL -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
 "f|P2 fence|fence counter lost in a restart after the TTL|fail|-O1|-DPROP_FENCE -DFENCED -DCRASH_DELAYED -DTTL=2 -DMAXATT=2 -DMAXEXT=0 -DMAXF=1"
 "i|P2 fence|write-back acknowledged by one node, not a quorum|fail|-O1|-DPROP_FENCE -DFENCED -DWB_ONE_ACK -DNOCLOCK -DLOSSY -DMAXLOSS=1 -DMAXATT=3 -DMAXEXT=0 -DMAXF=0"
@@ -97,6 +98,7 @@ runs=(
 "qb|Q1 mutex|fair.pml: try grants the head with a plain SET (no NX)|fail|-O0|-DPROP_MUTEX -DTRY_PLAIN_SET -DTRIES0=0 -DTRIES1=1"
 "qc|Q2 order|fair.pml: node drops the entry at GRANTED (spec's 1st try)|fail|-O0|-DPROP_ORDER -DNOCLOCK -DTRIES0=1 -DTRIES1=1 -DDEQUEUE_ON_GRANT"
 "qd|Q2 order|fair.pml: enter grants without looking at the queue|fail|-O0|-DPROP_ORDER -DNOCLOCK -DTRIES0=1 -DTRIES1=0 -DENTER_NO_QCHECK"
+"qe|Q5 entered|fair.pml: enter does not place a refused call in line|fail|-O0|-DPROP_ENTERED -DNOCLOCK -DTRIES0=1 -DTRIES1=1 -DENTER_NO_PLACE"
 "qh|Q4 heads|fair.pml: not a bug: two try rounds each count Q heads|fail|-O0|-DPROP_HEADS -DNOCLOCK -DTRIES0=1 -DTRIES1=1"
 )
 
@@ -139,6 +141,7 @@ pattern() {
         "Q1"*) echo 'assert\(!\(\(\(held\[0\]&&\(win\[0\]>0\)\)&&\(held\[1\]' ;;
         "Q2"*) echo 'assert\(\(\(\(\(h_j==h_c\)\|\|!\(\(\(pre\[h_c\]>>h_j\)&1\)\)\)\|\|!\(\(\(ph\[h_j\]==' ;;
         "Q3"*) echo 'assert\(\(\(\(h_j==h_c\)\|\|!\(\(\(pre\[h_c\]>>h_j\)&1\)\)\)\|\|\(tkt\[h_c\]>tkt\[h_j\]\)\)\)' ;;
+        "Q5"*) echo 'assert\(.*pre2\[h_c\]>>h_j' ;;
         "Q4"*) echo 'assert\(!\(\(\(ph\[\(1-h_c\)\]==2\)&&\(nhead\[' ;;
         *) echo 'no such property' ;;
     esac

@@ -12,13 +12,17 @@
  * One process; every step atomic; spin explores every order of them.
  *
  * Per node, for the one resource: the lock key K (token, remaining life),
- * the waiter queue (ent[n*C + c]: client c has an entry; its ticket is
- * tkt[c], fixed for the call), the ticket counter cnt. Node scripts, each
- * one atomic step (apply):
+ * the waiter queue (ent[n*C + c]: client c's entry, scored with the ticket
+ * it was placed at there, 0 = none; c's final ticket tkt[c] is fixed for
+ * the call), the ticket counter cnt. Node scripts, each one atomic step
+ * (apply):
  *   ENT  enter(token): granted := (queue empty) and SET K token NX;
- *        t := INCR counter; answer (granted, t)
+ *        t := INCR counter; not granted -> add the entry (t, id) (placed
+ *        at once, behind everyone there); answer (granted, t).
+ *        ENTER_NO_PLACE: no entry (the version before: a call stood in
+ *        line only once its try landed)
  *   TRY  try(id, T, token): counter := max(counter, T); add or refresh the
- *        entry (T, id); not the head (smallest (T, id)) -> BEHIND; else SET
+ *        entry (T, id); not the head (smallest (score, id)) -> BEHIND; else SET
  *        K token NX (or K holds token) -> GRANTED; else HEAD_HELD. The
  *        entry stays: the client removes it once it holds.
  *        DEQUEUE_ON_GRANT: the node removes it when it says GRANTED (the
@@ -72,6 +76,10 @@
  *                  passes v, so it must not happen at all
  *   Q3 PROP_TICKET a waiter whose enter round started after v completed
  *                  its enqueue on a quorum gets a ticket > T_v
+ *   Q5 PROP_ENTERED at a grant by enter (the fast path) of client c: no
+ *                  other client v whose enter round had been refused by a
+ *                  quorum (>= Q "not granted" answers) before c's round
+ *                  started, and is still in its call, is passed
  *   Q4 PROP_HEADS  (an observation, not a property: it is violated) no
  *                  two clients' try rounds each count Q head answers
  *                  (GRANTED or HEAD_HELD) at the same time
@@ -81,6 +89,7 @@
  *   TRY_PLAIN_SET     try grants the head with SET, no NX   -> Q1
  *   DEQUEUE_ON_GRANT  the node drops the entry at GRANTED   -> Q2
  *   ENTER_NO_QCHECK   enter grants without looking at the queue -> Q2
+ *   ENTER_NO_PLACE    enter does not place a refused call in line -> Q5
  *
  * Other flags: LOSSY + MAXLOSS (a request may be lost before it runs),
  * CRASH_DELAYED + MAXF (at most 1), ENTERS0, ENTERS1, TRIES0, TRIES1
@@ -185,7 +194,8 @@ byte life[N];       /* ticks before K expires (up to DRIFT earlier)       */
 #endif
 #ifndef ANYQUEUE
 byte cnt[N];        /* ticket counter                                     */
-bool ent[N*C];      /* ent[n*C + c]: client c's entry in node n's queue   */
+byte ent[N*C];      /* ent[n*C + c]: client c's entry in node n's queue,
+                       its score (the ticket it was placed at), 0 = none  */
 #endif
 #if MAXF > 0
 bool down[N];
@@ -251,14 +261,30 @@ byte pre[C];        /* ghost: enqd (the others') when c's round started   */
 #define ENQD(c)  skip
 #endif
 
+#ifdef PROP_ENTERED
+byte entd;          /* ghost, bit c: c's enter round got >= Q refusals: it
+                       was placed in line on a quorum                     */
+byte pre2[C];       /* ghost: entd (the others') when c's round started   */
+#define SNAP2(c)  pre2[c] = entd & ~(1 << (c))
+#define UNSNAP2(c) pre2[c] = 0
+#define ENTD(c)   entd = entd | (1 << (c))
+#else
+#define SNAP2(c)  skip
+#define UNSNAP2(c) skip
+#define ENTD(c)   skip
+#endif
+
 /* scratch, inside one atomic step only: not in the state vector */
 hidden byte h_dec, h_c, h_n, h_i, h_k, h_m, h_r, h_v, h_j, h_b, h_s;
 hidden byte now_h;  /* tick counter, for trails only */
 #define SCRUB h_dec = 0; h_c = 0; h_n = 0; h_i = 0; h_k = 0; h_m = 0; \
 	h_r = 0; h_v = 0; h_j = 0; h_b = 0; h_s = 0
 
-/* (T_a, a) < (T_b, b): a is ahead of b in a queue */
+/* (T_a, a) < (T_b, b): a's ticket is ahead of b's */
 #define BEFORE(a, b) (tkt[a] < tkt[b] || (tkt[a] == tkt[b] && (a) < (b)))
+/* a is ahead of b in node n's queue (by the scores there, then id) */
+#define AHEADON(n, a, b) (ent[(n)*C + (a)] < ent[(n)*C + (b)] || \
+	(ent[(n)*C + (a)] == ent[(n)*C + (b)] && (a) < (b)))
 
 #ifdef NOCLOCK
 #define VALID(c)  (!el[c])
@@ -307,7 +333,7 @@ inline clear_tally(c)
 
 inline close_op(c, k)
 {
-	clear_tally(c); UNSNAP(c);
+	clear_tally(c); UNSNAP(c); UNSNAP2(c);
 	for (k : 0 .. N-1) { st[c*N + k] = IDLE };
 	k = 0
 }
@@ -395,9 +421,26 @@ inline check_ticket(c)
 #endif
 }
 
+/* Q5: client c is granted by enter (the fast path). A call v whose enter
+   round had been refused by a quorum before c's round started (v stands
+   in line there) and is still in its call must not be passed. */
+inline check_entered(c)
+{
+#ifdef PROP_ENTERED
+	for (h_j : 0 .. C-1) {
+		assert(h_j == c || ph[c] != P_ENTER || !((pre2[c] >> h_j) & 1) ||
+		       !(LIVE(h_j) || ph[h_j] == P_ENTER))
+	};
+	h_j = 0
+#else
+	skip
+#endif
+}
+
 inline grant(c, k)
 {
 	check_order(c);
+	check_entered(c);
 	printf("MSC: t=%d client %d HOLDS the lock, token %d, by ", now_h, c, tok[c]);
 	if
 	:: ph[c] == P_ENTER -> printf("enter")
@@ -461,7 +504,7 @@ inline ishead(n, c)
 	h_b = ent[n*C + c];
 	for (h_j : 0 .. C-1) {
 		if
-		:: h_j != c && ent[n*C + h_j] && !BEFORE(c, h_j) -> h_b = 0
+		:: h_j != c && ent[n*C + h_j] && !AHEADON(n, c, h_j) -> h_b = 0
 		:: else
 		fi
 	};
@@ -537,7 +580,14 @@ inline apply(i, c, n, m)
 		:: else
 		fi;
 #ifndef ANYQUEUE
-		cnt[n]++; h_v = cnt[n]
+		cnt[n]++; h_v = cnt[n];
+#ifndef ENTER_NO_PLACE
+		/* refused: placed in line at once, at the ticket drawn here */
+		if
+		:: h_r != YES -> ent[n*C + c] = h_v
+		:: else
+		fi
+#endif
 #endif
 	:: OPOF(m) == TRY ->
 #ifndef ANYQUEUE
@@ -547,7 +597,7 @@ inline apply(i, c, n, m)
 		:: else
 		fi;
 #endif
-		ent[n*C + c] = 1;
+		ent[n*C + c] = tkt[c];
 #endif
 		ishead(n, c);
 		if
@@ -621,6 +671,10 @@ inline apply(i, c, n, m)
 		:: OPOF(m) == TRY && nans[c] >= Q -> ENQD(c)
 		:: else
 		fi;
+		if
+		:: OPOF(m) == ENT && nans[c] - nyes[c] >= Q -> ENTD(c)
+		:: else
+		fi;
 #ifdef PROP_HEADS
 		if
 		:: h_r == YES || h_r == HELD -> nhead[c]++
@@ -655,7 +709,7 @@ inline apply(i, c, n, m)
 #define START \
 	:: PICKCLIENT(CAN_START); \
 		nent[h_c]++; tok[h_c] = TOKEN(h_c); SETEL(h_c, 0); \
-		SNAP(h_c); ph[h_c] = P_ENTER; \
+		SNAP(h_c); SNAP2(h_c); ph[h_c] = P_ENTER; \
 		printf("MSC: t=%d client %d ENTER token %d\n", now_h, h_c, tok[h_c]); \
 		fanout(h_c, h_k, ENT)
 
@@ -749,7 +803,10 @@ inline apply(i, c, n, m)
 #ifdef ANYQUEUE
 #define PURGE
 #else
-#define PURGABLE(x) (ent[x] && !LIVE((x) % C))
+/* a call's entries last while it is in its call: waiting (LIVE), or in
+   or between its enter rounds (placed by a refused enter) */
+#define INCALL(c) (LIVE(c) || ph[c] == P_ENTER || ph[c] == P_NEW)
+#define PURGABLE(x) (ent[x] && !INCALL((x) % C))
 #define PURGE \
 	:: PICK6(PURGABLE, h_i); \
 		ent[h_i] = 0; \
