@@ -320,12 +320,16 @@ impl Drop for Subscription {
 async fn follow_node(pubsub: Arc<PubSub>, node: usize) {
     let mut changes = pubsub.changes.subscribe();
     loop {
+        // Seen before the state is read, never after: a stop (or a new
+        // listener) that comes between the two then still wakes the wait
+        // below. The other order lost a stop that came in between, and the
+        // task and its connection outlived the manager.
+        changes.borrow_and_update();
         if pubsub.stopped() {
             return;
         }
         if pubsub.idle() {
-            changes.borrow_and_update();
-            if pubsub.idle() && changes.changed().await.is_err() {
+            if changes.changed().await.is_err() {
                 return;
             }
             continue;
@@ -379,10 +383,11 @@ async fn listen(
     let (mut sink, mut messages) = connection.split();
     let mut subscribed: HashSet<Arc<str>> = HashSet::new();
     loop {
+        // Seen first, then the state read (see `follow_node`).
+        changes.borrow_and_update();
         if pubsub.stopped() {
             return;
         }
-        changes.borrow_and_update();
         let wanted = pubsub.wanted();
         let add: Vec<Arc<str>> = wanted.difference(&subscribed).cloned().collect();
         let remove: Vec<Arc<str>> = subscribed.difference(&wanted).cloned().collect();
