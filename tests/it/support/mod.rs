@@ -125,17 +125,28 @@ pub async fn warm(locks: &Redlock, ttl: Duration) {
 
 /// Waits until two renewals of an auto-extended lock have moved its
 /// deadline — the second one began after this call — and its token is
-/// confirmed on at least `n` nodes. Polls: renewals announce nothing.
+/// confirmed on at least `n` nodes. Polls: renewals announce nothing. A
+/// lock lost meanwhile is never renewed again: that fails at once, with
+/// its reason, rather than as a hang.
 pub async fn until_renewed_on(lease: &quorumlock::Lease, n: usize) {
+    let wait = async || {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if let Some(reason) = lease.loss_reason() {
+            panic!(
+                "{} lost while waiting for its renewals: {reason:?}",
+                lease.resource()
+            );
+        }
+    };
     no_hang("renewals", async {
         for _ in 0..2 {
             let before = lease.deadline();
             while lease.deadline() == before {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                wait().await;
             }
         }
         while lease.confirmed() < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            wait().await;
         }
     })
     .await;
