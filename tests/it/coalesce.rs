@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
 use quorumlock::{Error, Redlock, Retry};
-use support::{builder, conn, keys_left, no_hang, until_no_keys_left, values};
+use support::{builder, conn, keys_left, keys_on, no_hang, until_no_keys_left, values};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -99,13 +99,9 @@ async fn concurrent_locks_share_calls_and_every_one_holds_and_releases() {
     // Every key still on a node is one whose release the summary reported
     // failed there; none is left where a release said it deleted it.
     for server in &nodes {
-        let node = server.url().trim_start_matches("redis://").to_owned();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("batch:*")
-            .query_async(&mut conn(&server.url()).await)
-            .await
-            .expect("KEYS");
-        for key in keys {
+        // As a failure names its node.
+        let node = format!("127.0.0.1:{}", server.port());
+        for key in keys_on(server, "batch:").await {
             assert!(
                 failed.contains(&(node.clone(), key.clone())),
                 "{key} left on {node}, whose release did not fail there (failures: {failed:?})"

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use quorumlock::testkit::RedisNodes;
+use quorumlock::testkit::{RedisNodes, RedisServer};
 use quorumlock::{LockGuard, Redlock, RedlockBuilder, Retry, WakeOnRelease};
 use redis::AsyncCommands;
 
@@ -264,17 +264,20 @@ pub fn assert_acl_refusals(err: &quorumlock::Error) {
 pub async fn keys_left(nodes: &RedisNodes, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     for server in nodes {
-        if !server.is_running() {
-            continue;
+        if server.is_running() {
+            out.extend(keys_on(server, prefix).await);
         }
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query_async(&mut conn(&server.url()).await)
-            .await
-            .expect("KEYS");
-        out.extend(keys);
     }
     out
+}
+
+/// Every key on `server` whose name starts with `prefix`.
+pub async fn keys_on(server: &RedisServer, prefix: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn(&server.url()).await)
+        .await
+        .expect("KEYS")
 }
 
 /// Waits until no key starting with `prefix` is left on any node (a node
