@@ -715,23 +715,30 @@ impl Redlock {
         attempts: Attempts,
         op: &'static str,
     ) -> impl Future<Output = Result<A::Guard, Error>> + Send + use<A> {
-        let this = self.clone();
-        shallow(async move {
-            let started = Instant::now();
-            let mut made = 0;
-            let result = match request {
-                Ok(request) => {
-                    this.startup_check();
-                    let span = request.span(op);
-                    this.retry(&request, attempts, &mut made)
-                        .instrument(span)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
-            metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
-            result
-        })
+        shallow(self.clone().acquiring(request, attempts, op))
+    }
+
+    /// What [`acquire`](Self::acquire) boxes.
+    async fn acquiring<A: Acquisition>(
+        self,
+        request: Result<A, Error>,
+        attempts: Attempts,
+        op: &'static str,
+    ) -> Result<A::Guard, Error> {
+        let started = Instant::now();
+        let mut made = 0;
+        let result = match request {
+            Ok(request) => {
+                self.startup_check();
+                let span = request.span(op);
+                self.retry(&request, attempts, &mut made)
+                    .instrument(span)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        metrics::acquisition(result.as_ref().map(drop), made, started.elapsed());
+        result
     }
 
     /// Runs `request`'s attempts until one grants or `attempts` gives up,
@@ -756,7 +763,12 @@ impl Redlock {
         loop {
             *made += 1;
             let heard = waiter.as_ref().map(Waiter::heard);
-            let error = match request.attempt(self).await {
+            // Boxed: an attempt's future and this loop's are each under 1 KB
+            // that way (see the test below), where together they were 1.9
+            // KB: glibc serves blocks under 1 KB from a per-thread cache,
+            // and a larger one first merges its freed small blocks, which
+            // cost about 4 % of the client's CPU at 256 tasks.
+            let error = match shallow(request.attempt(self)).await {
                 Ok(held) => return Ok(held),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),
@@ -933,4 +945,29 @@ pub(crate) async fn pause(waiter: &Waiter, delay: Duration, collision: bool) -> 
         tokio::time::sleep_until(until.min(Instant::now() + jitter)).await;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A lock call boxes its whole future, and boxes each attempt's: both
+    /// stay under 1 KB (see [`Redlock::retry`]), 0.9 KB each now.
+    #[tokio::test]
+    async fn an_acquisitions_boxed_futures_stay_under_1_kb() {
+        const AT_MOST: usize = 1024;
+        let locks = Redlock::new(["redis://127.0.0.1:1"]).expect("a valid URL");
+        let request = || locks.request(&["r"], Duration::from_secs(1), Fencing::Off);
+        let call = locks
+            .clone()
+            .acquiring(request(), Attempts::PerPolicy, "lock");
+        let size = std::mem::size_of_val(&call);
+        assert!(size <= AT_MOST, "a lock call's future: {size} bytes");
+        let request = request().expect("a valid request");
+        let attempt = locks.attempt(&request);
+        let size = std::mem::size_of_val(&attempt);
+        assert!(size <= AT_MOST, "an attempt's future: {size} bytes");
+    }
 }

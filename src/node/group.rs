@@ -192,6 +192,10 @@ struct Lane {
     /// until it has, a lone request must queue behind it.
     dispatching: bool,
     waiting: Vec<Waiting>,
+    /// The last batch's emptied vector, for the queue after the next
+    /// batch: a queue that starts from nothing grows by reallocation, and
+    /// under heavy load every batch would pay that again.
+    spare: Vec<Waiting>,
 }
 
 impl Default for Lane {
@@ -203,6 +207,7 @@ impl Default for Lane {
             flushing: false,
             dispatching: false,
             waiting: Vec::new(),
+            spare: Vec::new(),
         }
     }
 }
@@ -215,8 +220,11 @@ impl Lane {
         if self.waiting.len() < self.pacing.small_batch {
             self.batching = false;
         }
-        let most = self.waiting.len().min(MOST);
-        let rest = self.waiting.split_off(most);
+        let rest = if self.waiting.len() > MOST {
+            self.waiting.split_off(MOST)
+        } else {
+            std::mem::take(&mut self.spare)
+        };
         std::mem::replace(&mut self.waiting, rest)
     }
 }
@@ -427,15 +435,12 @@ impl Lanes {
         };
         loop {
             let now = Instant::now();
-            let (wanted, given_up): (Vec<_>, Vec<_>) =
-                batch.drain(..).partition(|waiting| waiting.wanted(now));
-            for waiting in given_up {
+            for waiting in batch.extract_if(.., |waiting| !waiting.wanted(now)) {
                 if matches!(waiting.op, Op::Release { .. }) {
                     crate::metrics::shed(target.label(), "release");
                 }
                 let _ = waiting.reply.send(Err(NodeError::Timeout(waiting.given)));
             }
-            batch = wanted;
             let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
             let deadline = batch.iter().map(|w| w.deadline).max();
             let answers = {
@@ -460,7 +465,7 @@ impl Lanes {
                 // The caller may have stopped waiting.
                 let _ = waiting.reply.send(answer);
             }
-            match flusher.next() {
+            match flusher.next(std::mem::take(&mut batch)) {
                 Some(next) => batch = next,
                 None => return,
             }
@@ -575,9 +580,13 @@ struct Flusher {
 }
 
 impl Flusher {
-    /// The next batch, or `None` once the queue is empty.
-    fn next(&mut self) -> Option<Vec<Waiting>> {
+    /// The next batch, or `None` once the queue is empty; `sent`, the
+    /// batch it sent (emptied), is kept for the queue to reuse.
+    fn next(&mut self, sent: Vec<Waiting>) -> Option<Vec<Waiting>> {
         let mut lane = self.lanes.lane(self.node)?;
+        if sent.capacity() > lane.spare.capacity() && sent.capacity() <= 2 * MOST {
+            lane.spare = sent;
+        }
         if lane.waiting.is_empty() {
             lane.flushing = false;
             lane.in_flight = lane.in_flight.saturating_sub(1);
@@ -754,10 +763,14 @@ impl Node {
         };
         // Natively where the node can do every step of a batch; else
         // `batch.lua`.
-        let entries: &[Entry<'_>] = &requests.iter().map(|r| Entry::from(*r)).collect::<Vec<_>>();
         let replies = self
             .with_capabilities(deadline, async |caps| {
                 let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
+                let entries: Vec<Entry<'_>> = match native {
+                    Some(_) => Vec::new(),
+                    None => requests.iter().map(|r| Entry::from(*r)).collect(),
+                };
+                let entries = &entries;
                 let calls = groups.iter().map(|group| async move {
                     if let Some(delete) = native {
                         return self.batch_native(delete, requests, group, deadline).await;
@@ -864,7 +877,8 @@ impl Node {
         group: &[usize],
         deadline: Deadline,
     ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
-        let mut commands = Vec::with_capacity(2 * group.len());
+        // Room for replica sync's `WAIT` too.
+        let mut commands = redis::Pipeline::with_capacity(2 * group.len() + 1);
         let mut writes = false;
         for &i in group {
             writes |= self.push_native(&mut commands, delete, requests[i]);
@@ -898,7 +912,7 @@ impl Node {
     /// (for replica sync's `WAIT`).
     fn push_native(
         &self,
-        commands: &mut Vec<Cmd>,
+        commands: &mut redis::Pipeline,
         delete: NativeDelete,
         request: Single<'_>,
     ) -> bool {
@@ -914,7 +928,7 @@ impl Node {
                     .arg("PX")
                     .arg(ttl.ms())
                     .arg("GET");
-                commands.push(cmd);
+                commands.add_command(cmd);
                 true
             }
             SingleOp::Release { announce } => {

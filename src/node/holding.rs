@@ -365,7 +365,8 @@ impl Node {
         group: &[usize],
         deadline: Deadline,
     ) -> Result<Vec<ExtendReply>, NodeError> {
-        let mut commands = Vec::with_capacity(2 * group.len());
+        // Room for replica sync's `WAIT` too.
+        let mut commands = redis::Pipeline::with_capacity(2 * group.len() + 1);
         let mut tokens: Vec<&str> = Vec::with_capacity(group.len());
         for &i in group {
             let lock = &locks[i];

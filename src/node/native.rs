@@ -56,7 +56,7 @@ impl Node {
             }
             return Ok(deleted);
         }
-        let mut commands = Vec::with_capacity(keys.len() * 2);
+        let mut commands = redis::Pipeline::with_capacity(keys.len() * 2);
         for key in keys {
             push_release(&mut commands, delete, key.as_ref(), token, inline);
         }
@@ -132,22 +132,22 @@ impl Node {
 
 /// A native release of `key` (see the `impl` above).
 pub(crate) fn push_release(
-    commands: &mut Vec<Cmd>,
+    commands: &mut redis::Pipeline,
     delete: NativeDelete,
     key: &str,
     token: &str,
     announce: Option<&str>,
 ) {
-    commands.push(delete.command(key, token));
+    commands.add_command(delete.command(key, token));
     if let Some(id) = announce {
         let mut publish = redis::cmd("PUBLISH");
         publish.arg(channel(key)).arg(id);
-        commands.push(publish);
+        commands.add_command(publish);
     }
 }
 
 /// A native extension of `key` (see the `impl` above): restore, then extend.
-pub(crate) fn push_extend(commands: &mut Vec<Cmd>, key: &str, token: &str, ttl: Ttl) {
+pub(crate) fn push_extend(commands: &mut redis::Pipeline, key: &str, token: &str, ttl: Ttl) {
     let size = key.len() + 2 * token.len() + 32;
     let mut restore = Cmd::with_capacity(6, size);
     restore
@@ -166,6 +166,5 @@ pub(crate) fn push_extend(commands: &mut Vec<Cmd>, key: &str, token: &str, ttl: 
         .arg(token)
         .arg("PX")
         .arg(ttl.ms());
-    commands.push(restore);
-    commands.push(extend);
+    commands.add_command(restore).add_command(extend);
 }

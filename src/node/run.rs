@@ -120,24 +120,21 @@ impl Node {
             .map_err(|error| self.redact(error, secrets))
     }
 
-    /// Sends `commands` in one pipeline within `deadline`, one reply per
-    /// command, in order; a command the server refused gets its error in
-    /// its place (`Value::ServerError`). With replica sync and `writes`,
-    /// `WAIT` goes right behind them and every reply counts only if enough
-    /// replicas acknowledged.
+    /// Sends the pipeline `pipe` within `deadline`, one reply per command,
+    /// in order; a command the server refused gets its error in its place
+    /// (`Value::ServerError`). With replica sync and `writes`, `WAIT` goes
+    /// right behind them (the caller leaves room for it: the commands are
+    /// built into the pipeline, not copied into it) and every reply counts
+    /// only if enough replicas acknowledged.
     pub(crate) async fn pipeline(
         &self,
-        commands: Vec<Cmd>,
+        mut pipe: redis::Pipeline,
         writes: bool,
         secrets: &[&str],
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Vec<Value>, NodeError> {
-        let count = commands.len();
-        let mut pipe = redis::Pipeline::with_capacity(count + 1);
-        for cmd in commands {
-            pipe.add_command(cmd);
-        }
+        let count = pipe.len();
         let sync = self.replica_sync.filter(|_| writes);
         if let Some(sync) = sync {
             if self.is_cluster() {
