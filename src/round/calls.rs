@@ -1,19 +1,19 @@
 //! The round engine's poller, for every fan-out (acquire, extend, release,
-//! renewal, leader read): the requests to the nodes polled together, each only when its
-//! own waker fired, under one timer for their common deadline.
-//! (`FuturesUnordered` also polls only woken futures, but it reschedules
-//! its task each time it has polled all of them once — on every fan-out's
-//! first poll — which on a multi-thread runtime wakes another worker
-//! thread: two futex wake-ups per lock+release.)
+//! renewal, leader read): the requests to the nodes polled together, with
+//! the polling task's own waker, under one timer for their common
+//! deadline. (`FuturesUnordered` polls only woken futures, but it
+//! reschedules its task each time it has polled all of them once — on
+//! every fan-out's first poll — which on a multi-thread runtime wakes
+//! another worker thread: two futex wake-ups per lock+release. A waker of
+//! each request's own, to poll only the woken one, costs an allocation per
+//! request: more than polling a handful of requests, one per node, that
+//! are not ready yet — a check of a channel each.)
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::task::AtomicWaker;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::NodeError;
@@ -24,8 +24,6 @@ use crate::error::NodeError;
 /// closure and can outlive it.
 pub(crate) struct Requests<Fut> {
     calls: Vec<Call<Fut>>,
-    /// The waker of the task polling these requests (none without any).
-    task: Option<Arc<AtomicWaker>>,
     /// The requests' common deadline, enforced here with one timer for all
     /// of them (made with [`Deadline::timed_by_caller`], they set none of
     /// their own).
@@ -49,28 +47,9 @@ struct Timer {
 
 struct Call<Fut> {
     node: usize,
-    woken: Arc<Woken>,
-    waker: Waker,
     /// Boxed by the caller (a fan-out boxes each request anyway): not
     /// boxed again here.
     request: Fut,
-}
-
-/// A request's waker: marks it due for a poll and wakes the polling task.
-struct Woken {
-    due: AtomicBool,
-    task: Arc<AtomicWaker>,
-}
-
-impl Wake for Woken {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.due.store(true, Ordering::Release);
-        self.task.wake();
-    }
 }
 
 impl<Fut> Requests<Fut> {
@@ -78,7 +57,6 @@ impl<Fut> Requests<Fut> {
     pub(crate) fn none() -> Self {
         Self {
             calls: Vec::new(),
-            task: None,
             deadline: None,
         }
     }
@@ -118,32 +96,15 @@ impl<T, Fut: Future<Output = Result<T, NodeError>> + Unpin> Requests<Fut> {
         requests: impl IntoIterator<Item = (usize, Fut)>,
         deadline: Option<Instant>,
     ) -> Self {
-        let task = Arc::new(AtomicWaker::new());
         let calls = requests
             .into_iter()
-            .map(|(node, request)| {
-                let woken = Arc::new(Woken {
-                    // Every request is polled once to start it.
-                    due: AtomicBool::new(true),
-                    task: task.clone(),
-                });
-                Call {
-                    node,
-                    waker: Waker::from(woken.clone()),
-                    woken,
-                    request,
-                }
-            })
+            .map(|(node, request)| Call { node, request })
             .collect();
         let deadline = deadline.map(|at| Timer {
             given: at.saturating_duration_since(Instant::now()),
             timer: Box::pin(tokio::time::sleep_until(at)),
         });
-        Self {
-            calls,
-            task: Some(task),
-            deadline,
-        }
+        Self { calls, deadline }
     }
 
     /// The next answer, with its node's index; `None` once all answered.
@@ -152,20 +113,13 @@ impl<T, Fut: Future<Output = Result<T, NodeError>> + Unpin> Requests<Fut> {
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, Fut::Output)>> {
-        let Some(task) = self.task.as_ref().filter(|_| !self.calls.is_empty()) else {
+        if self.calls.is_empty() {
             return Poll::Ready(None);
-        };
-        task.register(cx.waker());
+        }
         for k in 0..self.calls.len() {
-            let call = &mut self.calls[k];
-            // Cleared before polling: a wake-up during the poll sets it again.
-            if !call.woken.due.swap(false, Ordering::AcqRel) {
-                continue;
-            }
-            let mut cx = Context::from_waker(&call.waker);
-            if let Poll::Ready(answer) = Pin::new(&mut call.request).poll(&mut cx) {
-                // Requests not looked at in this round keep their `due`
-                // mark for the next call (which also registers its task).
+            if let Poll::Ready(answer) = Pin::new(&mut self.calls[k].request).poll(cx) {
+                // Requests not looked at in this round are polled by the
+                // next call.
                 let call = self.calls.swap_remove(k);
                 return Poll::Ready(Some((call.node, answer)));
             }
