@@ -35,6 +35,7 @@ mod holding;
 mod native;
 mod ordered;
 mod redact;
+mod replies;
 mod run;
 mod url;
 
