@@ -167,9 +167,16 @@ async fn every_permit_can_be_taken_and_then_none() {
     }
     // Extend and release work as a lock's.
     permits[0].extend(ttl).await.expect("extend");
-    for permit in permits {
+    // A permit granted by a quorum need not hold on every node (on a loaded
+    // machine a node's answer may come after the node timeout; a CI run
+    // under load once released on 2 of 3 here). Once the stragglers are
+    // settled, a release deletes exactly where its permit holds.
+    locks.settle().await;
+    for (permit, token) in permits.into_iter().zip(&tokens) {
+        let key = slot_of(&nodes, "pool", 3, token).await.expect("a slot");
+        let held = support::holding(&nodes, &key, token).await;
         let summary = permit.release().await.expect("release").settled().await;
-        assert_eq!(summary.released(), 3);
+        assert_eq!(summary.released(), held, "{summary:?}");
     }
     // release and cleanup return at the decision; the other nodes follow
     locks.settle().await;
