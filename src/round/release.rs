@@ -252,11 +252,13 @@ mod tests {
     /// alone — made each lock cycle copy 37 KB (15 KB per acquire, 22 KB
     /// per release), which was half of the client's instructions. The
     /// lone path held inline made it 2.6 KB, and 256 tasks on five nodes
-    /// ran about 15 % slower for it. Under 1 KB, the box also fits
-    /// glibc's per-thread cache (up to 1,032 bytes).
+    /// ran about 15 % slower for it. Under 1000 bytes, the box is also
+    /// one of glibc's small blocks (its per-thread cache takes up to 1,032
+    /// bytes, but a block of 1,009 or more beyond what that cache holds is
+    /// a large one, served after merging freed small blocks).
     #[tokio::test]
     async fn a_node_requests_future_stays_small() {
-        const AT_MOST: usize = 1024;
+        const AT_MOST: usize = 1000;
         let core = Arc::new(Core::new(
             crate::round::tests::nodes(3),
             std::time::Duration::from_secs(1),
