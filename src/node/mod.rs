@@ -158,6 +158,9 @@ pub(crate) struct Node {
     backend: Backend,
 }
 
+/// The cluster client's first wait before it retries a request, in ms.
+const CLUSTER_RETRY_WAIT_MS: u64 = 10;
+
 /// The cluster client over `infos` (the seeds): each request bounded by
 /// `response_timeout` at most (every call has its own deadline too), and
 /// with TLS seeds, the members it learns of checked against the same CA.
@@ -167,10 +170,19 @@ fn cluster_client(
     tls: bool,
     options: &NodeOptions,
 ) -> redis::RedisResult<ClusterClient> {
+    // Retries (after a connection error, TRYAGAIN or CLUSTERDOWN: a
+    // failover under way) start at 10 ms and double. redis' own default
+    // waits at least 1.28 s before each, longer than a node timeout: a
+    // request that needed one retry after a failover timed out, however
+    // soon the replica was promoted. Every call's deadline bounds them.
+    let most = u64::try_from(response_timeout.as_millis()).unwrap_or(u64::MAX);
     let builder = ClusterClient::builder(infos)
         .connection_timeout(CONNECT_TIMEOUT)
         .response_timeout(response_timeout)
-        .overall_response_timeout(None);
+        .overall_response_timeout(None)
+        .min_retry_wait(CLUSTER_RETRY_WAIT_MS)
+        .max_retry_wait(most.max(CLUSTER_RETRY_WAIT_MS + 1))
+        .retry_wait_formula(CLUSTER_RETRY_WAIT_MS, 2);
     // Only for TLS seeds: certificates would turn TLS on for plain ones.
     #[cfg(feature = "tls")]
     let builder = match &options.tls_roots {
