@@ -34,11 +34,13 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use crate::error::NodeError;
+use crate::node::holding::native_delete;
 use crate::node::replies::{Answer, Reply, Slots};
 use crate::node::{
     Deadline, ExtendReply, Extension, NativeDelete, Node, Resend, ShapeRef, nth, push_extend,
@@ -378,10 +380,10 @@ impl Lanes {
                 token: token.as_str(),
                 shape: holding.shape,
             };
-            // Boxed: under load most requests queue, and every request's
-            // future (boxed whole by its fan-out) would otherwise carry
-            // this path's size: 2.6 KB instead of under 1 KB.
-            return Box::pin(target.single(request, deadline)).await;
+            // Boxed by `single`: under load most requests queue, and every
+            // request's future (boxed whole by its fan-out) would otherwise
+            // carry this path's size: 2.6 KB instead of under 1 KB.
+            return target.single(request, deadline).await;
         };
         within(deadline, answer).await
     }
@@ -704,26 +706,42 @@ impl Node {
     /// extension (see [`release`](Node::release), [`extend`](Node::extend),
     /// natively where the node can) for the others. Its status as
     /// `batch.lua` answers it.
-    pub(crate) async fn single(
-        &self,
-        request: Single<'_>,
+    ///
+    /// Boxed, each op's future on its own: the ops' futures differ in size
+    /// by half (a release that may run a script is the largest), and the
+    /// most frequent lone requests, an acquire and a native release, stay
+    /// under 1000 bytes — one of glibc's small blocks, not a large one
+    /// (see the size test below).
+    pub(crate) fn single<'a>(
+        &'a self,
+        request: Single<'a>,
         deadline: Deadline,
-    ) -> Result<u8, NodeError> {
+    ) -> Pin<Box<dyn Future<Output = Result<u8, NodeError>> + Send + 'a>> {
         let Single {
             key, token, shape, ..
         } = request;
         let keys = std::slice::from_ref(key);
+        // Each op's own future, mapped to its status: no async block around
+        // it to hold its arguments a second time.
         match request.op {
-            SingleOp::Acquire { ttl } => {
-                let granted = self.acquire(key, token, ttl, deadline).await?;
-                Ok(u8::from(granted))
+            SingleOp::Acquire { ttl } => Box::pin(
+                self.acquire(key, token, ttl, deadline)
+                    .map(|granted| granted.map(u8::from)),
+            ),
+            // Known to have a native delete, and nothing to announce: one
+            // command (what `release` would send).
+            SingleOp::Release { announce: None }
+                if let Some(delete) = native_delete(self.capabilities(), &**shape) =>
+            {
+                Box::pin(
+                    self.delete_one(delete, key, token, deadline)
+                        .map(|deleted| deleted.map(u8::from)),
+                )
             }
-            SingleOp::Release { announce } => {
-                let released = self
-                    .release(keys, &**shape, token, announce, deadline)
-                    .await?;
-                Ok(u8::from(released))
-            }
+            SingleOp::Release { announce } => Box::pin(
+                self.release(keys, &**shape, token, announce, deadline)
+                    .map(|released| released.map(u8::from)),
+            ),
             SingleOp::Extend { ttl } => {
                 let lock = Extension {
                     keys,
@@ -732,7 +750,10 @@ impl Node {
                     fence: None,
                     shape: &**shape,
                 };
-                Ok(self.extend(lock, deadline).await?.status())
+                Box::pin(
+                    self.extend(lock, deadline)
+                        .map(|extended| extended.map(|reply| reply.status())),
+                )
             }
         }
     }
@@ -972,6 +993,45 @@ impl Node {
                 let pair: Vec<Value> = replies.by_ref().take(2).cloned().collect();
                 self.extended(&pair, token)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::caps::Capabilities;
+
+    /// A lone request's own box, for each op: the most frequent ones (an
+    /// acquire; a release, natively on a node known to have a delete)
+    /// under 1000 bytes, where glibc's small blocks end (see
+    /// `round::release`'s size test). It was one box of 2 KB for every
+    /// op, the size of a release that may run a script.
+    #[test]
+    fn a_lone_requests_box_stays_small() {
+        const AT_MOST: usize = 1000;
+        let node = crate::round::tests::nodes(1).remove(0);
+        node.caps.set(Some(Capabilities {
+            set_ifeq: true,
+            delifeq: true,
+            delex_ifeq: false,
+        }));
+        let key: Arc<str> = "k".into();
+        let ttl = Ttl::new(Duration::from_secs(1), 0.01).expect("a ttl");
+        let deadline = Deadline::from(Instant::now());
+        for op in [
+            SingleOp::Acquire { ttl },
+            SingleOp::Release { announce: None },
+            SingleOp::Extend { ttl },
+        ] {
+            let request = Single {
+                op,
+                key: &key,
+                token: "t",
+                shape: &ShapeRef::LOCK,
+            };
+            let size = std::mem::size_of_val(&*node.single(request, deadline));
+            assert!(size <= AT_MOST, "{op:?} alone: {size} bytes");
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::error::NodeError;
 use crate::node::caps::Capabilities;
 use crate::node::group::{Entry, SingleOp};
 use crate::node::native::push_extend;
-use crate::node::{Deadline, Node, Resend, unexpected};
+use crate::node::{Deadline, NativeDelete, Node, Resend, unexpected};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
 use crate::scripts::Lua;
@@ -182,6 +182,14 @@ fn is_native(lock: &Extension<'_>) -> bool {
     lock.shape.token_keys() && lock.keys.len() == 1 && lock.fence.is_none()
 }
 
+/// The native delete a node with `caps` releases a holding of `shape`
+/// with, if any: where its keys hold just the token and the server has a
+/// compare-and-delete.
+pub(crate) fn native_delete(caps: Option<Capabilities>, shape: &dyn Shape) -> Option<NativeDelete> {
+    caps.filter(|_| shape.token_keys())
+        .and_then(|caps| caps.delete())
+}
+
 impl Node {
     /// Token-checked delete of a holding's keys, as its `shape` says: true
     /// if this node held the token and deleted it. With `announce` (an id
@@ -196,10 +204,7 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let native = |caps: Option<Capabilities>| {
-            caps.filter(|_| shape.token_keys())
-                .and_then(|caps| caps.delete())
-        };
+        let native = |caps: Option<Capabilities>| native_delete(caps, shape);
         self.with_capabilities(deadline, async |caps| {
             if let Some(delete) = native(caps) {
                 let deleted = self

@@ -39,43 +39,63 @@ impl Node {
         let inline = self.inline_announce(announce);
         if let ([key], None) = (keys, inline) {
             // One command: no pipeline to build or to answer.
-            let cmd = delete.command(key.as_ref(), token);
-            let reply = match self
-                .command(&cmd, &[token], Resend::IfDropped, deadline)
-                .await
-            {
-                // A key of another type is simply not ours.
-                Err(NodeError::Redis(e)) if e.code() == Some("WRONGTYPE") => Value::Int(0),
-                reply => reply?,
-            };
-            let deleted = usize::from(self.native_status(&reply, token)? == 1);
-            if deleted == 1
-                && let Some(id) = announce
-            {
-                self.announce(key.as_ref(), id, deadline).await;
+            let deleted = self
+                .delete_one(delete, key.as_ref(), token, deadline)
+                .await?;
+            if deleted && let Some(id) = announce {
+                // Rare (wake-up on a cluster): boxed, so that a lone
+                // release's future does not carry its size.
+                Box::pin(self.announce(key.as_ref(), id, deadline)).await;
             }
-            return Ok(deleted);
+            return Ok(usize::from(deleted));
         }
-        let mut commands = redis::Pipeline::with_capacity(keys.len() * 2);
-        for key in keys {
-            push_release(&mut commands, delete, key.as_ref(), token, inline);
-        }
-        let replies = self
-            .pipeline(commands, false, &[token], Resend::IfDropped, deadline)
-            .await?;
-        let step = if inline.is_some() { 2 } else { 1 };
-        let mut deleted = 0;
-        for (reply, key) in replies.iter().step_by(step).zip(keys) {
-            if self.native_status(reply, token)? == 1 {
-                deleted += 1;
-                if inline.is_none()
-                    && let Some(id) = announce
-                {
-                    self.announce(key.as_ref(), id, deadline).await;
+        // Several keys, or the announcement in the same pipeline: boxed,
+        // so that a lone release's future does not carry the pipeline's
+        // size as well as the lone command's.
+        Box::pin(async move {
+            let mut commands = redis::Pipeline::with_capacity(keys.len() * 2);
+            for key in keys {
+                push_release(&mut commands, delete, key.as_ref(), token, inline);
+            }
+            let replies = self
+                .pipeline(commands, false, &[token], Resend::IfDropped, deadline)
+                .await?;
+            let step = if inline.is_some() { 2 } else { 1 };
+            let mut deleted = 0;
+            for (reply, key) in replies.iter().step_by(step).zip(keys) {
+                if self.native_status(reply, token)? == 1 {
+                    deleted += 1;
+                    if inline.is_none()
+                        && let Some(id) = announce
+                    {
+                        self.announce(key.as_ref(), id, deadline).await;
+                    }
                 }
             }
-        }
-        Ok(deleted)
+            Ok(deleted)
+        })
+        .await
+    }
+
+    /// One key's token-checked delete with `delete`, one command: whether
+    /// it deleted the token.
+    pub(crate) async fn delete_one(
+        &self,
+        delete: NativeDelete,
+        key: &str,
+        token: &str,
+        deadline: Deadline,
+    ) -> Result<bool, NodeError> {
+        let cmd = delete.command(key, token);
+        let reply = match self
+            .command(&cmd, &[token], Resend::IfDropped, deadline)
+            .await
+        {
+            // A key of another type is simply not ours.
+            Err(NodeError::Redis(e)) if e.code() == Some("WRONGTYPE") => Value::Int(0),
+            reply => reply?,
+        };
+        Ok(self.native_status(&reply, token)? == 1)
     }
 
     /// `announce`, if it can go in the release's own pipeline: on a

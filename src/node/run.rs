@@ -100,6 +100,22 @@ impl Node {
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
+        if self.replica_sync.is_none() {
+            return self.command(cmd, secrets, resend, deadline).await;
+        }
+        // Boxed: most nodes have no replica sync, and every lone acquire's
+        // future would otherwise carry this path's size.
+        Box::pin(self.write_synced(cmd, secrets, resend, deadline)).await
+    }
+
+    /// [`write`](Self::write) with replica sync: `WAIT` behind `cmd`.
+    async fn write_synced(
+        &self,
+        cmd: &Cmd,
+        secrets: &[&str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
         let Some(sync) = self.replica_sync else {
             return self.command(cmd, secrets, resend, deadline).await;
         };
