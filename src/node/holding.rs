@@ -204,9 +204,8 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let native = |caps: Option<Capabilities>| native_delete(caps, shape);
         self.with_capabilities(deadline, async |caps| {
-            if let Some(delete) = native(caps) {
+            if let Some(delete) = native_delete(caps, shape) {
                 let deleted = self
                     .release_native(delete, keys, token, announce, deadline)
                     .await?;
@@ -226,15 +225,17 @@ impl Node {
                 .await;
             match reply {
                 // Refused as a script before the node's commands were known.
-                Err(error) if error.is_incompatible() => match native(self.capabilities()) {
-                    Some(delete) => {
-                        let deleted = self
-                            .release_native(delete, keys, token, announce, deadline)
-                            .await?;
-                        Ok(deleted == keys.len())
+                Err(error) if error.is_incompatible() => {
+                    match native_delete(self.capabilities(), shape) {
+                        Some(delete) => {
+                            let deleted = self
+                                .release_native(delete, keys, token, announce, deadline)
+                                .await?;
+                            Ok(deleted == keys.len())
+                        }
+                        None => Err(error),
                     }
-                    None => Err(error),
-                },
+                }
                 reply => shape.released(&release, &reply?),
             }
         })

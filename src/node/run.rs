@@ -11,7 +11,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use super::ordered::Ordered;
 use crate::error::NodeError;
-use crate::node::{Backend, Deadline, Node, redact, unexpected, within};
+use crate::node::{Backend, Deadline, Node, ReplicaSync, redact, unexpected, within};
 use crate::scripts::{Lua, Replicas, ScriptMode};
 
 /// Whether a call may go out again when its connection dropped before the
@@ -57,7 +57,7 @@ impl Payload<'_> {
                 let value = conn.send_packed_command(cmd).await?;
                 Ok(redis::from_redis_value(value.extract_error()?)?)
             }
-            Self::Pipeline(pipe) => pipe.query_async(conn).await,
+            pipeline => pipeline.query(conn).await,
         }
     }
 }
@@ -118,25 +118,23 @@ impl Node {
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        if self.replica_sync.is_none() {
+        let Some(sync) = self.replica_sync else {
             return self.command(cmd, secrets, resend, deadline).await;
-        }
+        };
         // Boxed: most nodes have no replica sync, and every lone acquire's
         // future would otherwise carry this path's size.
-        Box::pin(self.write_synced(cmd, secrets, resend, deadline)).await
+        Box::pin(self.write_synced(sync, cmd, secrets, resend, deadline)).await
     }
 
-    /// [`write`](Self::write) with replica sync: `WAIT` behind `cmd`.
+    /// [`write`](Self::write) with replica sync `sync`: `WAIT` behind `cmd`.
     async fn write_synced(
         &self,
+        sync: ReplicaSync,
         cmd: &Cmd,
         secrets: &[&str],
         resend: Resend,
         deadline: Deadline,
     ) -> Result<Value, NodeError> {
-        let Some(sync) = self.replica_sync else {
-            return self.command(cmd, secrets, resend, deadline).await;
-        };
         // Refused by the builder: WAIT would go to any member.
         if self.is_cluster() {
             return Err(NodeError::UnexpectedReply(
