@@ -660,7 +660,7 @@ fn leave_in_background(core: &Arc<Core>, line: &Arc<Line>, id: &Arc<str>, on: &[
             };
             (i, Box::pin(request))
         });
-    let stragglers = Requests::new(requests, Some(deadline));
+    let stragglers = Requests::new(requests, Some(shared));
     follow(core, "leave", stragglers, |_, _| {});
 }
 

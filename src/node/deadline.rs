@@ -2,6 +2,7 @@
 //! by its caller's own deadline, whichever comes first.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::Either;
@@ -9,10 +10,15 @@ use tokio::time::Instant;
 
 use crate::error::NodeError;
 
-/// When a node call must have answered, and whose timer says so.
+/// When a node call must have answered, how long that gave it, and whose
+/// timer says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Deadline {
     at: Instant,
+    /// From when the deadline was made to `at`, for the call's timeout
+    /// error: read from the clock once, not again by every call that
+    /// shares it (a fan-out's, or the requests that queue for a batch).
+    given: Duration,
     /// The caller times the call out (a fan-out, with one timer for all of
     /// its calls): the call sets no timer of its own.
     timed_by_caller: bool,
@@ -24,13 +30,18 @@ impl Deadline {
         self.at
     }
 
+    /// How long the call was given when the deadline was made.
+    pub(crate) fn given(&self) -> Duration {
+        self.given
+    }
+
     /// A deadline that the caller enforces, e.g. with one timer for all the
     /// calls of a fan-out ([`Requests`](crate::round::calls::Requests)). A
     /// call given it runs unbounded unless its caller stops polling it.
     pub(crate) fn timed_by_caller(at: Instant) -> Self {
         Self {
-            at,
             timed_by_caller: true,
+            ..Self::from(at)
         }
     }
 }
@@ -40,6 +51,7 @@ impl From<Instant> for Deadline {
     fn from(at: Instant) -> Self {
         Self {
             at,
+            given: at.saturating_duration_since(Instant::now()),
             timed_by_caller: false,
         }
     }
@@ -59,7 +71,7 @@ where
     if deadline.timed_by_caller {
         return Either::Left(call);
     }
-    let given = deadline.at.saturating_duration_since(Instant::now());
+    let given = deadline.given;
     Either::Right(
         tokio::time::timeout_at(deadline.at, call)
             .map(move |answer| answer.unwrap_or(Err(NodeError::Timeout(given)))),

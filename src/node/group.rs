@@ -418,7 +418,7 @@ impl Lanes {
             token: holding.token.clone(),
             shape: holding.shape.clone(),
             deadline: deadline.at(),
-            given: deadline.at().saturating_duration_since(Instant::now()),
+            given: deadline.given(),
             reply,
         });
         Some(answer)

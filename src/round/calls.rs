@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::NodeError;
+use crate::node::Deadline;
 
 /// Requests to nodes, each with its node's index: all of a fan-out's, then
 /// those still in flight when it decided. A concrete type (not
@@ -94,15 +95,15 @@ impl<T, Fut: Future<Output = Result<T, NodeError>> + Unpin> Requests<Fut> {
     /// [`NodeError::Timeout`], as it would on a timer of its own.
     pub(crate) fn new(
         requests: impl IntoIterator<Item = (usize, Fut)>,
-        deadline: Option<Instant>,
+        deadline: Option<Deadline>,
     ) -> Self {
         let calls = requests
             .into_iter()
             .map(|(node, request)| Call { node, request })
             .collect();
-        let deadline = deadline.map(|at| Timer {
-            given: at.saturating_duration_since(Instant::now()),
-            timer: Box::pin(tokio::time::sleep_until(at)),
+        let deadline = deadline.map(|deadline| Timer {
+            given: deadline.given(),
+            timer: Box::pin(tokio::time::sleep_until(deadline.at())),
         });
         Self { calls, deadline }
     }
@@ -203,7 +204,7 @@ mod tests {
                     }),
                 )
             }),
-            Some(deadline),
+            Some(Deadline::timed_by_caller(deadline)),
         );
         assert!(matches!(calls.next().await, Some((0, Ok(10)))));
         let mut late = Vec::new();

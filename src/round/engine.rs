@@ -252,7 +252,7 @@ where
             .iter()
             .enumerate()
             .map(|(i, node)| (i, call(i, node, shared))),
-        Some(deadline),
+        Some(shared),
     );
     while let Some((i, answer)) = calls.next().await {
         record(&mut decide, i, answer);

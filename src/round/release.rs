@@ -213,7 +213,7 @@ pub(crate) fn release_in_background<L: OnNodes>(
         let request = release_request(core.clone(), lock.clone(), i, announce.clone(), shared);
         (i, Box::pin(request))
     });
-    let stragglers = Requests::new(requests, Some(deadline));
+    let stragglers = Requests::new(requests, Some(shared));
     follow(core, "release", stragglers, |_, _| {});
 }
 
@@ -231,7 +231,7 @@ pub(crate) fn release_again<L: OnNodes>(core: &Arc<Core>, lock: &Arc<L>, node: u
     let deadline = core.timeout_from(Instant::now());
     let shared = Deadline::timed_by_caller(deadline);
     let request = release_request(core.clone(), lock.clone(), node, None, shared);
-    let requests = Requests::new([(node, Box::pin(request))], Some(deadline));
+    let requests = Requests::new([(node, Box::pin(request))], Some(shared));
     follow(core, "release", requests, |_, _| {});
 }
 
