@@ -199,8 +199,10 @@ struct Lane {
     /// under heavy load every batch would pay that again.
     spare: Vec<Waiting>,
     /// Where the requests queued since the last batch was taken get their
-    /// answers.
+    /// answers (the last of their blocks).
     slots: Arc<Slots>,
+    /// How many requests queued since the last batch was taken.
+    queued: usize,
 }
 
 impl Default for Lane {
@@ -214,18 +216,35 @@ impl Default for Lane {
             waiting: Vec::new(),
             spare: Vec::new(),
             slots: Slots::with_capacity(0),
+            queued: 0,
         }
     }
 }
 
+/// The fewest slots a lane's block of answer slots has.
+const FIRST_SLOTS: usize = 8;
+
 impl Lane {
+    /// A queued request's two ends, in the lane's block of slots, or in a
+    /// new one twice its size when it is full.
+    fn open(&mut self) -> (Answer, Reply) {
+        self.queued += 1;
+        loop {
+            if let Some(ends) = self.slots.open() {
+                return ends;
+            }
+            self.slots = Slots::with_capacity((2 * self.slots.capacity()).max(FIRST_SLOTS));
+        }
+    }
+
     /// The next batch (at most [`MOST`] requests, oldest first), marked
     /// as being dispatched.
     fn take(&mut self) -> Vec<Waiting> {
         self.dispatching = true;
         // The next requests' answers go to slots of their own, sized for
         // as many as queued this time.
-        self.slots = Slots::with_capacity(self.slots.len());
+        self.slots = Slots::with_capacity(self.queued.max(FIRST_SLOTS));
+        self.queued = 0;
         if self.waiting.len() < self.pacing.small_batch {
             self.batching = false;
         }
@@ -411,7 +430,7 @@ impl Lanes {
             return None;
         }
         lane.batching = true;
-        let (reply, answer) = lane.slots.open();
+        let (reply, answer) = lane.open();
         lane.waiting.push(Waiting {
             op: op.clone(),
             key: key.clone(),

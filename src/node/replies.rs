@@ -1,64 +1,91 @@
-//! Where the group commit's queued requests get their answers: one shared
-//! block of answer slots for all the requests that queue between two
-//! batches, where a channel per request cost an allocation per request
-//! (nine of a lock cycle's allocations on five nodes under load).
+//! Where the group commit's queued requests get their answers: blocks of
+//! answer slots shared by the requests that queue between two batches,
+//! where a channel per request cost an allocation per request (nine of a
+//! lock cycle's allocations on five nodes under load).
 //!
 //! A request's [`Reply`] is its caller's end, a future of its answer; its
 //! [`Answer`] goes with the request into the queue, and answers it once.
 //! Either end may be dropped first: a dropped `Reply` marks the request
 //! [abandoned](Answer::is_abandoned) (its caller stopped waiting), and an
 //! `Answer` dropped unanswered ends its `Reply` with an error.
+//!
+//! Each slot is its own: its state is one atomic, its waker an
+//! [`AtomicWaker`], and each fills a cache line of its own. A request's
+//! two ends touch only their slot, so the callers of a node's requests on
+//! every worker thread and the task answering them do not queue on one
+//! lock: a caller's fan-out polls each of its requests every time any of
+//! them answers, and a lock shared by the block was taken each time.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use futures::task::AtomicWaker;
 
 use crate::error::NodeError;
 
 type Outcome = Result<u8, NodeError>;
 
-/// The slots of the requests that queued for the same batches.
-#[derive(Debug, Default)]
+/// A slot's state bits. An answer sets `ANSWERED` with its code in the low
+/// bits, or with `FAILED` when it is an error, kept in the slot's `error`.
+const CODE: u8 = 0b0000_1111;
+const ANSWERED: u8 = 0b0001_0000;
+const FAILED: u8 = 0b0010_0000;
+/// The caller stopped waiting: its `Reply` was dropped.
+const ABANDONED: u8 = 0b0100_0000;
+/// The `Answer` was dropped without answering.
+const UNANSWERED: u8 = 0b1000_0000;
+
+/// A block of slots, for requests that queue for the same batches: as
+/// many as it was made for, and no more (the queue starts another block
+/// when one is full).
+#[derive(Debug)]
 pub(super) struct Slots {
-    slots: Mutex<Vec<Slot>>,
+    slots: Box<[Slot]>,
+    /// How many requests took a slot (past the block's size once full).
+    opened: AtomicUsize,
 }
 
+/// A cache line each: the slots of requests from different threads sit
+/// side by side.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 struct Slot {
-    answer: Option<Outcome>,
+    state: AtomicU8,
     /// The caller's task, while it waits.
-    waker: Option<Waker>,
-    /// The caller stopped waiting: its `Reply` was dropped.
-    abandoned: bool,
-    /// The `Answer` was dropped without answering.
-    unanswered: bool,
+    waker: AtomicWaker,
+    /// An error answer (rare: boxed, so that a slot stays one line).
+    error: Mutex<Option<Box<NodeError>>>,
 }
 
 impl Slots {
-    /// Room for `requests` requests before the vector must grow.
+    /// A block of `requests` slots.
     pub(super) fn with_capacity(requests: usize) -> Arc<Self> {
         Arc::new(Self {
-            slots: Mutex::new(Vec::with_capacity(requests)),
+            slots: (0..requests).map(|_| Slot::default()).collect(),
+            opened: AtomicUsize::new(0),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Slot>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// How many requests took a slot here.
-    pub(super) fn len(&self) -> usize {
-        self.lock().len()
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.opened.load(Ordering::Relaxed).min(self.slots.len())
     }
 
-    /// A new request's two ends.
-    pub(super) fn open(self: &Arc<Self>) -> (Answer, Reply) {
-        let at = {
-            let mut slots = self.lock();
-            slots.push(Slot::default());
-            slots.len() - 1
-        };
+    /// How many requests it has room for.
+    pub(super) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// A new request's two ends; `None` when the block is full.
+    pub(super) fn open(self: &Arc<Self>) -> Option<(Answer, Reply)> {
+        let at = self.opened.fetch_add(1, Ordering::Relaxed);
+        if at >= self.slots.len() {
+            return None;
+        }
         let answer = Answer {
             slots: self.clone(),
             at,
@@ -67,23 +94,33 @@ impl Slots {
         let reply = Reply {
             slots: self.clone(),
             at,
+            done: false,
         };
-        (answer, reply)
+        Some((answer, reply))
     }
 
-    /// Runs `f` on slot `at`, and wakes the waker it takes out.
-    fn finish(&self, at: usize, f: impl FnOnce(&mut Slot)) {
-        let waker = {
-            let mut slots = self.lock();
-            let Some(slot) = slots.get_mut(at) else {
-                return;
-            };
-            f(slot);
-            slot.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+    fn slot(&self, at: usize) -> Option<&Slot> {
+        self.slots.get(at)
+    }
+}
+
+impl Slot {
+    /// Sets `bits` in the state and wakes the caller's task, if it waits.
+    fn finish(&self, bits: u8) {
+        self.state.fetch_or(bits, Ordering::AcqRel);
+        self.waker.wake();
+    }
+
+    /// The outcome `state` says the slot holds, if it holds one.
+    fn outcome(&self, state: u8) -> Option<Outcome> {
+        if state & ANSWERED != 0 {
+            if state & FAILED == 0 {
+                return Some(Ok(state & CODE));
+            }
+            let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
+            return Some(Err(error.map_or_else(dropped, |error| *error)));
         }
+        (state & UNANSWERED != 0).then(|| Err(dropped()))
     }
 }
 
@@ -99,26 +136,42 @@ impl Answer {
     /// Answers the request (nothing happens if its caller stopped waiting).
     pub(super) fn send(mut self, outcome: Outcome) {
         self.answered = true;
-        self.slots.finish(self.at, |slot| {
-            if !slot.abandoned {
-                slot.answer = Some(outcome);
+        let Some(slot) = self.slots.slot(self.at) else {
+            return;
+        };
+        let bits = match outcome {
+            // Every code a request answers fits in `CODE`; one that does
+            // not would read as another status, so it is sent as an error.
+            Ok(code) if code & !CODE == 0 => ANSWERED | code,
+            Ok(code) => {
+                return self.fail(slot, NodeError::UnexpectedReply(format!("status {code}")));
             }
-        });
+            Err(error) => return self.fail(slot, error),
+        };
+        slot.finish(bits);
+    }
+
+    fn fail(&self, slot: &Slot, error: NodeError) {
+        if slot.state.load(Ordering::Acquire) & ABANDONED == 0 {
+            *slot.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(error));
+        }
+        slot.finish(ANSWERED | FAILED);
     }
 
     /// Whether the caller stopped waiting for the answer.
     pub(super) fn is_abandoned(&self) -> bool {
         self.slots
-            .lock()
-            .get(self.at)
-            .is_none_or(|slot| slot.abandoned)
+            .slot(self.at)
+            .is_none_or(|slot| slot.state.load(Ordering::Acquire) & ABANDONED != 0)
     }
 }
 
 impl Drop for Answer {
     fn drop(&mut self) {
-        if !self.answered {
-            self.slots.finish(self.at, |slot| slot.unanswered = true);
+        if !self.answered
+            && let Some(slot) = self.slots.slot(self.at)
+        {
+            slot.finish(UNANSWERED);
         }
     }
 }
@@ -129,36 +182,43 @@ impl Drop for Answer {
 pub(super) struct Reply {
     slots: Arc<Slots>,
     at: usize,
+    /// Its outcome was taken.
+    done: bool,
 }
 
 impl Future for Reply {
     type Output = Outcome;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let mut slots = self.slots.lock();
-        let Some(slot) = slots.get_mut(self.at) else {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let Some(slot) = self.slots.slot(self.at) else {
             return Poll::Ready(Err(dropped()));
         };
-        if let Some(outcome) = slot.answer.take() {
-            return Poll::Ready(outcome);
-        }
-        if slot.unanswered {
-            return Poll::Ready(Err(dropped()));
-        }
-        match &mut slot.waker {
-            Some(waker) => waker.clone_from(cx.waker()),
-            None => slot.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
+        let outcome = match slot.outcome(slot.state.load(Ordering::Acquire)) {
+            Some(outcome) => outcome,
+            None => {
+                slot.waker.register(cx.waker());
+                // Answered between the look and the registration: its
+                // wake-up may have found no waker.
+                match slot.outcome(slot.state.load(Ordering::Acquire)) {
+                    Some(outcome) => outcome,
+                    None => return Poll::Pending,
+                }
+            }
+        };
+        self.done = true;
+        Poll::Ready(outcome)
     }
 }
 
 impl Drop for Reply {
     fn drop(&mut self) {
-        if let Some(slot) = self.slots.lock().get_mut(self.at) {
-            slot.abandoned = true;
-            slot.answer = None;
-            slot.waker = None;
+        if !self.done
+            && let Some(slot) = self.slots.slot(self.at)
+        {
+            slot.state.fetch_or(ABANDONED, Ordering::AcqRel);
+            // Not kept until the block goes: its task may be long gone.
+            drop(slot.waker.take());
+            drop(slot.error.lock().unwrap_or_else(|e| e.into_inner()).take());
         }
     }
 }
@@ -173,11 +233,13 @@ mod tests {
 
     #[tokio::test]
     async fn each_request_gets_its_own_answer_in_any_order() {
-        let slots = Slots::with_capacity(1);
-        let (first, first_reply) = slots.open();
-        let (second, second_reply) = slots.open();
-        let (third, third_reply) = slots.open();
-        assert_eq!(slots.len(), 3, "grows past its capacity");
+        let slots = Slots::with_capacity(3);
+        let (first, first_reply) = slots.open().expect("room");
+        let (second, second_reply) = slots.open().expect("room");
+        let (third, third_reply) = slots.open().expect("room");
+        assert_eq!(slots.len(), 3);
+        assert!(slots.open().is_none(), "a full block takes no more");
+        assert_eq!(slots.len(), 3);
         let waiting = tokio::spawn(first_reply);
         second.send(Ok(2));
         third.send(Err(NodeError::Timeout(std::time::Duration::from_millis(5))));
@@ -190,8 +252,8 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_stops_waiting_is_seen_by_the_queue() {
         let slots = Slots::with_capacity(2);
-        let (kept, kept_reply) = slots.open();
-        let (left, left_reply) = slots.open();
+        let (kept, kept_reply) = slots.open().expect("room");
+        let (left, left_reply) = slots.open().expect("room");
         drop(left_reply);
         assert!(left.is_abandoned());
         assert!(!kept.is_abandoned());
@@ -204,7 +266,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_dropped_unanswered_ends_its_caller_with_an_error() {
         let slots = Slots::with_capacity(1);
-        let (answer, reply) = slots.open();
+        let (answer, reply) = slots.open().expect("room");
         let waiting = tokio::spawn(reply);
         tokio::task::yield_now().await;
         drop(answer);
@@ -213,5 +275,40 @@ mod tests {
             matches!(&outcome, Err(NodeError::UnexpectedReply(text)) if text.contains("shutting down")),
             "{outcome:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_first_poll_is_not_missed() {
+        let slots = Slots::with_capacity(2);
+        let (answer, reply) = slots.open().expect("room");
+        answer.send(Ok(2));
+        assert!(matches!(reply.await, Ok(2)));
+        // An error, answered while its caller waits, reaches it whole.
+        let (answer, reply) = slots.open().expect("room");
+        let waiting = tokio::spawn(reply);
+        tokio::task::yield_now().await;
+        answer.send(Err(NodeError::UnexpectedReply("refused".to_owned())));
+        let outcome = waiting.await.expect("task");
+        assert!(
+            matches!(&outcome, Err(NodeError::UnexpectedReply(text)) if text == "refused"),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_status_out_of_range_is_an_error_not_another_status() {
+        let slots = Slots::with_capacity(1);
+        let (answer, reply) = slots.open().expect("room");
+        answer.send(Ok(0x11));
+        let outcome = futures::executor::block_on(reply);
+        assert!(
+            matches!(outcome, Err(NodeError::UnexpectedReply(_))),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_slot_is_a_cache_line() {
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
     }
 }
