@@ -32,7 +32,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
 
 use futures::FutureExt;
 use redis::cluster_routing::Slot;
@@ -145,9 +144,9 @@ struct Waiting {
     key: Arc<str>,
     token: Token,
     shape: ShapeRef,
-    deadline: Instant,
-    /// How long its caller gave it, for its timeout error.
-    given: Duration,
+    /// When it must have answered, and how long its caller gave it (for
+    /// its timeout error).
+    deadline: Deadline,
     reply: Answer,
 }
 
@@ -167,7 +166,8 @@ impl Waiting {
     /// goes: the node is far behind (a release is shed, its key expires by
     /// ttl), and its caller has stopped waiting for the answer.
     fn wanted(&self, now: Instant) -> bool {
-        self.deadline > now && (matches!(self.op, Op::Release { .. }) || !self.reply.is_abandoned())
+        self.deadline.at() > now
+            && (matches!(self.op, Op::Release { .. }) || !self.reply.is_abandoned())
     }
 }
 
@@ -436,8 +436,7 @@ impl Lanes {
             key: key.clone(),
             token: holding.token.clone(),
             shape: holding.shape.clone(),
-            deadline: deadline.at(),
-            given: deadline.given(),
+            deadline,
             reply,
         });
         Some(answer)
@@ -460,10 +459,12 @@ impl Lanes {
                 if matches!(waiting.op, Op::Release { .. }) {
                     crate::metrics::shed(target.label(), "release");
                 }
-                waiting.reply.send(Err(NodeError::Timeout(waiting.given)));
+                waiting
+                    .reply
+                    .send(Err(NodeError::Timeout(waiting.deadline.given())));
             }
             let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
-            let deadline = batch.iter().map(|w| w.deadline).max();
+            let deadline = batch.iter().map(|w| w.deadline.at()).max();
             let answers = {
                 let mut call = std::pin::pin!(send_batch(target, &requests, deadline));
                 let mut sent = false;
@@ -1020,6 +1021,7 @@ impl Node {
 mod tests {
     use super::*;
     use crate::node::caps::Capabilities;
+    use std::time::Duration;
 
     /// A lone request is one allocation, the size of its own op: the
     /// connection's send is held in it (see `run.rs`'s `query_on`), and
