@@ -557,8 +557,10 @@ impl RedlockBuilder {
     }
 }
 
-/// Two standalone nodes may share an address with different databases; a
-/// cluster member serves only one keyspace, so no other node may name it.
+/// No address may belong to two nodes: two databases of one server are
+/// one server, and would vote twice (what the URLs cannot show, an alias
+/// of a host, each node's `run_id` shows once connected: see
+/// `node::identity`); a cluster member serves only its cluster.
 fn shared_addresses(nodes: &[Node]) -> Result<(), ConfigError> {
     // Per address: the first node naming it, and whether it is a cluster.
     let mut owners: HashMap<&str, (Arc<str>, bool)> = HashMap::new();
@@ -568,13 +570,21 @@ fn shared_addresses(nodes: &[Node]) -> Result<(), ConfigError> {
             let (first, first_is_cluster) = owners
                 .entry(address)
                 .or_insert_with(|| (node.label().clone(), cluster));
-            if *first != *node.label() && (cluster || *first_is_cluster) {
+            if *first == *node.label() {
+                continue;
+            }
+            if cluster || *first_is_cluster {
                 return Err(ConfigError::SharedAddress {
                     address: address.clone(),
                     first: first.to_string(),
                     second: node.label().to_string(),
                 });
             }
+            return Err(ConfigError::SameServer {
+                first: first.to_string(),
+                second: node.label().to_string(),
+                why: "same address",
+            });
         }
     }
     Ok(())
@@ -596,11 +606,6 @@ mod tests {
         // Nothing listens on port 1; building must not care.
         let locks = Redlock::new(["redis://127.0.0.1:1", "redis://127.0.0.1:2"]).expect("valid");
         assert_eq!(locks.quorum(), 2);
-    }
-
-    #[test]
-    fn different_databases_are_different_nodes() {
-        assert!(Redlock::new(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"]).is_ok());
     }
 
     #[test]
@@ -696,6 +701,24 @@ mod tests {
             ),
             "h:2"
         );
+    }
+
+    #[test]
+    fn two_databases_of_one_server_are_one_server() {
+        assert_eq!(
+            config_error(Redlock::new([
+                "redis://h:1/0",
+                "redis://h:1/1",
+                "redis://g:1/0"
+            ])),
+            ConfigError::SameServer {
+                first: "h:1".into(),
+                second: "h:1/1".into(),
+                why: "same address",
+            }
+        );
+        // Another port of the same host is another server.
+        assert!(Redlock::new(["redis://h:1", "redis://h:2", "redis://h:3/1"]).is_ok());
     }
 
     #[test]

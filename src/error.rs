@@ -392,6 +392,18 @@ pub enum NodeError {
         /// The user the node's URL names (`default` when it names none).
         user: String,
     },
+    /// This node reaches the same server (the same `run_id`) as another
+    /// node of the manager, which answered first: its answers never count,
+    /// so that one server never votes twice. The manager's acquisitions
+    /// fail with [`ConfigError::SameServer`].
+    #[error(
+        "this node reaches the same server as node {other} (same run_id): its answers do not count, one server must not vote twice"
+    )]
+    #[non_exhaustive]
+    SameServer {
+        /// The other node, as `host:port[/db]`.
+        other: String,
+    },
 }
 
 impl NodeError {
@@ -400,9 +412,10 @@ impl NodeError {
     /// the server), so that trying again will not help:
     /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded),
     /// [`FunctionsUnsupported`](Self::FunctionsUnsupported),
-    /// [`ScriptsRefused`](Self::ScriptsRefused) and
+    /// [`ScriptsRefused`](Self::ScriptsRefused),
     /// [`AuthRefused`](Self::AuthRefused) (the node's credentials are
-    /// wrong).
+    /// wrong) and [`SameServer`](Self::SameServer) (the node is another
+    /// name of a server the manager already has).
     pub fn is_incompatible(&self) -> bool {
         matches!(
             self,
@@ -410,6 +423,7 @@ impl NodeError {
                 | NodeError::FunctionsUnsupported { .. }
                 | NodeError::ScriptsRefused { .. }
                 | NodeError::AuthRefused { .. }
+                | NodeError::SameServer { .. }
         )
     }
 }
@@ -511,6 +525,25 @@ pub enum ConfigError {
         first: String,
         /// The node it was given for again.
         second: String,
+    },
+    /// Two nodes reach one server: the URLs name the same host and port
+    /// (another database of it), or two connections found the same
+    /// `run_id` (`INFO server`) behind two names (an alias, another
+    /// database). Redlock's safety rests on independent nodes: one server
+    /// must not vote twice. Found in the URLs when the manager is built;
+    /// found by `run_id` at the first connection that shows it (and again
+    /// after any reconnection), after which every acquisition of the
+    /// manager fails with this error.
+    #[error(
+        "nodes {first} and {second} are the same server ({why}): one server must not vote twice; give independent masters, one node each"
+    )]
+    SameServer {
+        /// The node named first, as `host:port[/db]`.
+        first: String,
+        /// The node that reaches the same server, as `host:port[/db]`.
+        second: String,
+        /// How it was found: `same address` or `same run_id`.
+        why: &'static str,
     },
     /// A cluster node was given no seed URL.
     #[error("a cluster node needs at least one seed url")]

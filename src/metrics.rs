@@ -108,6 +108,17 @@ pub(crate) fn probe(node: &str, answered: bool) {
     imp::probe(node, outcome);
 }
 
+/// A node was owed more releases than it keeps (see `node::owed`): the
+/// oldest was dropped, its key left to expire by ttl.
+pub(crate) fn owed_dropped(node: &str) {
+    imp::counter("quorumlock_owed_dropped_total", "node", node);
+}
+
+/// Owed releases were delivered to a node that came back (`paid` of them).
+pub(crate) fn owed_paid(node: &str, paid: usize) {
+    imp::owed_paid(node, paid);
+}
+
 /// A waiter was woken by an announced release.
 pub(crate) fn wakeup() {
     imp::counter0("quorumlock_wakeups_total");
@@ -131,6 +142,11 @@ mod imp {
 
     pub(super) fn counter0(name: &'static str) {
         metrics::counter!(name).increment(1);
+    }
+
+    pub(super) fn owed_paid(node: &str, paid: usize) {
+        metrics::counter!("quorumlock_owed_paid_total", "node" => node.to_owned())
+            .increment(u64::try_from(paid).unwrap_or(u64::MAX));
     }
 
     pub(super) fn held(delta: f64) {
@@ -181,6 +197,7 @@ mod imp {
     pub(super) fn acquisition(_: &'static str, _: u32, _: Duration) {}
     pub(super) fn counter(_: &'static str, _: &'static str, _: &str) {}
     pub(super) fn counter0(_: &'static str) {}
+    pub(super) fn owed_paid(_: &str, _: usize) {}
     pub(super) fn held(_: f64) {}
     pub(super) fn node_error(_: &str, _: &'static str, _: &'static str) {}
     pub(super) fn followed(_: &'static str, _: &'static str) {}

@@ -773,7 +773,16 @@ impl Redlock {
             // small bins (and a per-thread cache); a larger one first merges
             // its freed small blocks, which cost about 4 % of the client's
             // CPU at 256 tasks.
-            let error = match shallow(request.attempt(self)).await {
+            let outcome = shallow(request.attempt(self)).await;
+            // Two nodes found to reach one server (see `node::identity`):
+            // whatever this attempt got, the configuration is wrong. A
+            // hold it got is released in the background (its guard's
+            // drop).
+            if let Some(error) = self.inner.core.misconfigured() {
+                drop(outcome);
+                return Err(Error::InvalidConfig(error));
+            }
+            let error = match outcome {
                 Ok(held) => return Ok(held),
                 Err(e) if e.is_retryable() => e,
                 Err(e) => return Err(e),

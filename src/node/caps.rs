@@ -12,7 +12,6 @@
 //! after the connection dropped, since a node may come back upgraded or
 //! downgraded. Until the answer is in, requests take the script path.
 
-use futures::FutureExt;
 use futures::future::Either;
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -260,7 +259,12 @@ impl Node {
     ) -> T {
         // A node not asked: no turn to wait for on its connection (it may
         // be reconnecting to a server that does not answer); the step's
-        // own requests fail at once.
+        // own requests fail at once. A payment of the node's debts (see
+        // `owed`) is the only sender to a node not asked, and to one that
+        // is, it goes as soon as it can: no turn either.
+        if super::owed::paying() {
+            return step(self.capabilities_within(deadline).await).await;
+        }
         if self.not_asked().is_some() {
             return step(None).await;
         }
@@ -282,22 +286,38 @@ impl Node {
         }
     }
 
-    /// Runs `request`, and while this node's capabilities are not known,
-    /// asks for them beside it on the same connection: the question goes
-    /// out first and is answered first, so it costs the request nothing.
-    pub(super) fn learning<'a, T: 'a>(
+    /// Runs `request`, and while this node's capabilities and server are
+    /// not known, asks for them beside it on the same connection: the
+    /// question goes out first and is answered first, so it costs the
+    /// request nothing. The reply counts only once the server is known not
+    /// to be one another node reaches (see `identity`).
+    pub(super) fn learning<'a, V: 'a>(
         &'a self,
         deadline: Deadline,
-        request: impl Future<Output = T> + 'a,
-    ) -> impl Future<Output = T> + 'a {
+        request: impl Future<Output = Result<V, NodeError>> + 'a,
+    ) -> impl Future<Output = Result<V, NodeError>> + 'a {
         // Not an `async fn`, which would hold `request` twice (as its
         // argument, and awaited), and the rare case boxed: the common
-        // path's future is the request's own.
-        if self.capabilities().is_some() {
+        // path's future is the request's own. (Asked even where native
+        // commands are off: the question also learns the server.)
+        if self.caps.get().is_some() && self.identity.settled() {
             return Either::Left(request);
         }
         let both = futures::future::join(self.learn(deadline), request);
-        Either::Right(Box::pin(both).map(|(_, reply)| reply))
+        Either::Right(Box::pin(async move {
+            let (_, reply) = both.await;
+            let reply = reply?;
+            // Asked by another request: its answer came before this reply
+            // on the connection, but may not have been read into the node
+            // yet.
+            if !self.identity.settled() {
+                self.capabilities_within(deadline).await;
+            }
+            match self.identity.refusal() {
+                Some(refused) => Err(refused),
+                None => Ok(reply),
+            }
+        }))
     }
 
     /// Asks the server what it offers, unless someone else is asking. A
@@ -323,10 +343,7 @@ impl Node {
             }
         }
         let mut asking = Asking(&self.caps, false);
-        let found = match self
-            .send(&Capabilities::question(), &[], Resend::IfDropped, deadline)
-            .await
-        {
+        let found = match self.question(deadline).await {
             Ok(reply) => Some(Capabilities::from_docs(&reply)),
             Err(NodeError::Redis(e)) if e.kind() != redis::ErrorKind::Io && !e.is_timeout() => {
                 if e.is_connection_dropped() || e.is_connection_refusal() {
@@ -344,11 +361,46 @@ impl Node {
         self.caps.set(found);
     }
 
-    /// Forgets what the server offers when its connection dropped: the
-    /// server that answers next may be another build.
+    /// Sends the question. On a standalone node `INFO server` goes with
+    /// it, in one pipeline, and what it says of the server is recorded
+    /// (see `identity`): the answer to the question alone is returned.
+    async fn question(&self, deadline: Deadline) -> Result<Value, NodeError> {
+        if self.is_cluster() {
+            return self
+                .send(&Capabilities::question(), &[], Resend::IfDropped, deadline)
+                .await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(Capabilities::question())
+            .cmd("INFO")
+            .arg("server")
+            .ignore_errors();
+        let mut replies = self
+            .send_pipeline(&pipe, Resend::IfDropped, deadline)
+            .await?;
+        let (Some(info), Some(docs), true) = (replies.pop(), replies.pop(), replies.is_empty())
+        else {
+            return Err(NodeError::UnexpectedReply(
+                "not two replies to COMMAND DOCS and INFO".to_owned(),
+            ));
+        };
+        if let Some(server) = super::run::describe_server(&info) {
+            let _ = self.server.set(server.into());
+        }
+        self.identified(&info);
+        match docs {
+            Value::ServerError(error) => Err(NodeError::Redis(error.into())),
+            docs => Ok(docs),
+        }
+    }
+
+    /// Forgets what the server offers, and which server it is, when its
+    /// connection dropped: the server that answers next may be another
+    /// build, or another server.
     pub(super) fn dropped(&self, error: &redis::RedisError) {
         if error.is_connection_dropped() || error.is_io_error() {
             self.caps.forget();
+            self.identity.forget();
         }
     }
 }

@@ -20,8 +20,8 @@
 //! stops waiting at once. Its acquire or extension, not yet sent, is then
 //! never sent; a release still goes out within its deadline, since whoever
 //! gave up on it still wants the key gone — past it, the node is far
-//! behind and the release is shed (counted; its key expires by ttl), so
-//! that a frozen node's queue cannot grow without bound. A slow node
+//! behind and the release is shed (counted; the node is owed it, see
+//! `owed`), so that a frozen node's queue cannot grow without bound. A slow node
 //! delays only its own batches. One node's
 //! requests go out in the order they came: nothing goes out alone while
 //! anything is queued or a batch is not yet handed to the connection, Redis
@@ -163,8 +163,8 @@ impl Waiting {
     /// Whether it still goes out: within its deadline, a release always
     /// (whoever gave up on it still wants the key gone), an acquire or an
     /// extension only while its caller waits. Past its deadline nothing
-    /// goes: the node is far behind (a release is shed, its key expires by
-    /// ttl), and its caller has stopped waiting for the answer.
+    /// goes: the node is far behind (a release is shed, and owed to the
+    /// node), and its caller has stopped waiting for the answer.
     fn wanted(&self, now: Instant) -> bool {
         self.deadline.at() > now
             && (matches!(self.op, Op::Release { .. }) || !self.reply.is_abandoned())

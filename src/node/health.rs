@@ -4,8 +4,16 @@
 //! ([`NodeError::NotAsked`]) instead of queuing bytes, a timer and a
 //! follower each on a connection that does not move. One task per such
 //! node probes it with `PING` on a backoff with jitter (from about the node
-//! timeout, doubling up to [`PROBE_CAP`]); the first answer — a probe's, or
-//! a request's still in flight — makes it asked again.
+//! timeout, doubling up to [`PROBE_CAP`]), and at once when a call finds it
+//! not asked (at most one turn per quarter of a node timeout, so a node
+//! that comes back is not held out by the backoff); the first answer — a
+//! probe's, or a request's still in flight — makes it asked again (once
+//! what it is owed is paid).
+//!
+//! The prober also delivers what the node is owed (see `owed`): the
+//! releases it did not answer, paid before a node not asked is asked
+//! again, and for a node that stayed asked (a restart refuses connections,
+//! it does not time out), as soon as it answers.
 //!
 //! At most `N − Q` nodes of a manager are left unasked at once, the most a
 //! quorum can do without: more silent at once looks like a loaded machine
@@ -15,9 +23,8 @@
 //! What this changes is whom a call asks, never how many must agree: the
 //! quorum stays a majority of all the nodes, and a node not asked is a
 //! failure of the call, never a confirmation. A release is not sent to a
-//! node not asked either: whatever the node keeps of the lock expires by
-//! its ttl, and until then it can only refuse others on that one node —
-//! a key there never grants anything to anyone (see `docs/how-it-works.md`).
+//! node not asked either: the node is owed it (see `owed`), and gets it
+//! before it is asked anything again.
 //! A held, auto-extended lock is put back on the node by its first renewal
 //! after the node answers again (an extension restores a missing key).
 
@@ -132,10 +139,16 @@ impl Node {
                 }
             }
             Heard::Answer => {
-                if health.timeouts.load(Ordering::Acquire) != 0 {
-                    health.timeouts.store(0, Ordering::Release);
-                    self.ask_again();
+                if health.timeouts.load(Ordering::Acquire) == 0 {
+                    return;
                 }
+                if health.not_asked.load(Ordering::Acquire) && self.owed.any() {
+                    // A late answer: not asked again before what it is
+                    // owed is paid (see `owed`); its prober pays now.
+                    self.kicked().notify_one();
+                    return;
+                }
+                self.answered_again();
             }
             Heard::Nothing => {}
         }
@@ -207,6 +220,13 @@ impl Node {
         );
     }
 
+    /// The node answers: its timeouts forgotten, and asked again if it
+    /// was not.
+    fn answered_again(&self) {
+        self.health.timeouts.store(0, Ordering::Release);
+        self.ask_again();
+    }
+
     /// The transition back, if the node was not asked: its fleet's place
     /// given back, logged and counted.
     fn ask_again(&self) {
@@ -225,6 +245,14 @@ impl Node {
         metrics::node_asked(&self.label, true);
         let silent_ms = since.map_or(0, |since| since.elapsed().as_millis());
         tracing::info!(node = %self.label, silent_ms, "node answers again: asked again");
+    }
+
+    /// Has the node's prober run, if it does not, for debts to pay (see
+    /// `owed`).
+    pub(super) fn start_prober(&self) {
+        if let Some(watch) = self.health.watch.get() {
+            self.probed(watch);
+        }
     }
 
     /// Whether a prober runs for this node, starting one if none does.
@@ -280,7 +308,10 @@ pub(crate) fn watch(nodes: &Arc<[Node]>, timeout: Duration) {
     }
 }
 
-/// Node `i`'s prober (see [`watch`]).
+/// Node `i`'s prober (see [`watch`]): while the node is not asked, pings
+/// it until it answers; while it owes releases (see `owed`), pays them;
+/// both on a backoff. A node not asked is asked again only once a probe
+/// answered and its debts are paid.
 async fn probe(nodes: Weak<[Node]>, i: usize, timeout: Duration) {
     /// Clears the node's `probing` however the task ends (its runtime may
     /// drop it), so that the next request starts another.
@@ -293,26 +324,75 @@ async fn probe(nodes: Weak<[Node]>, i: usize, timeout: Duration) {
         }
     }
     let _probing = Probing(nodes.clone(), i);
+    let Some(kicked) = nodes.upgrade().and_then(|n| n.get(i).map(Node::kicked)) else {
+        return;
+    };
     let mut wait = timeout.max(PROBE_FLOOR);
     loop {
-        tokio::time::sleep(jittered(wait)).await;
+        // A request to a node that owes, or a late answer from one not
+        // asked, wakes it early: the node answers, or may.
+        tokio::select! {
+            () = tokio::time::sleep(jittered(wait)) => {}
+            () = kicked.notified() => {}
+        }
         let Some(nodes) = nodes.upgrade() else {
             return;
         };
         let Some(node) = nodes.get(i) else {
             return;
         };
-        if !node.unresponsive() {
-            // Something answered meanwhile.
-            return;
+        if node.probe_once(timeout).await {
+            // Nothing left to do: stop, unless something came meanwhile
+            // (a debt kept just before `probing` was cleared would have
+            // started no prober).
+            node.health.probing.store(false, Ordering::Release);
+            let more = node.unresponsive() || node.owed.any();
+            if !more || node.health.probing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            wait = timeout.max(PROBE_FLOOR);
+        } else {
+            wait = next_wait(wait);
+            // However often calls wake it, a turn that found the node
+            // silent is not tried again sooner than this.
+            tokio::time::sleep(kick_spacing(timeout)).await;
         }
-        let heard = node.ping(timeout).await;
-        metrics::probe(&node.label, heard == Heard::Answer);
-        if heard == Heard::Answer {
-            node.note(heard);
-            return;
+    }
+}
+
+/// The least time between two turns of a prober that calls keep waking:
+/// a quarter of the node timeout (at least [`PROBE_FLOOR`]), so that a
+/// node that comes back is asked again within about that, and one that
+/// stays silent costs a probe per node timeout at most.
+fn kick_spacing(timeout: Duration) -> Duration {
+    (timeout / 4).max(PROBE_FLOOR)
+}
+
+impl Node {
+    /// One turn of the prober: a ping if the node is silent, then its debts
+    /// if it answers. Whether nothing is left to do.
+    async fn probe_once(&self, timeout: Duration) -> bool {
+        let silent = self.unresponsive();
+        if !silent && !self.owed.any() {
+            return true;
         }
-        wait = next_wait(wait);
+        if silent {
+            let heard = self.ping(timeout).await;
+            metrics::probe(&self.label, heard == Heard::Answer);
+            if heard != Heard::Answer {
+                return false;
+            }
+        }
+        // It answers: what it is owed goes before anything else is asked.
+        if self.pay(timeout).await.is_err() {
+            return false;
+        }
+        if self.unresponsive() {
+            // Debts kept during the payment are paid in the next turn,
+            // soon after: it answers.
+            self.answered_again();
+        }
+        !self.unresponsive() && !self.owed.any()
     }
 }
 

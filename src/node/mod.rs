@@ -4,6 +4,10 @@
 //! - here: the node itself and its shared connection;
 //! - `health`: whether it answers (`note`, `unresponsive`), and while it
 //!   does not, not asking it but probing it until it does;
+//! - `identity`: which server answers it (`run_id`), so that one server
+//!   reached by two nodes never votes twice;
+//! - `owed`: the releases it did not answer, delivered before it is asked
+//!   anything again;
 //! - `ordered`: a standalone node's one multiplexed connection (lazy,
 //!   reconnecting), with requests reaching the server in the order they
 //!   were issued, from the first one;
@@ -32,8 +36,10 @@ mod deadline;
 mod group;
 mod health;
 mod holding;
+mod identity;
 mod native;
 mod ordered;
+mod owed;
 mod redact;
 mod replies;
 mod run;
@@ -50,7 +56,9 @@ pub(crate) use health::{Heard, watch};
 #[cfg(test)]
 pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
+pub(crate) use identity::{Servers, watch as identify};
 pub(crate) use native::{push_extend, push_release};
+pub(crate) use owed::Debt;
 pub(crate) use redact::redact;
 pub(crate) use run::Resend;
 pub(crate) use url::install_crypto_provider;
@@ -152,6 +160,12 @@ pub(crate) struct Node {
     /// Whether it answers, and while it does not, since when (see
     /// [`health`]).
     health: health::Health,
+    /// Which server answers it, and whether another node reaches the same
+    /// one (see [`identity`]).
+    identity: identity::Identity,
+    /// The releases it did not answer, delivered before it is asked
+    /// anything again (see [`owed`]).
+    owed: owed::Owed,
     /// Requests sent again after their connection dropped (see
     /// [`resent`](Node::resent)).
     resends: AtomicU64,
@@ -274,6 +288,11 @@ impl Node {
             passwords,
             server: OnceCell::new(),
             health: health::Health::default(),
+            identity: match backend {
+                Backend::Cluster(_) => identity::Identity::unchecked(),
+                Backend::Standalone(_) => identity::Identity::default(),
+            },
+            owed: owed::Owed::default(),
             resends: AtomicU64::new(0),
             backend,
         }

@@ -89,6 +89,19 @@ impl Node {
         reply.map_err(|error| self.redact(error, secrets))
     }
 
+    /// Sends `pipe` within `deadline`, as it is (no replica sync, no
+    /// question of what the server offers), and reads one reply per
+    /// command.
+    pub(super) async fn send_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        resend: Resend,
+        deadline: Deadline,
+    ) -> Result<Vec<Value>, NodeError> {
+        let reply = within(deadline, self.deliver(Payload::Pipeline(pipe), resend)).await;
+        reply.map_err(|error| self.redact(error, &[]))
+    }
+
     /// Sends the read-only command `cmd` within `deadline` (sent once more
     /// if the connection dropped: a read can be), for looking at what the
     /// node keeps ([`Redlock::inspect`](crate::Redlock::inspect)). On a
@@ -205,11 +218,11 @@ impl Node {
         payload: Payload<'_>,
         resend: Resend,
     ) -> Result<T, NodeError> {
-        // A node that does not answer is not asked: nothing to queue on
-        // its connection, to time or to follow (see `health`).
-        if let Some(not_asked) = self.not_asked() {
-            return Err(not_asked);
-        }
+        // A node that reaches another node's server never votes (see
+        // `identity`); one that does not answer is not asked: nothing to
+        // queue on its connection, to time or to follow (see `health`);
+        // one owed releases has them paid now (see `owed`).
+        self.gate()?;
         self.deliver_to_any(payload, resend).await
     }
 

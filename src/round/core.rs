@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, NodeError};
-use crate::node::{Extension, Lanes, Node, OnNode, ShapeRef, nth, watch};
+use crate::error::{ConfigError, Error, NodeError};
+use crate::node::{Extension, Lanes, Node, OnNode, Servers, ShapeRef, identify, nth, watch};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
 use crate::round::follower::Followers;
@@ -36,6 +36,8 @@ pub(crate) struct Core {
     /// Each node's follower of requests still in flight after their call
     /// returned.
     followers: Followers,
+    /// Which server each node reaches (one server, one vote).
+    servers: Arc<Servers>,
 }
 
 impl Core {
@@ -48,6 +50,7 @@ impl Core {
         let nodes: Arc<[Node]> = nodes.into();
         // A node that stops answering is not asked until a probe answers.
         watch(&nodes, node_timeout);
+        let servers = identify(&nodes);
         let background: Arc<Background> = Arc::default();
         Self {
             lanes: Lanes::new(nodes.clone(), Box::new(background.clone())),
@@ -57,7 +60,14 @@ impl Core {
             drift_factor,
             announce,
             background,
+            servers,
         }
+    }
+
+    /// Why the manager may not acquire: two of its nodes were found to
+    /// reach one server (see `node::identity`).
+    pub(crate) fn misconfigured(&self) -> Option<ConfigError> {
+        self.servers.clash()
     }
 
     /// The nodes, in the order the manager was given them: node `i` of a

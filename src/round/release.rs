@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{Core, Holding, Round, fan_out, follow};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::{Deadline, Node, Op};
+use crate::node::{Deadline, Debt, Heard, Node, Op};
 use crate::quorum::Rule;
 use crate::round::calls::Requests;
 
@@ -157,15 +157,49 @@ async fn release_request<L: OnNodes>(
     let resends = || core.node(node).map(Node::resent).ok();
     let before = resends();
     lock.sending_release(node);
+    let mut owing = Owing {
+        core: &core,
+        node,
+        holding,
+        answered: false,
+    };
     let deleted = core
         .lanes()
         .send_or(node, op, holding.on_node(), deadline, alone)
         .await;
+    owing.answered = Heard::of(&deleted) == Heard::Answer;
     // A request sent twice (its connection dropped) that found the token
     // gone tells nothing: its first sending may have deleted it.
     match deleted {
         Ok(false) if resends() != before => Err(NodeError::ReleaseResent),
         deleted => deleted,
+    }
+}
+
+/// A release on its way to a node, which the node is owed (see
+/// `node::owed`) unless it answers: dropped before an answer (timed out and
+/// dropped by its follower, or lost with its runtime) or ended without one
+/// (not asked, the connection failed), the release is kept for the node,
+/// to be delivered before it is asked anything again.
+struct Owing<'a> {
+    core: &'a Core,
+    node: usize,
+    holding: &'a Holding,
+    answered: bool,
+}
+
+impl Drop for Owing<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        if let Ok(node) = self.core.node(self.node) {
+            node.owe(Debt {
+                keys: self.holding.keys.clone(),
+                token: self.holding.token.clone(),
+                shape: self.holding.shape.clone(),
+            });
+        }
     }
 }
 

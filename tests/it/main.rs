@@ -34,8 +34,10 @@ mod faults;
 mod fencing;
 mod functions;
 mod holding;
+mod independence;
 mod inspect;
 mod layers;
+mod left_behind;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod multi;

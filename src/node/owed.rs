@@ -1,0 +1,306 @@
+//! Owed releases: the token-checked deletes a node was owed and did not
+//! get, delivered before it is asked anything again.
+//!
+//! A request a node did not answer may still run on it: a frozen node runs
+//! its socket's backlog when it thaws, a partition delivers late, a node
+//! killed and restarted brings back what it persisted. So when the release
+//! of a holding that has ended (released, lost, given up, a failed
+//! attempt's cleanup) gets no answer from a node — it timed out, its
+//! connection failed, or the node was not asked (see `health`) — the node
+//! is owed that release: the holding's keys, token and [`Shape`], kept
+//! here. A debt is only ever a token-checked release of a holding that
+//! has ended, so paying it twice, or paying one the node no longer needs,
+//! deletes nothing but that holding's own token.
+//!
+//! Paid by the node's prober (`health`), in its own task, pipelined on
+//! the node's connection (each debt's release as the node releases that
+//! shape: natively or by its script):
+//!
+//! - a node that is not asked stays not asked until it has been paid: the
+//!   prober pays right after a probe answers (or a late answer wakes it),
+//!   then asks it again, so nothing new reaches it before what it is owed;
+//! - a node that stayed asked (a restart refuses connections, it does not
+//!   time out; a release that timed out on a loaded node) is paid as soon
+//!   as it answers: a request to a node that owes wakes its prober, which
+//!   then pays at once rather than after its backoff. A request racing
+//!   that payment may find a released key still there and be refused
+//!   once; the retry after it is not.
+//!
+//! Bounded: at most [`MOST`] debts per node (about 100 bytes each beside
+//! the keys, which the holding shares). Past that the oldest is dropped,
+//! counted (`quorumlock_owed_dropped_total`) and logged: its key expires
+//! by its ttl, as every key did before debts were kept.
+//!
+//! [`PROBE_CAP`]: crate::node::health::PROBE_CAP
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::NodeError;
+use crate::metrics;
+use crate::node::{Heard, Node, ShapeRef};
+use crate::request::Keys;
+use crate::token::Token;
+
+/// The most debts a node keeps.
+pub(crate) const MOST: usize = 10_000;
+
+/// The most debts paid in one pipeline: a node that owes more pays them
+/// in several, each bounded by the node timeout.
+const BATCH: usize = 512;
+
+tokio::task_local! {
+    /// Set while a node's debts are being paid: the payment's own requests
+    /// pass the gates that hold a node's other requests (see
+    /// [`Node::gate`]).
+    static PAYING: ();
+}
+
+/// Whether the current task is paying a node's debts.
+pub(super) fn paying() -> bool {
+    PAYING.try_with(|_| ()).is_ok()
+}
+
+/// One owed release: an ended holding's keys, token and shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Debt {
+    pub(crate) keys: Keys,
+    pub(crate) token: Token,
+    pub(crate) shape: ShapeRef,
+}
+
+/// A node's debts.
+#[derive(Debug, Default)]
+pub(super) struct Owed {
+    /// Whether any debt is kept: the one load on a request's path.
+    any: AtomicBool,
+    debts: Mutex<VecDeque<Debt>>,
+    /// Wakes the node's prober to pay now (see [`Node::gate`]).
+    kicked: Arc<Notify>,
+    /// Debts were dropped since the node last paid all it owed.
+    overflowing: AtomicBool,
+}
+
+impl Owed {
+    /// Whether the node owes anything.
+    pub(super) fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    fn debts(&self) -> std::sync::MutexGuard<'_, VecDeque<Debt>> {
+        self.debts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `debt`; the oldest is dropped past [`MOST`] (returned).
+    fn keep(&self, debt: Debt) -> Option<Debt> {
+        let mut debts = self.debts();
+        let dropped = (debts.len() >= MOST).then(|| debts.pop_front()).flatten();
+        debts.push_back(debt);
+        self.any.store(true, Ordering::Release);
+        dropped
+    }
+
+    /// Takes up to [`BATCH`] debts, oldest first, for a payment.
+    fn take(&self) -> Vec<Debt> {
+        let mut debts = self.debts();
+        let n = debts.len().min(BATCH);
+        let taken: Vec<Debt> = debts.drain(..n).collect();
+        self.any.store(!debts.is_empty(), Ordering::Release);
+        taken
+    }
+
+    /// Keeps again what a payment did not get answered, ahead of what
+    /// came meanwhile.
+    fn restore(&self, unpaid: Vec<Debt>) {
+        if unpaid.is_empty() {
+            return;
+        }
+        let mut debts = self.debts();
+        for debt in unpaid.into_iter().rev() {
+            if debts.len() >= MOST {
+                break;
+            }
+            debts.push_front(debt);
+        }
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// How many debts are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.debts().len()
+    }
+}
+
+/// Debts taken for a payment: kept again if the payment is dropped before
+/// its answers (its caller gave up), so that none is lost.
+struct Taken<'a> {
+    owed: &'a Owed,
+    debts: Vec<Debt>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.owed.restore(std::mem::take(&mut self.debts));
+    }
+}
+
+impl Node {
+    /// Node is owed the release of an ended holding, which it did not
+    /// answer: kept until paid (see the module), and the node's prober
+    /// started to pay it.
+    pub(crate) fn owe(&self, debt: Debt) {
+        if self.identity.refusal().is_some() {
+            // Never asked anything: nothing to owe.
+            return;
+        }
+        if self.owed.keep(debt).is_some() {
+            metrics::owed_dropped(&self.label);
+            // Once per overflow, not per debt dropped.
+            if !self.owed.overflowing.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    node = %self.label,
+                    most = MOST,
+                    "too many releases owed to a node: the oldest are dropped, their keys expire by their ttl"
+                );
+            }
+        }
+        self.start_prober();
+    }
+
+    /// Pays what the node is owed (its prober does), each release bounded
+    /// by `timeout`:
+    /// `Ok` once nothing is owed; the error of a release that got no
+    /// answer otherwise (that debt and those after it kept).
+    pub(super) async fn pay(&self, timeout: Duration) -> Result<(), NodeError> {
+        while self.owed.any() {
+            let mut taken = Taken {
+                owed: &self.owed,
+                debts: self.owed.take(),
+            };
+            let deadline = Instant::now() + timeout;
+            let releases = taken.debts.iter().map(|debt| {
+                self.release(
+                    &debt.keys,
+                    &*debt.shape,
+                    debt.token.as_str(),
+                    None,
+                    deadline,
+                )
+            });
+            let answers = PAYING.scope((), futures::future::join_all(releases)).await;
+            let mut unanswered = None;
+            let mut paid = 0;
+            let debts = std::mem::take(&mut taken.debts);
+            for (debt, answer) in debts.into_iter().zip(answers) {
+                if Heard::of(&answer) == Heard::Answer {
+                    paid += 1;
+                } else {
+                    unanswered = unanswered.or(answer.err());
+                    taken.debts.push(debt);
+                }
+            }
+            drop(taken);
+            if paid > 0 {
+                metrics::owed_paid(&self.label, paid);
+                tracing::debug!(node = %self.label, paid, "owed releases delivered");
+            }
+            if let Some(error) = unanswered {
+                return Err(error);
+            }
+        }
+        self.owed.overflowing.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// What holds a request back from this node, unless the request is a
+    /// payment of its debts: another node reaches its server (refused), or
+    /// it is not asked. A request to a node not asked, or to one that owes
+    /// releases, wakes its prober to probe or pay now.
+    pub(super) fn gate(&self) -> Result<(), NodeError> {
+        if let Some(refused) = self.identity.refusal() {
+            return Err(refused);
+        }
+        if paying() {
+            return Ok(());
+        }
+        if let Some(not_asked) = self.not_asked() {
+            // A call needs it: its prober asks now rather than after its
+            // backoff, in case it answers again (see `health::probe`).
+            self.owed.kicked.notify_one();
+            return Err(not_asked);
+        }
+        if self.owed.any() {
+            self.owed.kicked.notify_one();
+        }
+        Ok(())
+    }
+
+    /// What wakes this node's prober to pay now.
+    pub(super) fn kicked(&self) -> Arc<Notify> {
+        self.owed.kicked.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn debt(n: usize) -> Debt {
+        Debt {
+            keys: std::sync::Arc::new([format!("k{n}").into()]),
+            token: Token::generate().expect("random source"),
+            shape: crate::node::ShapeRef::LOCK,
+        }
+    }
+
+    fn first_key(debts: &[Debt]) -> Option<String> {
+        debts
+            .first()
+            .and_then(|d| d.keys.first())
+            .map(ToString::to_string)
+    }
+
+    #[test]
+    fn debts_are_bounded_oldest_dropped_and_taken_in_batches() {
+        let owed = Owed::default();
+        assert!(!owed.any());
+        for n in 0..MOST {
+            assert!(owed.keep(debt(n)).is_none());
+        }
+        assert!(owed.any());
+        // Past the bound, the oldest goes.
+        let dropped = owed.keep(debt(MOST)).expect("the oldest dropped");
+        assert_eq!(&*dropped.keys[0], "k0");
+        assert_eq!(owed.len(), MOST);
+        let taken = owed.take();
+        assert_eq!(taken.len(), BATCH);
+        assert_eq!(first_key(&taken).as_deref(), Some("k1"));
+        assert_eq!(owed.len(), MOST - BATCH);
+        // What a payment did not get answered goes back first.
+        owed.restore(taken);
+        assert_eq!(owed.len(), MOST);
+        assert_eq!(first_key(&owed.take()).as_deref(), Some("k1"));
+        while !owed.take().is_empty() {}
+        assert!(!owed.any());
+    }
+
+    #[test]
+    fn debts_taken_by_a_payment_that_is_dropped_are_kept() {
+        let owed = Owed::default();
+        owed.keep(debt(1));
+        let taken = Taken {
+            owed: &owed,
+            debts: owed.take(),
+        };
+        assert!(!owed.any());
+        drop(taken);
+        assert!(owed.any());
+        assert_eq!(owed.len(), 1);
+    }
+}
