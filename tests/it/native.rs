@@ -70,6 +70,32 @@ fn native_or_skip(test: &str) -> bool {
     native
 }
 
+/// Whether the server at `url` runs scripts; if it was built without a
+/// scripting engine (Valkey's `BUILD_LUA=no`: `EVAL` answers "Could not
+/// find scripting engine"), says that `test`, which needs scripts beside
+/// the native path, is skipped and why.
+async fn scripting_or_skip(test: &str, url: &str) -> bool {
+    let mut c = conn(url).await;
+    let answer: redis::RedisResult<i64> = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query_async(&mut c)
+        .await;
+    match answer {
+        Ok(_) => true,
+        Err(e) if e.to_string().contains("scripting engine") => {
+            let version = server_version().expect("server version");
+            skip(
+                test,
+                Skip::NoScripting,
+                format_args!("{version} has no scripting engine: {e}"),
+            );
+            false
+        }
+        Err(e) => panic!("EVAL on {url}: {e}"),
+    }
+}
+
 /// The calls of each command on `url`, from `INFO commandstats`
 /// (`cmdstat_set:calls=3,…` → `("set", 3)`), rejected calls included.
 async fn command_calls(url: &str) -> Vec<(String, u64)> {
@@ -186,6 +212,14 @@ async fn scripts_stay_where_a_manager_asks_for_them() {
         return;
     }
     let nodes = RedisNodes::start(1).expect("nodes");
+    if !scripting_or_skip(
+        "native::scripts_stay_where_a_manager_asks_for_them",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let locks = builder(&nodes)
         .native_commands(NativeCommands::Never)
         .build()
@@ -402,6 +436,14 @@ async fn a_step_that_needs_a_script_says_what_is_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_and_scripted_managers_exclude_each_other() {
     let nodes = RedisNodes::start(3).expect("nodes");
+    if !scripting_or_skip(
+        "native::native_and_scripted_managers_exclude_each_other",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let native = patient_builder(&nodes).build().expect("config");
     let scripted = patient_builder(&nodes)
         .native_commands(NativeCommands::Never)
@@ -440,6 +482,14 @@ async fn quorumlock_and_rslock_exclude_each_other_on_the_same_keys() {
     // PX`, released by a token-checked script), whichever path our
     // releases take on this server.
     let nodes = RedisNodes::start(3).expect("nodes");
+    if !scripting_or_skip(
+        "native::quorumlock_and_rslock_exclude_each_other_on_the_same_keys",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let ours = patient_builder(&nodes).build().expect("config");
     let theirs = Arc::new(rslock::LockManager::new(nodes.urls()));
     let counter = Arc::new(AtomicUsize::new(0));
@@ -493,6 +543,15 @@ async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
     // before Redis 7.0: nothing native).
     let delete = native_delete_here();
     let nodes = RedisNodes::start(1).expect("node");
+    // Nodes 1 and 2 need scripts.
+    if !scripting_or_skip(
+        "native::a_fleet_of_unlike_servers_puts_each_node_on_its_best_path",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let no_delete = RedisNodes::start_with(
         1,
         ServerOptions::new()
