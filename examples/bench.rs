@@ -7,12 +7,14 @@
 //! (not part of a default run).
 //!
 //! The native part (`--only native`; in a default run when every node has
-//! `DELIFEQ`, e.g. with `QUORUMLOCK_REDIS_SERVER` pointing at a Valkey 9
-//! `valkey-server`) runs quorumlock on native commands (the default),
-//! quorumlock forced onto scripts (`NativeCommands::Never`) and rslock on
-//! five nodes, interleaved: cycles/s at 1, 16, 64 and 256 tasks, the
-//! nodes' and this process's CPU per cycle, the commands each side makes
-//! the nodes run, and the ceiling of `SET NX PX` + `DELIFEQ` at pipeline 16.
+//! a native compare-and-delete, `DELIFEQ` or `DELEX … IFEQ`, e.g. with
+//! `QUORUMLOCK_REDIS_SERVER` pointing at a Valkey 9 `valkey-server` or a
+//! Redis 8.4+ `redis-server`) runs quorumlock on native commands (the
+//! default), quorumlock forced onto scripts (`NativeCommands::Never`) and
+//! rslock on five nodes, interleaved: cycles/s at 1, 16, 64 and 256 tasks,
+//! the nodes' and this process's CPU per cycle, the commands each side
+//! makes the nodes run, and the ceiling of `SET NX PX` + that delete at
+//! pipeline 16.
 //!
 //! The degraded part (`--only degraded`; in a default run) starts five nodes
 //! of its own, the fifth behind the testkit's `FaultProxy`, and measures
@@ -219,12 +221,12 @@ async fn run() -> Result<(), BoxError> {
     // them (a default run on Redis 7 skips it), or when asked for.
     if urls.len() >= 5
         && (only.as_deref() == Some("native")
-            || (only.is_none() && nodes_have_native(&urls[..5]).await?))
+            || (only.is_none() && native_release(&urls[..5]).await?.is_some()))
     {
         report.native = Some(native_part(&urls[..5], plan).await?);
     } else if only.is_none() {
         report.notes.push(
-            "native commands against scripts: skipped, the nodes have no DELIFEQ (--only native runs it anyway)".to_owned(),
+            "native commands against scripts: skipped, the nodes have no DELIFEQ or DELEX IFEQ (--only native runs it anyway)".to_owned(),
         );
     }
 
@@ -691,6 +693,19 @@ enum CeilingRelease {
     Script,
     /// The native compare-and-delete, `DELIFEQ key token` (Valkey 9.0).
     Delifeq,
+    /// The same as Redis 8.4 spells it, `DELEX key IFEQ token`.
+    DelexIfeq,
+}
+
+impl CeilingRelease {
+    /// The release as the tables name it.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Script => "EVALSHA release.lua",
+            Self::Delifeq => "DELIFEQ",
+            Self::DelexIfeq => "DELEX IFEQ",
+        }
+    }
 }
 
 /// What the nodes can do at best, measured by `redis-benchmark` (if on
@@ -740,6 +755,9 @@ async fn ceiling(urls: &[String], plan: Plan, release: CeilingRelease) -> Option
             vec!["EVALSHA", &sha, "1", "bench:ceiling:__rand_int__", "token"]
         }
         CeilingRelease::Delifeq => vec!["DELIFEQ", "bench:ceiling:__rand_int__", "token"],
+        CeilingRelease::DelexIfeq => {
+            vec!["DELEX", "bench:ceiling:__rand_int__", "IFEQ", "token"]
+        }
     };
     let mut per_node = vec![[0.0f64; 2]; addresses.len()];
     for (c, command) in [&set[..], &release[..]].into_iter().enumerate() {
@@ -985,39 +1003,55 @@ struct NativeRow {
 #[derive(Debug)]
 struct NativePart {
     nodes: usize,
-    /// Whether every node offers `DELIFEQ` and `SET … IFEQ`: if not, both
-    /// quorumlock sides take the script path.
-    native: bool,
+    /// The native compare-and-delete every node offers (`DELIFEQ`, or
+    /// `DELEX … IFEQ`), beside `SET … IFEQ`: if none, both quorumlock
+    /// sides take the script path.
+    release: Option<CeilingRelease>,
     rows: Vec<NativeRow>,
     /// Per side, the commands the nodes ran per lock cycle (all nodes),
     /// from `INFO commandstats` over a 256-task warm-up round.
     commands: Vec<(&'static str, Vec<(String, f64)>)>,
-    /// `SET NX PX` + `DELIFEQ` at pipeline 16, every node at once, in lock
-    /// cycles/s.
+    /// `SET NX PX` + the native delete at pipeline 16, every node at once,
+    /// in lock cycles/s.
     ceiling: Option<f64>,
     failures: [u64; 3],
 }
 
-/// Whether every node offers the native commands of a plain lock (asked
-/// from its command table, as the library does: never from a version).
-async fn nodes_have_native(urls: &[String]) -> Result<bool, BoxError> {
+/// The native compare-and-delete every node offers for a plain lock
+/// (asked from its command table, as the library does: never from a
+/// version): `DELIFEQ` (Valkey 9.0), else `DELEX … IFEQ` (Redis 8.4);
+/// `None` if some node has neither, or the nodes differ.
+async fn native_release(urls: &[String]) -> Result<Option<CeilingRelease>, BoxError> {
+    let mut found = None;
     for url in urls {
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        let Ok(Value::Array(docs)) = redis::cmd("COMMAND")
-            .arg("INFO")
-            .arg("DELIFEQ")
-            .query_async::<Value>(&mut conn)
-            .await
-        else {
-            return Ok(false);
-        };
-        if !matches!(docs.first(), Some(Value::Array(_))) {
-            return Ok(false);
+        let mut this = None;
+        for (command, release) in [
+            ("DELIFEQ", CeilingRelease::Delifeq),
+            ("DELEX", CeilingRelease::DelexIfeq),
+        ] {
+            let Ok(Value::Array(docs)) = redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg(command)
+                .query_async::<Value>(&mut conn)
+                .await
+            else {
+                continue;
+            };
+            if matches!(docs.first(), Some(Value::Array(_))) {
+                this = Some(release);
+                break;
+            }
+        }
+        match (this, found) {
+            (None, _) => return Ok(None),
+            (Some(this), Some(before)) if this != before => return Ok(None),
+            (Some(this), _) => found = Some(this),
         }
     }
-    Ok(true)
+    Ok(found)
 }
 
 /// The calls per command (`cmdstat_*`) summed over every node.
@@ -1057,13 +1091,15 @@ async fn command_calls(urls: &[String]) -> Result<HashMap<String, u64>, BoxError
 /// the ceiling of the commands the native side sends.
 async fn native_part(urls: &[String], plan: Plan) -> Result<NativePart, BoxError> {
     let n = urls.len();
-    let native = nodes_have_native(urls).await?;
+    let release = native_release(urls).await?;
     progress(&format!(
         "N={n}: native commands against scripts{}",
-        if native {
-            ""
-        } else {
-            " (the nodes have no DELIFEQ: both quorumlock sides run scripts)"
+        match release {
+            Some(release) => format!(" (release by {})", release.name()),
+            None => {
+                " (the nodes have no DELIFEQ or DELEX IFEQ: both quorumlock sides run scripts)"
+                    .to_owned()
+            }
         }
     ));
     let sides = [
@@ -1153,14 +1189,13 @@ async fn native_part(urls: &[String], plan: Plan) -> Result<NativePart, BoxError
             locks.settle().await;
         }
     }
-    let ceiling = if native {
-        ceiling(urls, plan, CeilingRelease::Delifeq).await
-    } else {
-        None
+    let ceiling = match release {
+        Some(release) => ceiling(urls, plan, release).await,
+        None => None,
     };
     Ok(NativePart {
         nodes: n,
-        native,
+        release,
         rows,
         commands,
         ceiling,
@@ -1176,7 +1211,7 @@ impl NativePart {
     /// The targets, each with whether this run met it.
     fn targets(&self) -> Vec<(String, bool)> {
         let mut out = Vec::new();
-        if !self.native {
+        if self.release.is_none() {
             return out;
         }
         let cpu: Vec<(usize, f64)> = self
@@ -1192,6 +1227,13 @@ impl NativePart {
                     all.join(", ")
                 ),
                 worst <= 0.65,
+            ));
+        }
+        if let Some(r) = self.row(16) {
+            let of = r.server[0] / r.server[2];
+            out.push((
+                format!("16 tasks: server CPU per lock cycle <= 0.65x rslock's ({of:.2}x)"),
+                of <= 0.65,
             ));
         }
         for (tasks, bound) in [(16, 1.3), (256, 3.0)] {
@@ -1220,7 +1262,7 @@ impl NativePart {
     /// The group commit (64 and 256 tasks): the native pipeline against
     /// `batch.lua`.
     fn group_commit(&self) -> Vec<String> {
-        if !self.native {
+        if self.release.is_none() {
             return Vec::new();
         }
         [64, 256]
@@ -1247,10 +1289,10 @@ impl NativePart {
             out,
             "Native commands against scripts, N={}: quorumlock native (default), quorumlock scripted (NativeCommands::Never), rslock; interleaved rounds{}:",
             self.nodes,
-            if self.native {
-                ""
-            } else {
-                "; THE NODES HAVE NO DELIFEQ, so both quorumlock sides run scripts"
+            match self.release {
+                Some(release) => format!("; native releases by {}", release.name()),
+                None => "; THE NODES HAVE NO DELIFEQ OR DELEX IFEQ, so both quorumlock sides run scripts"
+                    .to_owned(),
             }
         );
         let _ = writeln!(out);
@@ -1296,11 +1338,12 @@ impl NativePart {
                 calls.join(", ")
             );
         }
-        if let Some(ceiling) = self.ceiling {
+        if let (Some(ceiling), Some(release)) = (self.ceiling, self.release) {
             let ours = self.row(256).map_or(0.0, |r| r.rates[0]);
             let _ = writeln!(
                 out,
-                "- redis-benchmark ceiling (pipeline 16, SET NX PX then DELIFEQ, every node at once): {ceiling:.0} lock cycles/s; native at 256 tasks reaches {:.2}x of it",
+                "- redis-benchmark ceiling (pipeline 16, SET NX PX then {}, every node at once): {ceiling:.0} lock cycles/s; native at 256 tasks reaches {:.2}x of it",
+                release.name(),
                 ours / ceiling
             );
         }
@@ -1358,7 +1401,8 @@ impl NativePart {
             .collect();
         json!({
             "nodes": self.nodes,
-            "native_commands_on_every_node": self.native,
+            "native_commands_on_every_node": self.release.is_some(),
+            "native_release": self.release.map(CeilingRelease::name),
             "rows": rows,
             "commands_per_cycle_256_tasks": commands,
             "ceiling_set_delifeq_lock_cycles_per_s": self.ceiling,

@@ -276,14 +276,13 @@ fn status_shows_held_free_and_unknown_without_full_tokens() {
     assert_status(&out, 1);
     let text = stdout(&out);
     assert!(text.contains("verdict: free"), "{text}");
+    // Its server's best path: `release DELEX IFEQ, extend SET IFEQ` on
+    // Redis 8.4+, `release DELIFEQ, …` on Valkey 9, scripts before.
+    let path = format!("  free  [{}]", crate::native::best_path_here());
     assert_eq!(
-        text.lines()
-            .filter(|l| l.ends_with("  free  [release script, extend script]")
-                || l.ends_with("  free  [release DELIFEQ, extend SET IFEQ]")
-                || l.ends_with("  free  [release script, extend SET IFEQ]"))
-            .count(),
+        text.lines().filter(|l| l.ends_with(&path)).count(),
         3,
-        "every node's line says how its locks are released and extended:\n{text}"
+        "every node's line says how its locks are released and extended ({path}):\n{text}"
     );
 
     nodes[1].kill();
@@ -691,6 +690,16 @@ fn doctor_passes_healthy_nodes_and_fails_one_server_listed_twice() {
     assert!(text.starts_with("NODE"), "{text}");
     assert!(text.contains("3 nodes: 0 unsafe"), "{text}");
     assert!(!text.contains(PASSWORD), "{text}");
+    // A `path` row per node names how its locks are released and
+    // extended: its server's best path.
+    let path = crate::native::best_path_here();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("  path ") && l.ends_with(path))
+            .count(),
+        3,
+        "{path}: {text}"
+    );
 
     // The first server again, by another name: two votes from one server.
     let mut twice = urls.clone();

@@ -91,6 +91,13 @@ async fn a_healthy_set_has_nothing_unsafe_and_is_left_as_it_was() {
             "{report}"
         );
         assert!(node.latency.is_some(), "{report}");
+        // How its locks are released and extended: the best path of its
+        // server (`release DELEX IFEQ, extend SET IFEQ` on Redis 8.4+).
+        assert_eq!(
+            node.path.as_deref(),
+            Some(crate::native::best_path_here()),
+            "{report}"
+        );
     }
     // The access probe's lock is gone: the check left no key behind.
     for url in nodes.urls() {

@@ -22,14 +22,42 @@ const TTL: Duration = Duration::from_secs(5);
 const USER: &str = "locker";
 const USER_PASSWORD: &str = "native-pw-3b7d";
 
+/// How the library releases and extends a plain lock on `product`
+/// `major.minor` (`valkey`, `redis`), as `status` and the node check name
+/// it: the best path each server family offers.
+pub(crate) fn best_path(product: &str, major: u32, minor: u32) -> &'static str {
+    let at_least = |m: u32, n: u32| (major, minor) >= (m, n);
+    match product {
+        "valkey" if at_least(9, 0) => "release DELIFEQ, extend SET IFEQ",
+        "valkey" if at_least(8, 1) => "release script, extend SET IFEQ",
+        "redis" if at_least(8, 4) => "release DELEX IFEQ, extend SET IFEQ",
+        _ => "release script, extend script",
+    }
+}
+
+/// [`best_path`] of the server the testkit starts.
+pub(crate) fn best_path_here() -> &'static str {
+    let version = server_version().expect("server version");
+    let [major, minor, _] = version.version;
+    best_path(&version.product, major, minor)
+}
+
+/// The compare-and-delete command of the server at hand, as
+/// `INFO commandstats` names it: `delifeq` (Valkey) or `delex` (Redis).
+fn native_delete_here() -> &'static str {
+    let version = server_version().expect("server version");
+    if version.product == "valkey" {
+        "delifeq"
+    } else {
+        "delex"
+    }
+}
+
 /// Whether the server has both native commands (Valkey 9.0, Redis 8.4); if
 /// not, says that `test` is skipped and why.
 fn native_or_skip(test: &str) -> bool {
     let version = server_version().expect("server version");
-    let native = match version.product.as_str() {
-        "valkey" => version.at_least(9, 0),
-        _ => version.at_least(8, 4),
-    };
+    let native = !best_path_here().contains("script");
     if !native {
         skip(
             test,
@@ -40,6 +68,40 @@ fn native_or_skip(test: &str) -> bool {
         );
     }
     native
+}
+
+/// Whether the server at `url` runs scripts; if it was built without a
+/// scripting engine (Valkey's `BUILD_LUA=no`: `EVAL` answers "Could not
+/// find scripting engine"), says that `test`, which needs scripts beside
+/// the native path, is skipped and why.
+async fn scripting_or_skip(test: &str, url: &str) -> bool {
+    let mut c = conn(url).await;
+    let answer: redis::RedisResult<i64> = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query_async(&mut c)
+        .await;
+    match answer {
+        Ok(_) => {
+            // Leave no trace in the counts the tests read.
+            let () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut c)
+                .await
+                .expect("CONFIG RESETSTAT");
+            true
+        }
+        Err(e) if e.to_string().contains("scripting engine") => {
+            let version = server_version().expect("server version");
+            skip(
+                test,
+                Skip::NoScripting,
+                format_args!("{version} has no scripting engine: {e}"),
+            );
+            false
+        }
+        Err(e) => panic!("EVAL on {url}: {e}"),
+    }
 }
 
 /// The calls of each command on `url`, from `INFO commandstats`
@@ -158,6 +220,14 @@ async fn scripts_stay_where_a_manager_asks_for_them() {
         return;
     }
     let nodes = RedisNodes::start(1).expect("nodes");
+    if !scripting_or_skip(
+        "native::scripts_stay_where_a_manager_asks_for_them",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let locks = builder(&nodes)
         .native_commands(NativeCommands::Never)
         .build()
@@ -167,7 +237,10 @@ async fn scripts_stay_where_a_manager_asks_for_them() {
     guard.release().await.expect("release");
     let url = nodes.urls()[0].clone();
     assert!(!scripts_seen(&url).await.is_empty(), "scripts ran");
-    assert_eq!(calls_of(&url, "delifeq").await, 0);
+    assert_eq!(
+        calls_of(&url, "delifeq").await + calls_of(&url, "delex").await,
+        0
+    );
 }
 
 /// Nodes with the user `locker`, allowed every command but scripts (and
@@ -253,39 +326,97 @@ async fn a_user_denied_scripts_and_dangerous_commands_still_locks() {
     assert_eq!(values(&nodes, "app:d").await, [None, None, None]);
 }
 
+/// The lock user's ACL lines of docs/security.md ("ACL"), each under the
+/// bold label of the servers it is for: `(label, rules)`, the rules being
+/// what follows `ACL SETUSER locker`.
+fn documented_acl_lines() -> Vec<(String, Vec<String>)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md");
+    let text = std::fs::read_to_string(path).expect("docs/security.md");
+    let section = text
+        .split("\n## ")
+        .find(|s| s.starts_with("ACL\n"))
+        .expect("an ACL section");
+    let mut label = None;
+    let mut lines = Vec::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("**") {
+            label = rest.split_once("**").map(|(l, _)| l.to_owned());
+        } else if let Some(rules) = line.strip_prefix("ACL SETUSER locker ") {
+            let label = label.clone().expect("a label before each ACL line");
+            lines.push((label, rules.split_whitespace().map(str::to_owned).collect()));
+        }
+    }
+    lines
+}
+
+/// The label of the documented ACL line for `product` `major.minor`.
+fn acl_family(product: &str, major: u32, minor: u32) -> &'static str {
+    match best_path(product, major, minor) {
+        "release DELIFEQ, extend SET IFEQ" => "Valkey 9.0 and later",
+        "release DELEX IFEQ, extend SET IFEQ" => "Redis 8.4 and later",
+        _ => "Any server",
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_acl_line_of_docs_security_is_enough_for_plain_locks() {
-    if !native_or_skip("native::the_acl_line_of_docs_security_is_enough_for_plain_locks") {
-        return;
+async fn the_documented_acl_line_of_each_family_locks_extends_and_releases() {
+    // docs/security.md, "ACL": one line per server family. Each is taken
+    // from the page as it stands and started on a server of its family:
+    // the server at hand (the matrix runs every family).
+    let lines = documented_acl_lines();
+    let mut labels: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
+    labels.sort_unstable();
+    assert_eq!(
+        labels,
+        ["Any server", "Redis 8.4 and later", "Valkey 9.0 and later"],
+        "one line per family"
+    );
+    for (label, rules) in &lines {
+        assert!(rules.contains(&"+info".to_owned()), "{label}: no +info");
     }
-    // docs/security.md, "Which commands each step sends": the native path.
-    let mut options = ServerOptions::new()
-        .arg("--user")
-        .arg(USER)
-        .arg("on")
-        .arg(format!(">{USER_PASSWORD}"))
-        .arg("resetkeys")
-        .arg("~app:*")
-        .arg("resetchannels")
-        .arg("-@all");
-    for command in ["+set", "+delifeq", "+command|docs"] {
-        options = options.arg(command);
+    let version = server_version().expect("server version");
+    let [major, minor, _] = version.version;
+    let family = acl_family(&version.product, major, minor);
+    let (_, rules) = lines
+        .iter()
+        .find(|(label, _)| label == family)
+        .expect("the family's line");
+    let mut options = ServerOptions::new().arg("--user").arg(USER);
+    for rule in rules {
+        options = options.arg(if rule == ">PASSWORD" {
+            format!(">{USER_PASSWORD}")
+        } else {
+            rule.clone()
+        });
     }
-    let nodes = RedisNodes::start_with(3, options).expect("nodes");
+    // A rule the server does not know stops it at start.
+    let nodes = RedisNodes::start_with(3, options)
+        .unwrap_or_else(|e| panic!("{version} with the line for {family}: {e}"));
     let urls: Vec<String> = nodes
         .iter()
         .map(|s| format!("redis://{USER}:{USER_PASSWORD}@127.0.0.1:{}", s.port()))
         .collect();
     let locks = Redlock::builder()
         .nodes(&urls)
+        .key_prefix("myapp:lock:")
         .retry(Retry::none())
         .build()
         .expect("config");
-    let guard = locks.lock("app:minimal", TTL).await.expect("lock");
+    let guard = locks.lock("minimal", TTL).await.expect("lock");
     guard.extend(TTL).await.expect("extend");
     guard.release().await.expect("release");
     no_hang("settle", locks.settle()).await;
-    assert_eq!(values(&nodes, "app:minimal").await, [None, None, None]);
+    assert_eq!(
+        values(&nodes, "myapp:lock:minimal").await,
+        [None, None, None]
+    );
+    if family != "Any server" {
+        // The native lines allow no script: the native commands did it.
+        for url in nodes.urls() {
+            assert_eq!(scripts_seen(&url).await, [], "scripts ran on {url}");
+            assert!(calls_of(&url, native_delete_here()).await >= 1, "{url}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,6 +444,14 @@ async fn a_step_that_needs_a_script_says_what_is_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_and_scripted_managers_exclude_each_other() {
     let nodes = RedisNodes::start(3).expect("nodes");
+    if !scripting_or_skip(
+        "native::native_and_scripted_managers_exclude_each_other",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let native = patient_builder(&nodes).build().expect("config");
     let scripted = patient_builder(&nodes)
         .native_commands(NativeCommands::Never)
@@ -351,6 +490,14 @@ async fn quorumlock_and_rslock_exclude_each_other_on_the_same_keys() {
     // PX`, released by a token-checked script), whichever path our
     // releases take on this server.
     let nodes = RedisNodes::start(3).expect("nodes");
+    if !scripting_or_skip(
+        "native::quorumlock_and_rslock_exclude_each_other_on_the_same_keys",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let ours = patient_builder(&nodes).build().expect("config");
     let theirs = Arc::new(rslock::LockManager::new(nodes.urls()));
     let counter = Arc::new(AtomicUsize::new(0));
@@ -398,15 +545,26 @@ async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
     if !native_or_skip("native::a_fleet_of_unlike_servers_puts_each_node_on_its_best_path") {
         return;
     }
-    // Node 0 as it is; node 1 without DELIFEQ (a Valkey 8.1, say: SET IFEQ
-    // but no compare-and-delete); node 2 without COMMAND DOCS for anyone
-    // (as before Redis 7.0: nothing native).
+    // Node 0 as it is; node 1 without its compare-and-delete (DELIFEQ on
+    // Valkey, DELEX on Redis: a Valkey 8.1, say, with SET IFEQ but no
+    // compare-and-delete); node 2 without COMMAND DOCS for anyone (as
+    // before Redis 7.0: nothing native).
+    let delete = native_delete_here();
     let nodes = RedisNodes::start(1).expect("node");
+    // Nodes 1 and 2 need scripts.
+    if !scripting_or_skip(
+        "native::a_fleet_of_unlike_servers_puts_each_node_on_its_best_path",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
     let no_delete = RedisNodes::start_with(
         1,
         ServerOptions::new()
             .arg("--rename-command")
-            .arg("DELIFEQ")
+            .arg(delete.to_ascii_uppercase())
             .arg(""),
     )
     .expect("node");
@@ -424,9 +582,22 @@ async fn a_fleet_of_unlike_servers_puts_each_node_on_its_best_path() {
         .collect();
     let locks = Redlock::builder().nodes(&urls).build().expect("config");
     every_plain_step(&locks, "f").await;
+    // Each node says so, as `status` and the doctor show it.
+    let report = locks
+        .check_with(&quorumlock::check::CheckOptions::new().skip_access_probe())
+        .await;
+    let paths: Vec<Option<&str>> = report.nodes.iter().map(|n| n.path.as_deref()).collect();
+    assert_eq!(
+        paths,
+        [
+            Some(best_path_here()),
+            Some("release script, extend SET IFEQ"),
+            Some("release script, extend script")
+        ]
+    );
     let [full, partial, none] = [&urls[0], &urls[1], &urls[2]];
     assert_eq!(scripts_seen(full).await, [], "node 0 ran scripts");
-    assert!(calls_of(full, "delifeq").await >= 50);
+    assert!(calls_of(full, delete).await >= 50);
     // Node 1 extends natively but releases with a script.
     let partial_scripts = scripts_seen(partial).await;
     assert!(!partial_scripts.is_empty(), "node 1 released with a script");
@@ -460,11 +631,10 @@ async fn a_real_mixed_fleet_locks_each_node_on_its_own_path() {
         );
         return;
     };
-    // One node per server (five at most), e.g. Redis 6.2, 7.2, 8.0 and
-    // Valkey 8.1, 9.1 in one manager.
+    // One node per server, e.g. Redis 6.2, 7.2, 8.0, 8.6 and Valkey 8.0,
+    // 8.1, 9.1 in one manager.
     let nodes: Vec<RedisNodes> = binaries
         .iter()
-        .take(5)
         .map(|binary| RedisNodes::start_with(1, ServerOptions::new().binary(binary)).expect("node"))
         .collect();
     let urls: Vec<String> = nodes.iter().flat_map(|n| n.urls()).collect();
@@ -481,6 +651,12 @@ async fn a_real_mixed_fleet_locks_each_node_on_its_own_path() {
         .await;
     for (node, url) in report.nodes.iter().zip(&urls) {
         let path = node.path.as_deref().expect("every node said");
+        // Its best path: what its server ("valkey 9.1.2") offers.
+        let server = node.server.as_deref().expect("every node answered");
+        let (product, version) = server.split_once(' ').expect("product version");
+        let mut numbers = version.split('.').map(|n| n.parse::<u32>().expect(server));
+        let (major, minor) = (numbers.next().expect(server), numbers.next().expect(server));
+        assert_eq!(path, best_path(product, major, minor), "{url}: {server}");
         let scripts = scripts_seen(url).await;
         if path.contains("release DELIFEQ") || path.contains("release DELEX") {
             assert!(path.contains("extend SET IFEQ"), "{url}: {path}");

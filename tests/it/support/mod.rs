@@ -390,6 +390,9 @@ pub enum Skip {
     /// No mixed fleet of servers named (`QUORUMLOCK_FLEET`, which the
     /// server matrix sets): `no-fleet`.
     NoFleet,
+    /// The server was built without a scripting engine (Valkey's
+    /// `BUILD_LUA=no`): `no-scripting`.
+    NoScripting,
 }
 
 impl Skip {
@@ -401,6 +404,7 @@ impl Skip {
             Self::NoChromium => "no-chromium",
             Self::NoNative => "no-native",
             Self::NoFleet => "no-fleet",
+            Self::NoScripting => "no-scripting",
         }
     }
 }
