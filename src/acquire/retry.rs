@@ -13,6 +13,14 @@ use tokio::time::Instant;
 /// retry in lockstep. It stops after `attempts` attempts, or once the
 /// overall `wait` deadline (measured from the call) has passed, whichever
 /// comes first; the last attempt starts no later than the deadline.
+///
+/// **The rule for `wait`:** a policy given a [`wait`](Retry::wait)
+/// deadline and no attempt limit of its own retries until that deadline:
+/// `Retry::default().wait(30 s)` waits up to 30 s for a busy resource,
+/// however many attempts that takes. The default limit of
+/// [`Self::DEFAULT_ATTEMPTS`] applies only to a policy without a deadline;
+/// a limit set with [`attempts`](Retry::attempts) (or [`Retry::none`])
+/// applies beside the deadline, whichever ends first.
 /// Only transient failures are retried (see
 /// [`Error::is_retryable`](crate::Error::is_retryable)).
 ///
@@ -37,7 +45,6 @@ use tokio::time::Instant;
 /// use quorumlock::Retry;
 ///
 /// let retry = Retry::default()
-///     .unlimited_attempts()
 ///     .wait(Duration::from_secs(5))
 ///     .delay(Duration::from_millis(20))
 ///     .jitter(Duration::from_millis(30));
@@ -56,6 +63,9 @@ pub struct Retry {
     /// `None`: unlimited. `Some(0)` is representable so that `build()` can
     /// reject it with a typed error instead of this setter panicking.
     attempts: Option<u32>,
+    /// Whether `attempts` was chosen (a setter, `none`, `forever`) rather
+    /// than left at its default, which a `wait` deadline lifts.
+    chosen: bool,
     /// Attempts in a row that may fail with `Unavailable`; `None`: as many
     /// as `attempts` and `wait` allow.
     unavailable: Option<u32>,
@@ -70,6 +80,7 @@ impl Default for Retry {
     fn default() -> Self {
         Self {
             attempts: Some(Retry::DEFAULT_ATTEMPTS),
+            chosen: false,
             unavailable: None,
             delay: Retry::DEFAULT_DELAY,
             jitter: Retry::DEFAULT_JITTER,
@@ -95,24 +106,38 @@ impl Retry {
     pub fn forever() -> Self {
         Self {
             attempts: None,
+            chosen: true,
             unavailable: None,
             wait: None,
             ..Self::default()
         }
     }
 
-    /// At most `attempts` attempts, the first included. Zero is rejected by
-    /// `build()`. Defaults to [`Self::DEFAULT_ATTEMPTS`].
+    /// At most `attempts` attempts, the first included, also with a
+    /// [`wait`](Retry::wait) deadline (whichever ends first). Zero is
+    /// rejected by `build()`. Defaults to [`Self::DEFAULT_ATTEMPTS`] without
+    /// a deadline, and to no limit with one.
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = Some(attempts);
+        self.chosen = true;
         self
     }
 
     /// No limit on the number of attempts; combine with [`Retry::wait`] to
-    /// bound the time instead.
+    /// bound the time instead (which a deadline alone already does).
     pub fn unlimited_attempts(mut self) -> Self {
         self.attempts = None;
+        self.chosen = true;
         self
+    }
+
+    /// The attempt limit in force: the default one is lifted by a `wait`
+    /// deadline (see the type's docs).
+    fn attempt_limit(&self) -> Option<u32> {
+        match (self.chosen, self.wait) {
+            (false, Some(_)) => None,
+            _ => self.attempts,
+        }
     }
 
     /// Give up after `attempts` attempts in a row that found too few nodes
@@ -139,7 +164,10 @@ impl Retry {
     pub(crate) fn campaign(&self, started: Instant) -> Schedule {
         Schedule {
             attempts: None,
-            unavailable: self.unavailable.or(self.attempts).and_then(NonZeroU32::new),
+            unavailable: self
+                .unavailable
+                .or(self.attempt_limit())
+                .and_then(NonZeroU32::new),
             deadline: None,
             outage: self.wait,
             ..self.schedule(started)
@@ -162,6 +190,8 @@ impl Retry {
 
     /// Stop retrying once `wait` has passed since `lock` was called; `lock`
     /// then fails with [`Error::WaitTimeout`](crate::Error::WaitTimeout).
+    /// Without an attempt limit of its own ([`attempts`](Retry::attempts)),
+    /// the policy retries until then, however many attempts that takes.
     /// Defaults to no deadline.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
@@ -185,7 +215,7 @@ impl Retry {
     /// A fresh schedule for one call of `lock` that started at `started`.
     pub(crate) fn schedule(&self, started: Instant) -> Schedule {
         Schedule {
-            attempts: self.attempts.and_then(NonZeroU32::new),
+            attempts: self.attempt_limit().and_then(NonZeroU32::new),
             unavailable: self.unavailable.and_then(NonZeroU32::new),
             unavailable_in_a_row: 0,
             delay: self.delay,
@@ -374,6 +404,36 @@ mod tests {
             s.after_failure(Instant::now(), 0.0, false),
             Next::DeadlinePassed
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_alone_retries_until_it_passes() {
+        let start = Instant::now();
+        let mut s = Retry::default()
+            .wait(Duration::from_secs(8))
+            .jitter(Duration::ZERO)
+            .schedule(start);
+        // Far past the default attempt limit: still retrying.
+        for _ in 0..(10 * Retry::DEFAULT_ATTEMPTS) {
+            assert!(matches!(
+                s.after_failure(Instant::now(), 0.0, false),
+                Next::RetryAfter(_)
+            ));
+        }
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert_eq!(
+            s.after_failure(Instant::now(), 0.0, false),
+            Next::DeadlinePassed
+        );
+        // Without a deadline, the default limit holds.
+        let mut s = Retry::default().schedule(start);
+        for _ in 1..Retry::DEFAULT_ATTEMPTS {
+            assert!(matches!(
+                s.after_failure(start, 0.0, false),
+                Next::RetryAfter(_)
+            ));
+        }
+        assert_eq!(s.after_failure(start, 0.0, false), Next::AttemptsExhausted);
     }
 
     #[tokio::test(start_paused = true)]

@@ -45,6 +45,7 @@ mod native;
 mod not_asked;
 mod replica_sync;
 mod report;
+mod retry_policy;
 mod rwlock;
 mod secrets;
 mod semaphore;
