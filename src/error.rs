@@ -392,6 +392,25 @@ pub enum NodeError {
         /// The user the node's URL names (`default` when it names none).
         user: String,
     },
+    /// The node's server has no scripting engine (Valkey built without Lua,
+    /// or with its engine unloaded: `EVAL` answers `Could not find
+    /// scripting engine`), and the step needs a script there: fenced and
+    /// multi-resource locks, semaphores, reader-writer locks, fair locks
+    /// and elections on every server; a plain lock's release and
+    /// extension only where the server lacks the native commands. Not a
+    /// permission ([`ScriptsRefused`](Self::ScriptsRefused)) and not an
+    /// outage: nothing is retried.
+    #[error(
+        "this node ({server}) has no scripting engine, and `{script}` needs a script: plain locks work there (natively), the other primitives need a server with Lua"
+    )]
+    #[non_exhaustive]
+    NoScripting {
+        /// The script that could not run.
+        script: String,
+        /// The server and its version as it reports them, or that it
+        /// would not say.
+        server: String,
+    },
     /// This node reaches the same server (the same `run_id`) as another
     /// node of the manager, which answered first: its answers never count,
     /// so that one server never votes twice. The manager's acquisitions
@@ -413,6 +432,7 @@ impl NodeError {
     /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded),
     /// [`FunctionsUnsupported`](Self::FunctionsUnsupported),
     /// [`ScriptsRefused`](Self::ScriptsRefused),
+    /// [`NoScripting`](Self::NoScripting),
     /// [`AuthRefused`](Self::AuthRefused) (the node's credentials are
     /// wrong) and [`SameServer`](Self::SameServer) (the node is another
     /// name of a server the manager already has).
@@ -422,6 +442,7 @@ impl NodeError {
             NodeError::FunctionsNotLoaded { .. }
                 | NodeError::FunctionsUnsupported { .. }
                 | NodeError::ScriptsRefused { .. }
+                | NodeError::NoScripting { .. }
                 | NodeError::AuthRefused { .. }
                 | NodeError::SameServer { .. }
         )

@@ -357,6 +357,10 @@ impl Node {
             Err(NodeError::Redis(e)) if is_script_refusal(&e) => {
                 Err(self.scripts_refused(lua, deadline).await)
             }
+            Err(NodeError::Redis(e)) if is_without_scripting(&e) => Err(NodeError::NoScripting {
+                script: lua.function.to_owned(),
+                server: self.server(deadline).await.to_string(),
+            }),
             reply => reply,
         }
     }
@@ -444,6 +448,14 @@ pub(super) fn is_script_refusal(e: &redis::RedisError) -> bool {
             let detail = detail.to_ascii_lowercase();
             detail.contains("run the") && (detail.contains("eval") || detail.contains("script"))
         })
+}
+
+/// Whether a script failed because the server has no scripting engine
+/// (Valkey built with `BUILD_LUA=no`, or with its Lua engine unloaded:
+/// `ERR Could not find scripting engine 'lua'`).
+fn is_without_scripting(e: &redis::RedisError) -> bool {
+    e.detail()
+        .is_some_and(|detail| detail.contains("Could not find scripting engine"))
 }
 
 /// Whether FCALL failed because the function does not exist on the node.

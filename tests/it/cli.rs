@@ -575,6 +575,47 @@ fn refused_credentials_exit_77_naming_the_user() {
     assert!(!text.contains("wrong-pw-5e1"), "{text}");
 }
 
+/// A user denied scripting: what needs a script (a fenced lock, a fair
+/// lock, a campaign) cannot be served, whatever the server offers
+/// natively. A status of its own (78), at once, saying why per node.
+#[test]
+fn nodes_that_cannot_serve_the_command_exit_78_at_once() {
+    let server = quorumlock::testkit::RedisServer::start().expect("server");
+    let mut admin = redis::Client::open(server.url())
+        .expect("url")
+        .get_connection()
+        .expect("connect");
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "locker",
+                "on",
+                ">pw-7c1",
+                "~*",
+                "&*",
+                "+@all",
+                "-@scripting",
+            ][..],
+        )
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    let url = format!("redis://locker:pw-7c1@127.0.0.1:{}", server.port());
+    for args in [
+        vec!["exec", "--nodes", &url, "--fence", "r", "--", "true"],
+        vec!["exec", "--nodes", &url, "--fair", "r", "--", "true"],
+        vec!["elect", "--nodes", &url, "e", "--", "true"],
+    ] {
+        let mut cmd = quorumlock();
+        cmd.args(&args);
+        let out = output(cmd);
+        assert_status(&out, 78);
+        let err = stderr(&out);
+        assert!(err.contains("refused the script"), "{args:?}: {err}");
+        assert!(!err.contains("pw-7c1"), "{err}");
+    }
+}
+
 #[test]
 fn a_missing_command_exits_127_and_releases_the_lock() {
     let nodes = RedisNodes::start(1).expect("nodes");

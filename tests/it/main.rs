@@ -42,6 +42,7 @@ mod left_behind;
 mod metrics;
 mod multi;
 mod native;
+mod no_scripting;
 mod not_asked;
 mod replica_sync;
 mod report;

@@ -24,6 +24,11 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 /// A quorum of nodes refused the credentials in their URLs (sysexits.h's
 /// "permission denied"): not an outage, so nothing was retried.
 pub(crate) const AUTH_REFUSED: u8 = 77;
+/// Too many nodes cannot serve what the command needs (sysexits.h's
+/// "configuration error"): the user may not run its scripts and the server
+/// has no native form, the server has no scripting engine, Functions are
+/// not loaded; not an outage, so nothing was retried.
+pub(crate) const INCOMPATIBLE: u8 = 78;
 /// The resource is held by someone else (and stayed held for `--wait`).
 pub(crate) const BUSY: u8 = 75;
 /// The lock was lost before the command finished; a running command was
@@ -48,6 +53,9 @@ Exit status:
            until --wait ran out
   77       too many nodes refused the credentials in their URLs (the user
            is named on stderr, never the password); nothing was retried
+  78       too many nodes cannot serve it: scripts refused with no native
+           form, no scripting engine, or Functions not loaded (stderr says
+           which, per node); nothing was retried
   124      the lock was lost before the command finished; if it was still
            running it got SIGTERM, then SIGKILL after --grace
   125      quorumlock itself failed
@@ -97,6 +105,9 @@ Exit status:
            another instance leading is waited for, not an exit
   77       too many nodes refused the credentials in their URLs (the user
            is named on stderr, never the password); nothing was retried
+  78       too many nodes cannot serve it: scripts refused with no native
+           form, no scripting engine, or Functions not loaded (stderr says
+           which, per node); nothing was retried
   124      the leadership was lost before the command finished (without
            --again); if it was still running it got SIGTERM, then SIGKILL
            after --grace
@@ -219,6 +230,7 @@ pub(crate) fn classify(err: &Error) -> u8 {
         {
             AUTH_REFUSED
         }
+        Error::Incompatible { .. } => INCOMPATIBLE,
         Error::InvalidArgument(_) | Error::InvalidConfig(_) => USAGE,
         _ => INTERNAL,
     }
