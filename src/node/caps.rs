@@ -171,15 +171,16 @@ impl Known {
     }
 
     /// Forgets: the connection dropped, and the server that answers next
-    /// may be another build.
-    pub(crate) fn forget(&self) {
+    /// may be another build. Whether it forgot anything (a question out
+    /// keeps its place, below).
+    pub(crate) fn forget(&self) -> bool {
         // Not while a question is out: its answer comes on the new
         // connection, and records what that server offers.
-        let _ = self
-            .bits
+        self.bits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |bits| {
                 (bits & KNOWN != 0).then_some(0)
-            });
+            })
+            .is_ok()
     }
 }
 
@@ -398,8 +399,9 @@ impl Node {
     /// connection dropped: the server that answers next may be another
     /// build, or another server.
     pub(super) fn dropped(&self, error: &redis::RedisError) {
-        if error.is_connection_dropped() || error.is_io_error() {
-            self.caps.forget();
+        // Together: the next question learns both (one in flight, whose
+        // answer comes on the new connection, records both).
+        if (error.is_connection_dropped() || error.is_io_error()) && self.caps.forget() {
             self.identity.forget();
         }
     }
