@@ -49,8 +49,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     guard.extend(Duration::from_secs(30)).await?;
     println!("extended, now valid for {:?}", guard.validity());
 
-    // `release` returns once a quorum deleted the token; a node still
-    // answering is followed in the background, and the summary says so.
+    // `release` returns once a quorum deleted the token; the release is
+    // still on its way to the last node (followed in the background), and
+    // the summary says so: "released on 2 of 3 nodes; on its way to …".
     let summary = guard.release().await?;
     println!("{summary}");
     Ok(())

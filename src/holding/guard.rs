@@ -717,9 +717,10 @@ pub(crate) use typed_guard;
 /// returned (a quorum's answers, at least), and a way to wait for the
 /// rest ([`settled`](Self::settled)).
 ///
-/// Its `Display` says it in a line for a log:
-/// `released on 2 of 3 nodes; 1 still answering (127.0.0.1:7003), followed
-/// in the background`. Its `Debug` lists the same, field by field.
+/// Its `Display` says it in a line for a log: `released on 2 of 3 nodes;
+/// on its way to 127.0.0.1:7003` (a quorum answered first; the last node's
+/// answer is followed in the background). Its `Debug` lists the same,
+/// field by field.
 #[non_exhaustive]
 pub struct ReleaseSummary {
     released_on: Vec<Arc<str>>,
@@ -860,19 +861,15 @@ impl fmt::Display for ReleaseSummary {
             self.asked
         )?;
         if self.pending() > 0 {
+            // The common case on healthy nodes: a quorum answered first.
             let pending: Vec<&str> = self.pending_on().collect();
-            write!(
-                f,
-                "; {} still answering ({}), followed in the background",
-                pending.len(),
-                pending.join(", ")
-            )?;
+            write!(f, "; on its way to {}", pending.join(", "))?;
         }
         if !self.failures.is_empty() {
             let failures: Vec<String> = self.failures.iter().map(ToString::to_string).collect();
             write!(
                 f,
-                "; {} failed ({}): their keys expire after the ttl",
+                "; {} failed ({}): owed the release, delivered once they answer",
                 failures.len(),
                 failures.join("; ")
             )?;
