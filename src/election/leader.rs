@@ -298,6 +298,24 @@ pub(crate) async fn read_leader(
     match reading.verdict {
         LeaderRead::Leader(confirmed) => Ok(Some(confirmed)),
         LeaderRead::NoLeader => Ok(None),
+        // So many nodes cannot serve the read (refused credentials or
+        // script, no scripting engine) that no quorum ever will: said as
+        // such, not as an outage.
+        LeaderRead::Pending | LeaderRead::Unavailable
+            if reading
+                .failures
+                .iter()
+                .filter(|f| f.error.is_incompatible())
+                .count()
+                > nodes - core.quorum() =>
+        {
+            Err(Error::Incompatible {
+                resource: resource.to_owned(),
+                nodes,
+                quorum: core.quorum(),
+                failures: reading.failures,
+            })
+        }
         LeaderRead::Pending | LeaderRead::Unavailable => Err(Error::Unavailable {
             resource: resource.to_owned(),
             nodes,

@@ -573,6 +573,19 @@ fn refused_credentials_exit_77_naming_the_user() {
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("refused the credentials"), "{text}");
     assert!(!text.contains("wrong-pw-5e1"), "{text}");
+    // Nor can `leader`, and it says the same, with the same status.
+    let mut cmd = quorumlock();
+    cmd.args([
+        "leader",
+        "--nodes",
+        &format!("redis://:wrong-pw-5e1@127.0.0.1:{}", server.port()),
+        "e",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, 77);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!text.contains("wrong-pw-5e1"), "{text}");
 }
 
 /// A user denied scripting: what needs a script (a fenced lock, a fair
@@ -605,6 +618,8 @@ fn nodes_that_cannot_serve_the_command_exit_78_at_once() {
         vec!["exec", "--nodes", &url, "--fence", "r", "--", "true"],
         vec!["exec", "--nodes", &url, "--fair", "r", "--", "true"],
         vec!["elect", "--nodes", &url, "e", "--", "true"],
+        // Every node answered: not "too few nodes reachable".
+        vec!["leader", "--nodes", &url, "e"],
     ] {
         let mut cmd = quorumlock();
         cmd.args(&args);

@@ -126,7 +126,10 @@ Exit status:
   0   a leader is confirmed by a quorum of nodes (printed as TERM<TAB>VALUE)
   1   no leader is confirmed
   2   bad arguments or node URLs
-  69  unknown: too many nodes unreachable to tell";
+  69  unknown: too many nodes unreachable to tell
+  77  unknown: nodes refused the credentials in their URLs
+  78  unknown: nodes cannot serve the read (scripts refused, no
+      scripting engine, Functions not loaded)";
 
 pub(crate) fn code(status: u8) -> ExitCode {
     ExitCode::from(status)
