@@ -270,7 +270,9 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
             "this server is a Redis Cluster member (cluster_enabled:1), given as a plain node".to_owned(),
             "give its cluster as one node (RedlockBuilder::cluster with its members' URLs): as a plain node it refuses every key of a slot it does not own",
         ));
-    } else {
+    } else if !servers.credentials_refused {
+        // Credentials refused: one finding says it (above); every probe
+        // operation failing for the same reason would only repeat it.
         findings.extend(refusals(&facts.refused));
     }
     findings.extend(facts.not_asked_for.map(not_asked));
@@ -325,6 +327,8 @@ struct Servers {
     server: Option<String>,
     latency: Option<Latency>,
     findings: Vec<Finding>,
+    /// A server refused the node's credentials (said in `findings`).
+    credentials_refused: bool,
 }
 
 fn judge_servers(facts: &NodeFacts, settings: Settings<'_>) -> Servers {
@@ -333,6 +337,7 @@ fn judge_servers(facts: &NodeFacts, settings: Settings<'_>) -> Servers {
         server: None,
         latency: None,
         findings: Vec::new(),
+        credentials_refused: false,
     };
     for (address, probed) in &facts.servers {
         let prefix = if cluster {
@@ -341,7 +346,10 @@ fn judge_servers(facts: &NodeFacts, settings: Settings<'_>) -> Servers {
             String::new()
         };
         match probed {
-            Err(e) => judged.findings.push(unanswered(&prefix, e, cluster)),
+            Err(e) => {
+                judged.credentials_refused |= credentials_refused(e);
+                judged.findings.push(unanswered(&prefix, e, cluster));
+            }
             Ok(s) => {
                 judged.server.get_or_insert_with(|| server_name(s));
                 if let Some(l) = Latency::of(&s.rtts)

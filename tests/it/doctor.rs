@@ -476,6 +476,32 @@ async fn an_unreachable_node_is_degraded() {
     );
 }
 
+/// Refused credentials are said once per node, not again by every
+/// operation of the access probe failing for the same reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_one_finding_per_node() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_with(ServerOptions::new().arg("--requirepass").arg("right-pw"))
+                .expect("server")
+        })
+        .collect();
+    let urls = servers
+        .iter()
+        .map(|s| format!("redis://:wrong-pw-3a9@127.0.0.1:{}", s.port()));
+    let locks = Redlock::new(urls).expect("config");
+    let report = check(&locks, &quick()).await;
+    for i in 0..3 {
+        let findings = &report.nodes[i].findings;
+        assert_eq!(findings.len(), 1, "{report}");
+        assert!(
+            findings[0].seen.contains("refused the credentials"),
+            "{report}"
+        );
+    }
+    assert!(!report.to_string().contains("wrong-pw-3a9"), "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_is_checked_master_by_master() {
     let cluster = RedisCluster::start_with(2, 1, ServerOptions::new()).expect("cluster");
