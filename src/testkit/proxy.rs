@@ -1,7 +1,9 @@
 //! A fault-injecting TCP proxy in front of a server: latency with jitter
 //! (each direction on its own, so replies can be held back past a lock's
-//! ttl while requests still land), dropped connections, a blackhole, and a
-//! node clock that runs fast ([`FaultProxy::set_clock_rate`]).
+//! ttl while requests still land), dropped connections, a blackhole, a
+//! partition that delivers what it held when it heals, replies lost after
+//! their commands ran, and a node clock that runs fast
+//! ([`FaultProxy::set_clock_rate`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,7 +31,22 @@ pub struct Faults {
     pub jitter: Duration,
     /// Nothing flows either way until lifted; connections stay open and
     /// bytes wait in the kernel's buffers, as in a network partition.
+    /// What a connection closed meanwhile had sent is delivered (when
+    /// lifted) as far as the proxy had read it; [`partition`](Self::partition)
+    /// delivers all of it.
     pub blackhole: bool,
+    /// Nothing is delivered either way until lifted, but the proxy keeps
+    /// reading: every byte sent meanwhile is held, and delivered in order
+    /// when the fault is lifted — also on connections the client closed
+    /// meanwhile (their close follows their bytes), as TCP retransmits
+    /// once a partition heals. Requests sent during the partition run
+    /// late, after the lock may have moved on.
+    pub hold: bool,
+    /// Requests reach the server and run, but each reply the server sends
+    /// back is dropped and the client's connection reset (RST): the
+    /// command ran, its answer was lost. New connections are accepted and
+    /// meet the same fault.
+    pub lose_replies: bool,
 }
 
 impl Faults {
@@ -40,7 +57,7 @@ impl Faults {
             request_delay: request,
             reply_delay: reply,
             jitter,
-            blackhole: false,
+            ..Self::default()
         }
     }
 
@@ -54,6 +71,26 @@ impl Faults {
     pub fn blackhole() -> Self {
         Self {
             blackhole: true,
+            ..Self::default()
+        }
+    }
+
+    /// A partition with delayed delivery: every byte sent either way is
+    /// held by the proxy and delivered, in order, when the faults change
+    /// (see [`hold`](Self::hold)).
+    pub fn partition() -> Self {
+        Self {
+            hold: true,
+            ..Self::default()
+        }
+    }
+
+    /// The command runs, its reply is lost: requests pass, each reply is
+    /// dropped and the client's connection reset (see
+    /// [`lose_replies`](Self::lose_replies)).
+    pub fn lose_replies() -> Self {
+        Self {
+            lose_replies: true,
             ..Self::default()
         }
     }
@@ -252,9 +289,19 @@ enum Direction {
     Reply,
 }
 
+/// What one direction of a connection carries to its writer.
+enum Chunk {
+    /// Bytes to write once their time to leave has come.
+    Bytes(Vec<u8>),
+    /// A reply was lost ([`Faults::lose_replies`]): reset the connection.
+    Reset,
+}
+
 /// Forwards one direction. A reader stamps each chunk with the time it may
 /// leave (arrival + delay + jitter) and a writer releases it then, so that
 /// delays do not pile up behind one another and a healed proxy catches up.
+/// When the sender closes, what was read before is still delivered (after
+/// any delay or partition) before the direction ends.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     to: tokio::net::tcp::OwnedWriteHalf,
@@ -266,7 +313,7 @@ async fn pump(
     // Bounded: a target that stops reading (a paused node) must push back
     // on the sender through TCP, as it would without the proxy, instead of
     // piling what the sender writes up in this process's memory.
-    let (chunks, ready) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(BACKLOG);
+    let (chunks, ready) = tokio::sync::mpsc::channel::<(Instant, Chunk)>(BACKLOG);
     let reader = {
         let mut state = state.clone();
         async move {
@@ -288,39 +335,96 @@ async fn pump(
                         continue;
                     }
                 };
-                let leave = leave_at(&state.borrow().faults, direction);
+                let (leave, lost) = {
+                    let s = state.borrow();
+                    let lost = matches!(direction, Direction::Reply) && s.faults.lose_replies;
+                    (leave_at(&s.faults, direction), lost)
+                };
+                if lost {
+                    // The command ran; its answer goes nowhere, and the
+                    // client's connection is reset.
+                    let _ = chunks.send((leave, Chunk::Reset)).await;
+                    return;
+                }
                 let chunk = match &mut framer {
                     Some(framer) => framer.feed(&buf[..n]),
                     None => buf[..n].to_vec(),
                 };
-                if !chunk.is_empty() && chunks.send((leave, chunk)).await.is_err() {
+                if !chunk.is_empty() && chunks.send((leave, Chunk::Bytes(chunk))).await.is_err() {
                     return;
                 }
             }
         }
     };
-    let writer = release(ready, to);
-    // Closing: the epoch changes or the proxy shuts down; or either half ends.
+    let writer = release(ready, to, state.clone(), epoch);
+    let pumping = async {
+        tokio::pin!(writer);
+        tokio::select! {
+            _ = &mut writer => {}
+            // The sender closed: what was read goes on before the end.
+            _ = reader => (&mut writer).await,
+        }
+    };
+    // Closing: the epoch changes or the proxy shuts down; or the direction
+    // ended (its sender closed and all was delivered, or its target did).
     tokio::select! {
-        _ = reader => {}
-        _ = writer => {}
+        _ = pumping => {}
         _ = wait_for_close(state, epoch) => {}
     }
 }
 
-/// Writes each chunk to `to` once its time to leave has come.
+/// Writes each chunk to `to` once its time to leave has come and no
+/// partition holds it ([`Faults::hold`]); resets the connection on a lost
+/// reply.
 async fn release(
-    mut ready: tokio::sync::mpsc::Receiver<(Instant, Vec<u8>)>,
+    mut ready: tokio::sync::mpsc::Receiver<(Instant, Chunk)>,
     mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut state: watch::Receiver<State>,
+    epoch: u64,
 ) {
     while let Some((leave, chunk)) = ready.recv().await {
+        let bytes = match chunk {
+            Chunk::Bytes(bytes) => bytes,
+            Chunk::Reset => {
+                // RST rather than FIN when the socket closes: the client
+                // sees its connection reset, as when a middlebox drops it.
+                // Not shut down on drop (a FIN would go first): the socket
+                // closes, reset, with the read half.
+                let _ = to.as_ref().set_zero_linger();
+                to.forget();
+                return;
+            }
+        };
         // Without a delay, straight on: a timer would hold every chunk
         // until the next tick (about a millisecond each way).
         if leave > Instant::now() {
             tokio::time::sleep_until(leave).await;
         }
-        if to.write_all(&chunk).await.is_err() {
+        if !delivering(&mut state, epoch).await {
             return;
+        }
+        if to.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits while a partition holds what was read ([`Faults::hold`]); false
+/// once the connection must close instead (epoch bumped, or shutdown).
+async fn delivering(state: &mut watch::Receiver<State>, epoch: u64) -> bool {
+    loop {
+        let (closing, held) = {
+            let s = state.borrow_and_update();
+            (s.shutdown || s.epoch != epoch, s.faults.hold)
+        };
+        if closing {
+            return false;
+        }
+        if !held {
+            return true;
+        }
+        if state.changed().await.is_err() {
+            return false;
         }
     }
 }

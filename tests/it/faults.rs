@@ -207,3 +207,110 @@ async fn a_release_sent_again_after_its_connection_dropped_is_not_called_lost() 
         .collect();
     assert_eq!(resent.len(), 2, "{:?}", summary.failures());
 }
+
+// ------------------------------------------------------- the proxy's faults
+
+/// `SET key value` as RESP, as a client sends it.
+fn set_command(key: &str, value: &str) -> Vec<u8> {
+    format!(
+        "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+        key.len(),
+        value.len()
+    )
+    .into_bytes()
+}
+
+/// The value of `key` on the server at `url`, read past any proxy.
+async fn value(url: &str, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut support::conn(url).await)
+        .await
+        .expect("GET")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_reply_is_lost_ran_and_its_client_sees_a_reset() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let nodes = RedisNodes::start(1).expect("node");
+    let proxy = FaultProxy::start(nodes[0].port()).await.expect("proxy");
+    proxy.set(Faults::lose_replies());
+    let mut client = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port()))
+        .await
+        .expect("connect");
+    client
+        .write_all(&set_command("lost:reply", "landed"))
+        .await
+        .expect("write");
+    let mut reply = [0u8; 64];
+    let read = no_hang("the reset", client.read(&mut reply)).await;
+    assert!(
+        matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the client sees its connection reset, not an answer: {read:?}"
+    );
+    // The command ran all the same.
+    assert_eq!(
+        value(&nodes[0].url(), "lost:reply").await.as_deref(),
+        Some("landed")
+    );
+    // Healed, the proxy answers again.
+    proxy.heal();
+    let mut again = support::conn(&proxy.url()).await;
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut again)
+        .await
+        .expect("PING");
+    assert_eq!(pong, "PONG");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_holds_what_was_sent_and_delivers_it_when_healed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let nodes = RedisNodes::start(1).expect("node");
+    let url = nodes[0].url();
+    let proxy = FaultProxy::start(nodes[0].port()).await.expect("proxy");
+    // A client connected before the partition keeps its connection.
+    let mut stays = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port()))
+        .await
+        .expect("connect");
+    proxy.set(Faults::partition());
+    // One client sends a write and leaves; another sends one and waits.
+    let mut leaves = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port()))
+        .await
+        .expect("connect");
+    leaves
+        .write_all(&set_command("held:write", "late"))
+        .await
+        .expect("write");
+    leaves.shutdown().await.expect("shutdown");
+    drop(leaves);
+    stays
+        .write_all(&set_command("held:reply", "late"))
+        .await
+        .expect("write");
+    // The lock moves on meanwhile: written on the server directly, after
+    // both writes were sent.
+    let mut direct = support::conn(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg("held:write")
+        .arg("moved on")
+        .query_async(&mut direct)
+        .await
+        .expect("SET");
+    assert_eq!(value(&url, "held:reply").await, None, "held, not delivered");
+    proxy.heal();
+    // Delivered once healed, after the direct write: the late write wins,
+    // though its client had closed its connection.
+    no_hang("the held write of the client that left", async {
+        while value(&url, "held:write").await.as_deref() != Some("late") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let mut reply = [0u8; 5];
+    no_hang("the held reply", stays.read_exact(&mut reply))
+        .await
+        .expect("the reply");
+    assert_eq!(&reply, b"+OK\r\n");
+    assert_eq!(value(&url, "held:reply").await.as_deref(), Some("late"));
+}

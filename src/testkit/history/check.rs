@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{Fault, Grant, History, Loss, Op, OpKind, Outage, Outcome, Share, Span};
+use super::{Fault, Grant, History, Leftover, Loss, Op, OpKind, Outage, Outcome, Share, Span};
 
 /// What the checker found in a history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,6 +123,13 @@ pub enum Violation {
         /// The call.
         op: Op,
     },
+    /// A node held the key of a released lock once the run had settled.
+    LeftBehind {
+        /// The key.
+        leftover: Leftover,
+        /// The grant it belongs to, released before it was read.
+        grant: Grant,
+    },
     /// A failed single attempt that took longer than the failure bound.
     SlowFailure {
         /// The call.
@@ -147,6 +154,7 @@ impl Violation {
             Violation::LossWithMajorityUp { .. } => "loss_with_majority_up",
             Violation::UndocumentedError { .. } => "undocumented_error",
             Violation::SlowFailure { .. } => "slow_failure",
+            Violation::LeftBehind { .. } => "left_behind",
         }
     }
 }
@@ -276,6 +284,14 @@ impl Violation {
                 Show(grant)
             ),
             Violation::LossWithMajorityUp { loss, faults } => fmt_loss(f, loss, faults),
+            Violation::LeftBehind { leftover, grant } => write!(
+                f,
+                "node {} still held {} of a released lock at {}: {}",
+                leftover.node,
+                leftover.resource,
+                Ms(leftover.at),
+                Show(grant)
+            ),
             Violation::UndocumentedError { op } => {
                 let error = match &op.outcome {
                     Outcome::Undocumented(e) => e.as_str(),
@@ -333,7 +349,7 @@ fn fmt_loss(f: &mut fmt::Formatter<'_>, loss: &Loss, faults: &[Fault]) -> fmt::R
 /// ttl`; per resource, believed-held windows never overlap (or share by
 /// their rule), the counter equals the writes, fences increase in grant
 /// order; no grant inside a majority outage; no loss while a majority was
-/// up; every failure a documented one, in time.
+/// up; every failure a documented one, in time; nothing left behind.
 pub fn check(history: &History) -> HistoryCheck {
     let mut verdict = HistoryCheck::default();
     check_grants(history, &mut verdict.violations);
@@ -341,6 +357,7 @@ pub fn check(history: &History) -> HistoryCheck {
     check_outages(history, &mut verdict.violations);
     check_losses(history, &mut verdict);
     check_ops(history, &mut verdict);
+    check_leftovers(history, &mut verdict.violations);
     verdict.preempted = history
         .grants
         .iter()
@@ -467,6 +484,25 @@ fn check_ops(history: &History, verdict: &mut HistoryCheck) {
             verdict.violations.push(Violation::SlowFailure {
                 op: op.clone(),
                 bound,
+            });
+        }
+    }
+}
+
+/// Nothing left behind: no key read once the run had settled is a
+/// released lock's.
+fn check_leftovers(history: &History, flag: &mut Vec<Violation>) {
+    for leftover in &history.leftovers {
+        let released = history.grants.iter().find(|g| {
+            g.resource == leftover.resource
+                && !g.token.is_empty()
+                && g.token == leftover.token
+                && g.release_called <= leftover.at
+        });
+        if let Some(grant) = released {
+            flag.push(Violation::LeftBehind {
+                leftover: leftover.clone(),
+                grant: grant.clone(),
             });
         }
     }

@@ -1,18 +1,19 @@
 //! The history file: JSON Lines, one record a line, each with a `"type"`
 //! (`meta`, `grant`, `op`, `outage`, `loss`, `fault`, `down`, `key_loss`,
-//! `stall`, `starved`, `counter`, `verdict`); times in nanoseconds from the recorder's origin
+//! `stall`, `starved`, `leftover`, `counter`, `verdict`); times in nanoseconds from the recorder's origin
 //! (fields ending in `_ns`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Down, Fault, Grant, History, KeyLoss, Loss, Op, Outage, Span, check};
+use super::{Down, Fault, Grant, History, KeyLoss, Leftover, Loss, Op, Outage, Span, check};
 
 /// The version of the history file's format, written in its `meta` record.
 /// [`History::read_jsonl`] reads this version and the earlier ones (version
-/// 2 added the `down` and `key_loss` records and the node count).
-pub const FORMAT_VERSION: u32 = 2;
+/// 2 added the `down` and `key_loss` records and the node count, version 3
+/// the `leftover` record).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// What went wrong writing or reading a history file.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,7 @@ enum Record {
     KeyLoss(KeyLoss),
     Stall(Span),
     Starved(Span),
+    Leftover(Leftover),
     Counter {
         resource: String,
         value: u64,
@@ -110,6 +112,7 @@ impl History {
         .chain(self.key_losses.iter().cloned().map(Record::KeyLoss))
         .chain(self.stalls.iter().copied().map(Record::Stall))
         .chain(self.starved.iter().copied().map(Record::Starved))
+        .chain(self.leftovers.iter().cloned().map(Record::Leftover))
         .chain(
             self.counters
                 .iter()
@@ -201,6 +204,7 @@ impl History {
                 Record::KeyLoss(loss) => history.key_losses.push(loss),
                 Record::Stall(span) => history.stalls.push(span),
                 Record::Starved(span) => history.starved.push(span),
+                Record::Leftover(leftover) => history.leftovers.push(leftover),
                 Record::Counter { resource, value } => {
                     history.counters.insert(resource, value);
                 }

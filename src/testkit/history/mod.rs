@@ -42,6 +42,14 @@
 //! - **Documented errors only**, and single attempts that fail do so
 //!   within a bound if one is set ([`Violation::UndocumentedError`],
 //!   [`Violation::SlowFailure`]).
+//! - **Nothing left behind.** Once the run has settled (workers stopped,
+//!   managers settled, every node answering again), no node holds the key
+//!   of a lock that was released ([`Leftover`], [`Violation::LeftBehind`]):
+//!   a release a node did not answer (a timeout, a broken connection, a
+//!   node not asked) is owed to it and delivered before it is asked again,
+//!   so whatever ran on it late (a frozen node's backlog, a partition's
+//!   delayed bytes, a restart's persisted keys) is deleted. Keys are told
+//!   apart by resource and the token's first four characters.
 //! - **No loss while a majority was up.** An auto-extended lock lost
 //!   ([`Loss`]) with no majority outage in the ttl before it: renewals need
 //!   only a quorum ([`Violation::LossWithMajorityUp`]).
@@ -431,6 +439,22 @@ pub struct KeyLoss {
     pub at: Duration,
 }
 
+/// A lock key a node still held once the run had settled: its workers
+/// stopped, every manager settled, and every node answered again (and so
+/// was given the releases it was owed). Read past any proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leftover {
+    /// The node, by index.
+    pub node: usize,
+    /// The resource whose key it is.
+    pub resource: String,
+    /// The token's first four characters (as in [`Grant::token`]).
+    pub token: String,
+    /// When it was read.
+    #[serde(rename = "at_ns", with = "nanos")]
+    pub at: Duration,
+}
+
 /// Everything recorded in one run; times are offsets from the recorder's
 /// origin. [`check`] judges it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -455,6 +479,9 @@ pub struct History {
     pub down: Vec<Down>,
     /// Holders' keys that nodes lost to a restart.
     pub key_losses: Vec<KeyLoss>,
+    /// Lock keys the nodes still held once the run had settled: none may
+    /// be a released lock's ([`Violation::LeftBehind`]).
+    pub leftovers: Vec<Leftover>,
     /// How many nodes the locks ran on, if known: with it, a loss after a
     /// majority of them lost the holder's key or was down is counted, not
     /// judged.
@@ -612,6 +639,19 @@ impl Recorder {
             at: self.at(at),
         };
         self.with(|h| h.key_losses.push(loss));
+    }
+
+    /// Records that `node` held the key of `resource` with `token` (the
+    /// whole token or its first four characters) when read at `at`, once
+    /// the run had settled.
+    pub fn leftover(&self, node: usize, resource: impl Into<String>, token: &str, at: Instant) {
+        let leftover = Leftover {
+            node,
+            resource: resource.into(),
+            token: token.chars().take(4).collect(),
+            at: self.at(at),
+        };
+        self.with(|h| h.leftovers.push(leftover));
     }
 
     /// Records how many nodes the locks run on.

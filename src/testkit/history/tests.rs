@@ -609,3 +609,45 @@ async fn the_recorder_records_attempts_sections_and_faults_on_its_clock() {
     assert!(check(&h).is_ok());
     assert_eq!(recorder.take(), History::default());
 }
+
+fn leftover(node: usize, token: &str, at: u64) -> Leftover {
+    Leftover {
+        node,
+        resource: "r".into(),
+        token: token.into(),
+        at: ms(at),
+    }
+}
+
+#[test]
+fn a_released_locks_key_left_on_a_node_is_flagged() {
+    let mut left = history(vec![g(0, 0, 100, None, false)]);
+    left.leftovers.push(leftover(3, "abcd", 500));
+    let verdict = check(&left);
+    let [Violation::LeftBehind { leftover, grant }] = &verdict.violations[..] else {
+        panic!("{verdict:?}");
+    };
+    assert_eq!((leftover.node, grant.client), (3, 0));
+    let text = verdict.to_string();
+    assert!(
+        text.contains("node 3 still held r of a released lock at 500.0ms"),
+        "{text}"
+    );
+    assert_eq!(kinds(&left), ["left_behind"]);
+}
+
+#[test]
+fn a_key_of_another_token_or_of_a_lock_not_yet_released_is_not_flagged() {
+    // Another token (a holder's, a failed attempt's): not a released lock.
+    let mut other = history(vec![g(0, 0, 100, None, false)]);
+    other.leftovers.push(leftover(3, "ffff", 500));
+    assert!(check(&other).is_ok());
+    // Read before its release was called.
+    let mut early = history(vec![g(0, 0, 100, None, false)]);
+    early.leftovers.push(leftover(3, "abcd", 50));
+    assert!(check(&early).is_ok());
+    // A leftover survives the history file.
+    let mut file = Vec::new();
+    other.write_jsonl(&mut file).expect("write");
+    assert_eq!(History::read_jsonl(&file[..]).expect("read"), other);
+}

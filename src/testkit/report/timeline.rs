@@ -81,6 +81,7 @@ pub(super) fn mark_of(v: &Violation) -> Option<Mark<'_>> {
         | Violation::DeadlinePastTtl { grant }
         | Violation::StartOutsideCall { grant } => point(grant.resource.as_str(), grant.granted),
         Violation::LossWithMajorityUp { loss, .. } => point(loss.resource.as_str(), loss.at),
+        Violation::LeftBehind { leftover, .. } => point(leftover.resource.as_str(), leftover.at),
         Violation::UndocumentedError { op } | Violation::SlowFailure { op, .. } => {
             point(op.resource.as_str(), op.end)
         }
@@ -99,7 +100,8 @@ fn named_grants(v: &Violation) -> Vec<&Grant> {
         Violation::FenceBackwards { earlier, later, .. } => vec![earlier, later],
         Violation::GrantDuringMajorityOutage { grant, .. }
         | Violation::DeadlinePastTtl { grant }
-        | Violation::StartOutsideCall { grant } => vec![grant],
+        | Violation::StartOutsideCall { grant }
+        | Violation::LeftBehind { grant, .. } => vec![grant],
         Violation::LostUpdate { .. }
         | Violation::LossWithMajorityUp { .. }
         | Violation::UndocumentedError { .. }
