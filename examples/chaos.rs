@@ -4,9 +4,10 @@
 //! an in-process check counts any two critical sections that overlapped
 //! (there must be none). Runs for about five seconds.
 //!
-//! Contention right after a node returns is expected: it brings back keys
-//! it persisted, or receives late writes it was sent while paused, from
-//! locks already released elsewhere; they wait out their ttl.
+//! A node that returns brings back keys it persisted, or runs late writes
+//! it was sent while paused, of locks already released elsewhere: the
+//! releases it did not answer are owed to it and delivered before it is
+//! asked again, so every phase with a quorum up grants.
 //!
 //! Every attempt, critical section and fault is also recorded
 //! (`quorumlock::testkit::history`) and checked when the run ends; with
@@ -151,8 +152,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     recorder.fault(vec![2], "KillRestart", killed2, back);
     recorder.fault(vec![3, 4], "KillRestart", killed34, back);
     // The restarted nodes come back with the keys they persisted, some of
-    // locks released while they were down: those block until their ttl
-    // runs out, as Redlock requires.
+    // locks released while they were down: they are owed those releases,
+    // and get them as soon as they answer.
     let restarted = Instant::now();
     loop {
         let before = stats.acquired.load(Ordering::Relaxed);
@@ -161,7 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             report("nodes 2, 3, 4 restarted: locking again");
             break;
         }
-        report("nodes 2, 3, 4 restarted: stale keys expiring");
+        report("nodes 2, 3, 4 restarted: not granting yet");
         if restarted.elapsed() > 3 * TTL {
             break;
         }

@@ -196,6 +196,10 @@ impl Node {
         if !self.probed(watch) {
             return None;
         }
+        // A call needs it: its prober asks now rather than after its
+        // backoff, in case it answers again (at most one turn per
+        // `kick_spacing`, see `probe`).
+        self.kicked().notify_one();
         Some(NodeError::NotAsked {
             silent_for: self.not_asked_for().unwrap_or_default(),
         })

@@ -234,9 +234,6 @@ impl Node {
             return Ok(());
         }
         if let Some(not_asked) = self.not_asked() {
-            // A call needs it: its prober asks now rather than after its
-            // backoff, in case it answers again (see `health::probe`).
-            self.owed.kicked.notify_one();
             return Err(not_asked);
         }
         if self.owed.any() {
