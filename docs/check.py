@@ -22,6 +22,7 @@ tree with known mistakes and fails unless it reports exactly those.
 
 import json
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -126,6 +127,35 @@ def soak_runs(path):
         run["grants"] += record.get("grants", 0)
         run["violations"] += len(record.get("violations", []))
     return runs
+
+
+# The protocol's files: the engine, the node layer, the scripts, and each
+# primitive's node commands and scripts. A soak older than their last change
+# no longer speaks for the code.
+PROTOCOL = ["src/round", "src/node", "src/scripts", ":(glob)src/*/node.rs", ":(glob)src/**/*.lua"]
+
+
+def git(root, *args):
+    """`git args` in `root`: its output, or None where git cannot say (not
+    a checkout, an unknown commit)."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              check=False)
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def stale_soak(root, run, git=git):
+    """Why the soak `run` is older than the last change to the protocol's
+    files, or None (it is not, or this is no git checkout)."""
+    last = git(root, "log", "-1", "--format=%h", "--", *PROTOCOL)
+    if not last:
+        return None
+    if git(root, "merge-base", "--is-ancestor", last, run["commit"]) is None:
+        return (f"the latest soak (at {run['commit']}) is older than the last change to the "
+                f"protocol's files ({last}): run it again (docs/testing.md)")
+    return None
 
 
 def soak_quote(run):
@@ -244,6 +274,10 @@ class Site:
             if missing:
                 problems.append(f"{quoting}: does not quote the latest soak in {SOAK.as_posix()} "
                                 f"(at {runs[-1]['commit']}): {', '.join(missing)}")
+        if runs:
+            stale = stale_soak(self.root, runs[-1])
+            if stale:
+                problems.append(f"{SOAK.as_posix()}: {stale}")
         return problems
 
 
@@ -338,6 +372,22 @@ def self_test():
                                           "docs/missing.md", "docs/safety.md"})
         if unshipped:
             failures.append(f"shipped links reported: {unshipped}")
+
+    # A soak older than the last change to the protocol's files is stale;
+    # one at or after it is not; outside a checkout nothing is said.
+    def fake_git(last, ancestor):
+        def run(_root, *args):
+            if args[0] == "log":
+                return last
+            return "" if ancestor else None
+        return run
+    run = {"commit": "abc1234"}
+    if not stale_soak(Path("."), run, fake_git("def5678", ancestor=False)):
+        failures.append("a soak older than the protocol's last change not reported")
+    if stale_soak(Path("."), run, fake_git("def5678", ancestor=True)):
+        failures.append("a soak at the protocol's last change reported stale")
+    if stale_soak(Path("."), run, fake_git(None, ancestor=False)):
+        failures.append("a tree without git history reported a stale soak")
 
     if failures:
         for failure in failures:
