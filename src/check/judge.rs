@@ -406,6 +406,9 @@ fn refusals(refused: &Result<Vec<(String, String)>, String>) -> Vec<Finding> {
     };
     refused
         .iter()
+        // A node refused as another name of a server the manager already
+        // has: its independence finding says so, once.
+        .filter(|(_, error)| !error.contains("reaches the same server as node"))
         .map(|(operation, error)| {
             let lower = error.to_lowercase();
             let advice = if lower.contains("read only replica") {
