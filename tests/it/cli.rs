@@ -701,6 +701,90 @@ fn demo_runs_to_completion() {
     assert!(!text.contains("BUG"), "{text}");
 }
 
+/// The sample output of `doctor` in docs/cli.md is what a real run of its
+/// scenario prints, but for what differs from run to run and server to
+/// server: ports, round-trip times, the server's version and its path.
+#[test]
+fn the_doctor_sample_of_docs_cli_is_a_real_run() {
+    use quorumlock::testkit::{RedisServer, ServerOptions};
+    let first = RedisServer::start_with(ServerOptions::new().persistent()).expect("server");
+    let evicting = RedisServer::start_with(
+        ServerOptions::new()
+            .persistent()
+            .arg("--maxmemory")
+            .arg("64mb")
+            .arg("--maxmemory-policy")
+            .arg("allkeys-lru"),
+    )
+    .expect("server");
+    let (a, b) = (first.port(), evicting.port());
+    let mut cmd = quorumlock();
+    cmd.args([
+        "doctor",
+        "--nodes",
+        &format!("redis://127.0.0.1:{a},redis://localhost:{a},redis://127.0.0.1:{b}"),
+        "--ttl",
+        "30s",
+        "--clock-interval",
+        "200ms",
+    ]);
+    let out = output(cmd);
+    assert_status(&out, 1);
+    let ran = stdout(&out)
+        .replace(&format!(":{a}"), ":7001")
+        .replace(&format!(":{b}"), ":7003");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
+        .expect("docs/cli.md");
+    let section = page.split("## doctor:").nth(1).expect("the doctor section");
+    let sample = section
+        .split("```text\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("its sample");
+    assert_eq!(
+        comparable(sample),
+        comparable(&ran),
+        "the sample:\n{sample}\na run:\n{ran}"
+    );
+}
+
+/// `text` with what may differ between runs masked, and the table's
+/// padding folded.
+fn comparable(text: &str) -> Vec<String> {
+    let masked = |line: &str| {
+        let mut words: Vec<String> = Vec::new();
+        let mut it = line.split_whitespace().peekable();
+        while let Some(word) = it.next() {
+            match word {
+                // `rtt p50 X p99 Y`
+                "p50" | "p99" => {
+                    words.push(word.to_owned());
+                    let _ = it.next();
+                    words.push("<time>".to_owned());
+                }
+                // `redis 7.0.15,` or `valkey 9.1.2,`
+                "redis" | "valkey"
+                    if it.peek().is_some_and(|v| v.starts_with(char::is_numeric)) =>
+                {
+                    let _ = it.next();
+                    words.push("<server>".to_owned());
+                }
+                // `release script, extend script` or the native commands
+                "release" if words.last().is_some_and(|w| w == "-") => {
+                    words.push("<path>".to_owned());
+                    for _ in it.by_ref() {}
+                }
+                _ => words.push(word.to_owned()),
+            }
+        }
+        words.join(" ")
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(masked)
+        .collect()
+}
+
 #[test]
 fn bench_points_to_the_example() {
     let mut cmd = quorumlock();
