@@ -74,7 +74,7 @@ fn native_or_skip(test: &str) -> bool {
 /// scripting engine (Valkey's `BUILD_LUA=no`: `EVAL` answers "Could not
 /// find scripting engine"), says that `test`, which needs scripts beside
 /// the native path, is skipped and why.
-async fn scripting_or_skip(test: &str, url: &str) -> bool {
+pub(crate) async fn scripting_or_skip(test: &str, url: &str) -> bool {
     let mut c = conn(url).await;
     let answer: redis::RedisResult<i64> = redis::cmd("EVAL")
         .arg("return 1")
