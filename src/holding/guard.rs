@@ -926,7 +926,7 @@ mod tests {
         let following = summary(&["a:1", "b:2"], &[], &["c:3"]);
         assert_eq!(
             following.to_string(),
-            "released on 2 of 3 nodes; 1 still answering (c:3), followed in the background"
+            "released on 2 of 3 nodes; on its way to c:3"
         );
         assert_eq!(following.pending_on().collect::<Vec<_>>(), ["c:3"]);
         assert_eq!(following.not_held(), 0);
@@ -935,6 +935,10 @@ mod tests {
         let text = mixed.to_string();
         assert!(
             text.starts_with("released on 1 of 3 nodes; 1 failed (b:2: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("owed the release, delivered once they answer"),
             "{text}"
         );
         assert!(text.ends_with("; 1 did not hold the token"), "{text}");

@@ -388,15 +388,17 @@ impl Node {
             }
         }
         // It answers: what it is owed goes before anything else is asked.
-        if self.pay(timeout).await.is_err() {
-            return false;
-        }
-        if self.unresponsive() {
-            // Debts kept during the payment are paid in the next turn,
-            // soon after: it answers.
+        let paid = self.pay(timeout).await;
+        if silent {
+            // Asked again whatever the payment's answers: the payment went
+            // first on its connection (nothing else was sent to it), and
+            // what it did not answer, or was owed meanwhile (for requests
+            // never sent to it), is paid in the next turns. Waiting for all
+            // of it would keep a node that answers out of every quorum
+            // while calls go on, each owing it one more release.
             self.answered_again();
         }
-        !self.unresponsive() && !self.owed.any()
+        paid.is_ok() && !self.owed.any()
     }
 }
 

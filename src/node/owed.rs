@@ -16,9 +16,13 @@
 //! the node's connection (each debt's release as the node releases that
 //! shape: natively or by its script):
 //!
-//! - a node that is not asked stays not asked until it has been paid: the
-//!   prober pays right after a probe answers (or a late answer wakes it),
-//!   then asks it again, so nothing new reaches it before what it is owed;
+//! - a node that is not asked is paid right after a probe answers (or a
+//!   late answer wakes the prober), and asked again once that payment has
+//!   had its answers: nothing new reaches it before what it was owed,
+//!   which is on its connection first whatever the answers (a release that
+//!   timed out there is kept, and paid again later). What it is owed while
+//!   not asked is for requests never sent to it, so the payment does not
+//!   wait for those: they follow in the next turn;
 //! - a node that stayed asked (a restart refuses connections, it does not
 //!   time out; a release that timed out on a loaded node) is paid as soon
 //!   as it answers: a request to a node that owes wakes its prober, which
@@ -131,7 +135,6 @@ impl Owed {
     }
 
     /// How many debts are kept.
-    #[cfg(test)]
     fn len(&self) -> usize {
         self.debts().len()
     }
@@ -177,16 +180,20 @@ impl Node {
         self.start_prober();
     }
 
-    /// Pays what the node is owed (its prober does), each release bounded
-    /// by `timeout`:
-    /// `Ok` once nothing is owed; the error of a release that got no
-    /// answer otherwise (that debt and those after it kept).
+    /// Pays what the node is owed when the payment starts (its prober
+    /// does), each release bounded by `timeout`: `Ok` once those are paid;
+    /// the error of a release that got no answer otherwise (those kept).
+    /// What is owed meanwhile is left to the next payment: while a node
+    /// is not asked every release owes it one, and a payment that waited
+    /// for all of them would not end while calls go on.
     pub(super) async fn pay(&self, timeout: Duration) -> Result<(), NodeError> {
-        while self.owed.any() {
+        let mut left = self.owed.len();
+        while left > 0 && self.owed.any() {
             let mut taken = Taken {
                 owed: &self.owed,
                 debts: self.owed.take(),
             };
+            left = left.saturating_sub(taken.debts.len());
             let deadline = Instant::now() + timeout;
             let releases = taken.debts.iter().map(|debt| {
                 self.release(
