@@ -560,20 +560,17 @@ impl Cluster {
                 // A majority frozen, then thawed: they run their backlogs,
                 // and the quorum that is back grants at once.
                 let majority = majority(rng);
-                for &i in &majority {
-                    self.nodes[i].pause().expect("pause");
-                }
-                let from = Instant::now();
-                tokio::time::sleep(hold).await;
-                let to = Instant::now();
-                for &i in &majority {
-                    self.nodes[i].resume().expect("resume");
-                }
-                let back = Instant::now();
-                recorder.outage(from, to, back);
-                for &i in &majority {
-                    recorder.down(i, from, back);
-                }
+                let servers = &self.nodes;
+                outage(
+                    &majority,
+                    hold,
+                    recorder,
+                    |i| servers[i].pause().expect("pause"),
+                    |i| {
+                        servers[i].resume().expect("resume");
+                    },
+                )
+                .await;
                 majority
             }
             Fault::MajorityPartition => {
@@ -582,20 +579,15 @@ impl Cluster {
                 // heals — requests of attempts long given up run late,
                 // after the lock moved on.
                 let majority = majority(rng);
-                for &i in &majority {
-                    self.proxies[i].set(Faults::partition());
-                }
-                let from = Instant::now();
-                tokio::time::sleep(hold + NODE_TIMEOUT).await;
-                let to = Instant::now();
-                for &i in &majority {
-                    self.proxies[i].heal();
-                }
-                let back = Instant::now();
-                recorder.outage(from, to, back);
-                for &i in &majority {
-                    recorder.down(i, from, back);
-                }
+                let proxies = &self.proxies;
+                outage(
+                    &majority,
+                    hold + NODE_TIMEOUT,
+                    recorder,
+                    |i| proxies[i].set(Faults::partition()),
+                    |i| proxies[i].heal(),
+                )
+                .await;
                 majority
             }
             Fault::LostReplies => {
@@ -606,20 +598,15 @@ impl Cluster {
                 // holder's lock. Nothing may be granted meanwhile, and what
                 // is owed must delete only its own token.
                 let majority = majority(rng);
-                for &i in &majority {
-                    self.proxies[i].set(Faults::lose_replies());
-                }
-                let from = Instant::now();
-                tokio::time::sleep(hold).await;
-                let to = Instant::now();
-                for &i in &majority {
-                    self.proxies[i].heal();
-                }
-                let back = Instant::now();
-                recorder.outage(from, to, back);
-                for &i in &majority {
-                    recorder.down(i, from, back);
-                }
+                let proxies = &self.proxies;
+                outage(
+                    &majority,
+                    hold,
+                    recorder,
+                    |i| proxies[i].set(Faults::lose_replies()),
+                    |i| proxies[i].heal(),
+                )
+                .await;
                 majority
             }
             Fault::RollingRestart => {
@@ -2695,4 +2682,29 @@ async fn left_behind_without_owed_releases() {
         .collect();
     assert_eq!(left.len(), 4, "{verdict}");
     println!("flagged without owed releases: {verdict}");
+}
+
+/// A majority out for `hold`: each of `nodes` taken out with `out`, then
+/// brought back with `back`, recorded as an outage and each node as down.
+async fn outage(
+    nodes: &[usize],
+    hold: Duration,
+    recorder: &Recorder,
+    out: impl Fn(usize),
+    back: impl Fn(usize),
+) {
+    for &i in nodes {
+        out(i);
+    }
+    let from = Instant::now();
+    tokio::time::sleep(hold).await;
+    let to = Instant::now();
+    for &i in nodes {
+        back(i);
+    }
+    let returned = Instant::now();
+    recorder.outage(from, to, returned);
+    for &i in nodes {
+        recorder.down(i, from, returned);
+    }
 }
