@@ -580,7 +580,8 @@ impl Redlock {
     ///
     /// Those of [`lock`](Self::lock), and [`Error::Lost`] when the lock was
     /// lost before `work` completed. A failed release after `work`
-    /// completed is not an error (the keys expire by ttl); it is logged —
+    /// completed is not an error (nodes that did not answer are owed the
+    /// release); it is logged —
     /// except [`Error::Incompatible`] (nodes that cannot run the release
     /// at all, e.g. Functions mode without the library), which is returned
     /// instead of `work`'s output.

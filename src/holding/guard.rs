@@ -343,7 +343,8 @@ impl LockGuard {
     /// quorum did: the lock had expired (or nodes restarted) before this
     /// call, so the critical section may not have been exclusive to the
     /// end. Nodes that did not answer are listed in the summary's
-    /// [`failures`](ReleaseSummary::failures); their keys expire by ttl.
+    /// [`failures`](ReleaseSummary::failures); they are owed the release,
+    /// delivered once they answer (see `docs/how-it-works.md`).
     ///
     /// [`Error::Incompatible`] when so many nodes cannot run the release
     /// (in [`ScriptMode::Functions`](crate::ScriptMode::Functions): no
