@@ -631,6 +631,43 @@ fn nodes_that_cannot_serve_the_command_exit_78_at_once() {
     }
 }
 
+/// `--functions` is taken by every subcommand that the error of a user
+/// denied scripts points to (ScriptsRefused suggests Functions mode). On a
+/// node without quorumlock's library loaded, what needs a script says to
+/// load it, with the status of incompatible nodes.
+#[test]
+fn every_subcommand_takes_functions_mode() {
+    let nodes = RedisNodes::start(1).expect("nodes");
+    if !crate::support::functions_or_skip("cli::every_subcommand_takes_functions_mode") {
+        return;
+    }
+    let urls = nodes_arg(&nodes);
+    for args in [
+        vec![
+            "exec",
+            "--functions",
+            "--nodes",
+            &urls,
+            "--fence",
+            "r",
+            "--",
+            "true",
+        ],
+        vec!["elect", "--functions", "--nodes", &urls, "e", "--", "true"],
+        vec!["leader", "--functions", "--nodes", &urls, "e"],
+    ] {
+        let mut cmd = quorumlock();
+        cmd.args(&args);
+        let out = output(cmd);
+        assert_status(&out, 78);
+        assert!(
+            stderr(&out).contains("FUNCTION LOAD"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn a_missing_command_exits_127_and_releases_the_lock() {
     let nodes = RedisNodes::start(1).expect("nodes");

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use clap::Args;
+use quorumlock::Retry;
 use quorumlock::check::CheckOptions;
-use quorumlock::{Retry, ScriptMode};
 
 use crate::duration::parse_duration;
 use crate::exit;
@@ -26,11 +26,6 @@ pub(crate) struct DoctorArgs {
     #[arg(long)]
     pub(crate) fenced: bool,
 
-    /// The application runs its scripts as Redis Functions: check that the
-    /// library is loaded, in this version.
-    #[arg(long)]
-    pub(crate) functions: bool,
-
     /// How long to watch each node's clock against this machine's.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub(crate) clock_interval: Duration,
@@ -42,11 +37,9 @@ pub(crate) struct DoctorArgs {
 }
 
 pub(crate) async fn run(args: DoctorArgs) -> Result<u8, clap::Error> {
-    let mut builder = args.nodes.builder(Retry::none());
-    if args.functions {
-        builder = builder.script_mode(ScriptMode::Functions);
-    }
-    let locks = builder
+    let locks = args
+        .nodes
+        .builder(Retry::none())
         .build()
         .map_err(|e| usage_error("doctor", format!("--nodes: {e}")))?;
     let mut options = CheckOptions::new().clock_interval(args.clock_interval);

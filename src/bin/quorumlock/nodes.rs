@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use quorumlock::{Redlock, RedlockBuilder, Retry};
+use quorumlock::{Redlock, RedlockBuilder, Retry, ScriptMode};
 
 use crate::duration::parse_duration;
 
@@ -38,6 +38,13 @@ pub(crate) struct NodeArgs {
     /// How long one request to one node may take [default: 250ms].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) node_timeout: Option<Duration>,
+
+    /// Run the scripts as Redis Functions (FCALL of quorumlock's library,
+    /// loaded once per node, see docs/security.md), for a lock user who may
+    /// not run EVAL; `doctor` also checks that the library is loaded, in
+    /// this version.
+    #[arg(long)]
+    pub(crate) functions: bool,
 }
 
 /// One entry of a comma-separated `--nodes` list, trimmed. An empty one
@@ -94,6 +101,9 @@ impl NodeArgs {
         }
         if let Some(timeout) = self.node_timeout {
             builder = builder.node_timeout(timeout);
+        }
+        if self.functions {
+            builder = builder.script_mode(ScriptMode::Functions);
         }
         builder
     }
