@@ -189,7 +189,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if let Some(path) = report_to {
         Page::new(&history, &verdict)
-            .title("examples/chaos.rs: eight workers, five nodes killed, paused and restarted")
+            .title(
+                "examples/chaos.rs: eight workers on five nodes; node 0 killed and restarted, \
+                 node 1 paused and resumed, nodes 3, 4 then 2 killed and restarted",
+            )
             .replay(format!(
                 "cargo run --example chaos --features testkit -- --report {}",
                 path.display()

@@ -178,9 +178,13 @@ impl<'a> Page<'a> {
         };
         row(
             "seed",
-            history
-                .seed
-                .map_or_else(|| "none".to_owned(), |s| format!("<code>{s}</code>")),
+            history.seed.map_or_else(
+                || {
+                    "none: a fixed fault schedule, the same on every run (only its timing differs)"
+                        .to_owned()
+                },
+                |s| format!("<code>{s}</code>"),
+            ),
         );
         if let Some(replay) = &self.replay {
             row(
