@@ -227,7 +227,10 @@ impl<'a> Page<'a> {
             if outcomes.is_empty() {
                 "none recorded".to_owned()
             } else {
-                counts(&outcomes)
+                format!(
+                    "{}<br><small>ambiguous (partial release): the release returned once a quorum deleted the token, before every node had answered; the others were followed in the background. Not a failure.</small>",
+                    counts(&outcomes)
+                )
             },
         );
         let mut faults: BTreeMap<String, usize> = BTreeMap::new();
@@ -264,7 +267,7 @@ impl<'a> Page<'a> {
         row(
             "grants counted as preempted",
             format!(
-                "{} (deadline past the call's start + ttl, within the attempt's: counted, not judged)",
+                "{} (the guard's deadline lies past the time the test read before calling + ttl: the client thread was descheduled between that clock read and the call for longer than the drift allowance; the deadline is still within the library's own start + ttl, so this is counted, not judged as a violation)",
                 verdict.preempted
             ),
         );
