@@ -59,6 +59,8 @@ pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use identity::{Servers, watch as identify};
 pub(crate) use native::{push_extend, push_release};
 pub(crate) use owed::Debt;
+#[cfg(feature = "testkit")]
+pub(crate) use owed::keep_owed_releases;
 pub(crate) use redact::redact;
 pub(crate) use run::Resend;
 pub(crate) use url::install_crypto_provider;

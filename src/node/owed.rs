@@ -34,8 +34,6 @@
 //! the keys, which the holding shares). Past that the oldest is dropped,
 //! counted (`quorumlock_owed_dropped_total`) and logged: its key expires
 //! by its ttl, as every key did before debts were kept.
-//!
-//! [`PROBE_CAP`]: crate::node::health::PROBE_CAP
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +48,19 @@ use crate::metrics;
 use crate::node::{Heard, Node, ShapeRef};
 use crate::request::Keys;
 use crate::token::Token;
+
+/// Whether releases a node did not answer are kept as debts for it: off
+/// only in a test build's negative control (see
+/// [`testkit::owed_releases`](crate::testkit::owed_releases)).
+#[cfg(feature = "testkit")]
+static KEPT: AtomicBool = AtomicBool::new(true);
+
+/// Switches owed releases on or off for every node of the process (see
+/// [`KEPT`]).
+#[cfg(feature = "testkit")]
+pub(crate) fn keep_owed_releases(on: bool) {
+    KEPT.store(on, Ordering::Release);
+}
 
 /// The most debts a node keeps.
 pub(crate) const MOST: usize = 10_000;
@@ -154,7 +165,7 @@ impl Drop for Taken<'_> {
 }
 
 impl Node {
-    /// Node is owed the release of an ended holding, which it did not
+    /// The node is owed the release of an ended holding, which it did not
     /// answer: kept until paid (see the module), and the node's prober
     /// started to pay it.
     pub(crate) fn owe(&self, debt: Debt) {
@@ -163,7 +174,7 @@ impl Node {
             return;
         }
         #[cfg(feature = "testkit")]
-        if !crate::testkit::owed_releases_kept() {
+        if !KEPT.load(Ordering::Acquire) {
             return; // a test build's negative control
         }
         if self.owed.keep(debt).is_some() {

@@ -96,22 +96,14 @@ mod tls;
 
 pub use cluster::RedisCluster;
 
-/// Whether releases a node did not answer are kept as debts for it (see
-/// [`owed_releases`]).
-static OWED_RELEASES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
 /// Switches owed releases off (`false`) or on again, for every manager of
 /// this process: with them off, a release a node did not answer is
 /// forgotten, as before they existed — the negative control of the chaos
-/// checker's "nothing left behind" rule. Not for anything but tests.
+/// checker's "nothing left behind" rule. Not for anything but tests. (The
+/// switch itself is the node layer's, which imports nothing from here.)
 #[doc(hidden)]
 pub fn owed_releases(on: bool) {
-    OWED_RELEASES.store(on, std::sync::atomic::Ordering::Release);
-}
-
-/// Whether owed releases are kept (see [`owed_releases`]).
-pub(crate) fn owed_releases_kept() -> bool {
-    OWED_RELEASES.load(std::sync::atomic::Ordering::Acquire)
+    crate::node::keep_owed_releases(on);
 }
 pub use proxy::{FaultProxy, Faults};
 pub use server::{
