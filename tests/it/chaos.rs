@@ -2674,13 +2674,22 @@ async fn left_behind_without_owed_releases() {
         return; // only in its own process: the switch is process-wide
     }
     quorumlock::testkit::owed_releases(false);
-    let verdict = check(&left_behind_history().await);
+    let history = left_behind_history().await;
+    let verdict = check(&history);
     let left: Vec<_> = verdict
         .violations
         .iter()
         .filter(|v| matches!(v, Violation::LeftBehind { .. }))
         .collect();
-    assert_eq!(left.len(), 4, "{verdict}");
+    // Every key the thawed node still holds is flagged, and it holds some:
+    // up to the four whose requests reached its socket (on a loaded
+    // machine the last ones may find it already not asked, and never
+    // reach it).
+    assert!(
+        !left.is_empty(),
+        "nothing left behind without owed releases"
+    );
+    assert_eq!(left.len(), history.leftovers.len(), "{verdict}");
     println!("flagged without owed releases: {verdict}");
 }
 
