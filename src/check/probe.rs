@@ -401,7 +401,6 @@ async fn access(
         keys,
         token,
         ttl: PROBE_TTL,
-        fence: None,
         shape: &LockShape,
     };
     if let Err(e) = node.extend(extension, deadline()).await {

@@ -464,7 +464,6 @@ pub(crate) mod tests {
         let holding = Holding {
             keys: Arc::new(["r".into()]),
             token: Token::generate().expect("random source"),
-            fence: None,
             shape: crate::node::ShapeRef::LOCK,
         };
         Arc::new(LockState::new(

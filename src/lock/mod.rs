@@ -32,6 +32,7 @@ use crate::node::{OnNode, Op, ShapeRef, Status};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Kind, Request, Target};
 use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow, shallow};
+use node::FencedShape;
 
 /// A node's answer to a lock's acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,13 +103,17 @@ impl Acquire for Request {
                     .await?
                     .into()),
             };
+            // A fenced lock's touches its counter too: alone (boxed, as
+            // the lanes box a request that goes alone).
+            if kind == Kind::Fenced {
+                return Box::pin(alone()).await;
+            }
             // A plain lock's, with whatever else is bound for this node
-            // meanwhile.
+            // meanwhile (a multi-resource lock's goes alone).
             let on_node = OnNode {
                 keys: &keys,
                 token,
                 shape: &ShapeRef::LOCK,
-                fenced: kind == Kind::Fenced,
             };
             let op = Op::Acquire { ttl };
             let lanes = call.core.lanes();
@@ -118,19 +123,26 @@ impl Acquire for Request {
         }
     }
 
+    /// Every lock's releases and extensions are a lock's, until a fenced
+    /// one is granted (see [`complete`](Self::complete)).
+    fn shape(&self) -> ShapeRef {
+        ShapeRef::LOCK
+    }
+
     /// A fenced lock's second phase: the fence is the largest counter value
     /// among the granting quorum, and the granting nodes are asked to raise
     /// their counter to it while they hold our key; a quorum of them must
     /// confirm. Only those count: a node without our key may already have
     /// handed a later acquirer a smaller counter (see
     /// [`Redlock::lock_fenced`](crate::Redlock::lock_fenced), and control j
-    /// of the model in tests/model).
+    /// of the model in tests/model). A grant holds a fenced lock's shape:
+    /// its counter (which its restores raise) and its fence.
     async fn complete(
         &self,
         core: &Arc<Core>,
         round: &Round<Acquired>,
         window: &Window,
-    ) -> Result<Option<(Arc<str>, u64)>, Error> {
+    ) -> Result<Option<ShapeRef>, Error> {
         let Some(keys) = &self.fence else {
             return Ok(None);
         };
@@ -173,7 +185,10 @@ impl Acquire for Request {
         // Granting nodes never refuse a write-back: short of a quorum,
         // granting nodes failed.
         match writeback.decision {
-            Decision::Reached => Ok(Some((keys.counter.clone(), fence))),
+            Decision::Reached => Ok(Some(ShapeRef::from(Arc::new(FencedShape {
+                counter: keys.counter.clone(),
+                fence,
+            })))),
             _ => Err(Error::FenceUnconfirmed {
                 resource: self.target.resource.to_string(),
                 confirmed: writeback.tally.yes(),

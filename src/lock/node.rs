@@ -122,9 +122,9 @@ impl Node {
     }
 }
 
-/// A lock (plain, fenced or multi-resource) on the nodes: its keys hold
-/// its token (`extend.lua`, `release.lua`); a plain one's requests may go
-/// through the group-commit lane.
+/// A lock (plain or multi-resource, and a fenced one until it is granted)
+/// on the nodes: its keys hold its token (`extend.lua`, `release.lua`); a
+/// plain one's requests may go through the group-commit lane.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LockShape;
 
@@ -146,18 +146,13 @@ impl Shape for LockShape {
         &EXTEND
     }
 
-    /// Its keys, and a fenced lock's counter key.
     fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
         keys.extend(lock.keys.iter().map(|k| &**k));
-        keys.extend(lock.fence.map(|(key, _)| key));
     }
 
-    /// Token, ttl, how many keys, and the fence (0 for none).
+    /// Token, ttl, how many keys, and no fence (0).
     fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
-        cmd.arg(lock.token)
-            .arg(lock.ttl.ms())
-            .arg(lock.keys.len())
-            .arg(lock.fence.map_or(0, |(_, fence)| fence));
+        extend_args(lock, 0, cmd);
     }
 
     fn release_script(&self) -> &'static Lua {
@@ -171,6 +166,72 @@ impl Shape for LockShape {
     fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
         released(reply, release.keys.len())
     }
+}
+
+/// A granted fenced lock on the nodes: a lock's key, and beside it the
+/// fence counter that a restore raises to the lock's fence (`extend.lua`
+/// takes both). Released as any lock is.
+#[derive(Debug, Clone)]
+pub(crate) struct FencedShape {
+    /// `<key>:fence`.
+    pub(crate) counter: Arc<str>,
+    /// The fence it was granted.
+    pub(crate) fence: u64,
+}
+
+impl Shape for FencedShape {
+    fn group_commits(&self) -> bool {
+        true
+    }
+
+    fn token_keys(&self) -> bool {
+        true
+    }
+
+    /// A restore raises the counter too.
+    fn keys_only(&self) -> bool {
+        false
+    }
+
+    fn fence(&self) -> Option<u64> {
+        Some(self.fence)
+    }
+
+    fn extend_script(&self) -> &'static Lua {
+        &EXTEND
+    }
+
+    /// Its key, and its counter's.
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>) {
+        keys.extend(lock.keys.iter().map(|k| &**k));
+        keys.push(&self.counter);
+    }
+
+    /// Token, ttl, how many keys, and the fence.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
+        extend_args(lock, self.fence, cmd);
+    }
+
+    fn release_script(&self) -> &'static Lua {
+        &RELEASE
+    }
+
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
+        release_call(cmd, release.keys, release.token, release.announce);
+    }
+
+    fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
+        released(reply, release.keys.len())
+    }
+}
+
+/// `extend.lua`'s arguments for one lock: token, ttl, how many keys, and
+/// the fence (0 for none).
+fn extend_args(lock: &Extension<'_>, fence: u64, cmd: &mut Cmd) {
+    cmd.arg(lock.token)
+        .arg(lock.ttl.ms())
+        .arg(lock.keys.len())
+        .arg(fence);
 }
 
 /// `release.lua`'s arguments: the keys, the token, and with an announced
@@ -210,21 +271,22 @@ mod tests {
             keys: &keys[..1],
             token: "t1",
             ttl: Ttl::from_millis(1500),
-            fence: None,
             shape: &LockShape,
+        };
+        let fenced_shape = FencedShape {
+            counter: "a:fence".into(),
+            fence: 7,
         };
         let fenced = Extension {
             keys: &keys[..1],
             token: "t2",
             ttl: Ttl::from_millis(2000),
-            fence: Some(("a:fence", 7)),
-            shape: &LockShape,
+            shape: &fenced_shape,
         };
         let many = Extension {
             keys: &keys,
             token: "t3",
             ttl: Ttl::from_millis(3000),
-            fence: None,
             shape: &LockShape,
         };
         assert_eq!(
@@ -248,6 +310,12 @@ mod tests {
             layout::release(&LockShape, &announced),
             ["2", "a", "b", "t", "id", "a:released", "b:released"]
         );
-        assert!(LockShape.group_commits());
+        assert_eq!(
+            layout::release(&fenced_shape, &announced),
+            ["2", "a", "b", "t", "id", "a:released", "b:released"]
+        );
+        assert!(LockShape.group_commits() && fenced_shape.group_commits());
+        assert!(LockShape.keys_only() && !fenced_shape.keys_only());
+        assert_eq!((LockShape.fence(), fenced_shape.fence()), (None, Some(7)));
     }
 }

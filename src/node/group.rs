@@ -111,15 +111,16 @@ impl Op {
     /// group-commit lane, and under which key: the one place that decides
     /// it. Only one-key holdings of a shape that
     /// [group-commits](crate::node::Shape::group_commits) do (`batch.lua`
-    /// knows keys that hold just their token): every op of an unfenced
-    /// one, and a fenced one's release (a token-checked delete, like an
-    /// unfenced one's); a fenced acquire and extension touch its counter
-    /// too, and go alone.
+    /// knows keys that hold just their token): every op of one whose
+    /// extension touches its key alone ([`keys_only`](crate::node::Shape::keys_only)),
+    /// and the release of one whose does not (a fenced lock's: a
+    /// token-checked delete, like any lock's); a fenced lock's extension
+    /// touches its counter too, and goes alone.
     fn batched<'k>(&self, holding: &OnNode<'k>) -> Option<&'k Arc<str>> {
         match holding.keys {
             [key]
                 if holding.shape.group_commits()
-                    && (!holding.fenced || matches!(self, Op::Release { .. })) =>
+                    && (holding.shape.keys_only() || matches!(self, Op::Release { .. })) =>
             {
                 Some(key)
             }
@@ -272,14 +273,13 @@ pub(crate) trait Spawn: Send + Sync {
     fn spawn_boxed(&self, work: Pin<Box<dyn Future<Output = ()> + Send>>) -> bool;
 }
 
-/// A holding's request as the lanes see it: its keys, token and shape, and
-/// whether it is fenced (see [`Op::batched`]).
+/// A holding's request as the lanes see it: its keys, token and shape (see
+/// [`Op::batched`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OnNode<'a> {
     pub(crate) keys: &'a [Arc<str>],
     pub(crate) token: &'a Token,
     pub(crate) shape: &'a ShapeRef,
-    pub(crate) fenced: bool,
 }
 
 /// What a request that went through a lane got: `batch.lua`'s status.
@@ -767,7 +767,6 @@ impl Node {
                     keys,
                     token,
                     ttl,
-                    fence: None,
                     shape: &**shape,
                 };
                 Box::pin(

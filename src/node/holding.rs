@@ -43,6 +43,21 @@ pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Whether extending (or restoring) a holding touches its keys alone:
+    /// then one of [`token_keys`](Self::token_keys) may be extended in the
+    /// group commit's `batch.lua` or natively. A fenced lock's is not: its
+    /// restore raises its counter to its fence too.
+    fn keys_only(&self) -> bool {
+        true
+    }
+
+    /// The fence a holding of this shape was granted, which its guard
+    /// shows: a fenced lock's. Data of the primitive, carried in its shape;
+    /// the engine never reads it.
+    fn fence(&self) -> Option<u64> {
+        None
+    }
+
     /// The script that extends (or restores) holdings of this shape, many
     /// in one call: holdings whose script is the same (and on a cluster,
     /// whose first key's slot is too) share a call. It answers one status
@@ -98,14 +113,13 @@ impl<S: Shape> From<Arc<S>> for ShapeRef {
     }
 }
 
-/// One lock to extend on a node: its keys, token and new ttl, for a
-/// fenced lock its counter's key and fence, and what it is.
+/// One holding to extend on a node: its keys, token and new ttl, and what
+/// it is (a fenced lock's counter and fence are its shape's).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Extension<'a> {
     pub(crate) keys: &'a [Arc<str>],
     pub(crate) token: &'a str,
     pub(crate) ttl: Ttl,
-    pub(crate) fence: Option<(&'a str, u64)>,
     pub(crate) shape: &'a dyn Shape,
 }
 
@@ -177,9 +191,9 @@ const NATIVE: u32 = u32::MAX;
 const BATCHED: u32 = u32::MAX - 1;
 
 /// Whether an extension can go natively on a node that has `SET … IFEQ`:
-/// one key holding just the token, no fence counter to raise.
+/// one key holding just the token, nothing beside it to touch.
 fn is_native(lock: &Extension<'_>) -> bool {
-    lock.shape.token_keys() && lock.keys.len() == 1 && lock.fence.is_none()
+    lock.shape.token_keys() && lock.shape.keys_only() && lock.keys.len() == 1
 }
 
 /// The native delete a node with `caps` releases a holding of `shape`

@@ -26,11 +26,10 @@ pub(crate) trait Acquire: Sync {
     /// grant holds (and a failed attempt releases), the requested ttl.
     fn target(&self) -> &Target;
 
-    /// What a grant is on the nodes beyond its keys: a lock unless said
-    /// otherwise.
-    fn shape(&self) -> ShapeRef {
-        ShapeRef::LOCK
-    }
+    /// What a grant is on the nodes beyond its keys: how a node extends
+    /// and releases it (see [`Shape`](crate::node::Shape)). The engine has
+    /// no default: every primitive says, the lock too.
+    fn shape(&self) -> ShapeRef;
 
     /// What the cleanup after a failed attempt releases: the grant's
     /// [`shape`](Self::shape) unless said otherwise. A waiting writer's
@@ -54,14 +53,15 @@ pub(crate) trait Acquire: Sync {
 
     /// After a quorum said yes (with validity left): whatever the grant
     /// still needs, within `window` — the fence write-back of a fenced
-    /// lock. Returns the lock's fence counter key and fence, if any:
-    /// nothing to do and no fence unless said otherwise.
+    /// lock. Returns the shape the grant holds if it is not
+    /// [`shape`](Self::shape)'s (a fenced lock's carries its counter and
+    /// fence): nothing to do and the same shape unless said otherwise.
     fn complete(
         &self,
         core: &Arc<Core>,
         round: &Round<Self::Answer>,
         window: &Window,
-    ) -> impl Future<Output = Result<Option<(Arc<str>, u64)>, Error>> + Send {
+    ) -> impl Future<Output = Result<Option<ShapeRef>, Error>> + Send {
         let _ = (core, round, window);
         async { Ok(None) }
     }
@@ -119,10 +119,10 @@ pub(crate) async fn attempt<A: Acquire>(
     // Only a failed round needs it (see `Cleanup::run`).
     let refused = round.refused_unless_reached();
     match confirm(core, acquire, round, &window, start).await {
-        Ok((round, fence)) => {
+        Ok((round, shape)) => {
             cleanup.disarm();
             Ok(Grant {
-                holding: holding(acquire, token, fence),
+                holding: holding(acquire, token, shape),
                 window,
                 round,
                 stragglers,
@@ -170,20 +170,20 @@ async fn ask<A: Acquire>(
 /// Whether the round grants: a quorum said yes with validity left, the
 /// acquisition [completed](Acquire::complete) what the grant still needs,
 /// and validity is still left after that. Returns the round and the
-/// grant's fence, if any.
+/// grant's shape, if completing it gave one.
 async fn confirm<A: Acquire>(
     core: &Arc<Core>,
     acquire: &A,
     round: Round<A::Answer>,
     window: &Window,
     start: Instant,
-) -> Result<(Round<A::Answer>, Option<(Arc<str>, u64)>), Error> {
+) -> Result<(Round<A::Answer>, Option<ShapeRef>), Error> {
     let target = acquire.target();
     let round = granted(target, round, window, start)?;
-    let fence = acquire.complete(core, &round, window).await?;
+    let shape = acquire.complete(core, &round, window).await?;
     // Checked again: completing took time out of the validity.
     match window.validity_at(Instant::now()) {
-        Some(_) => Ok((round, fence)),
+        Some(_) => Ok((round, shape)),
         None => Err(validity_expired(target, start)),
     }
 }
@@ -217,13 +217,12 @@ fn validity_expired(target: &Target, start: Instant) -> Error {
 }
 
 /// What the attempt with `token` holds once granted (and may hold on a
-/// node until it is cleaned up).
-fn holding<A: Acquire>(acquire: &A, token: Token, fence: Option<(Arc<str>, u64)>) -> Holding {
+/// node until it is cleaned up): of `shape` if completing it gave one.
+fn holding<A: Acquire>(acquire: &A, token: Token, shape: Option<ShapeRef>) -> Holding {
     Holding {
         keys: acquire.target().keys.clone(),
         token,
-        fence,
-        shape: acquire.shape(),
+        shape: shape.unwrap_or_else(|| acquire.shape()),
     }
 }
 

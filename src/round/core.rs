@@ -177,14 +177,14 @@ impl crate::node::pubsub::Nodes for Core {
     }
 }
 
-/// What a held (or half-acquired) lock is on the nodes: its keys and token,
-/// and for a fenced lock its counter's key and fence. Extending and
-/// releasing a lock are described here, for every primitive.
+/// What a held (or half-acquired) holding is on the nodes: its keys and
+/// token, and its shape (which carries whatever else its primitive keeps
+/// with it: a fenced lock's counter and fence). Extending and releasing
+/// are described here, for every primitive.
 #[derive(Debug, Clone)]
 pub(crate) struct Holding {
     pub(crate) keys: Keys,
     pub(crate) token: Token,
-    pub(crate) fence: Option<(Arc<str>, u64)>,
     pub(crate) shape: ShapeRef,
 }
 
@@ -195,7 +195,6 @@ impl Holding {
             keys: &self.keys,
             token: self.token.as_str(),
             ttl,
-            fence: self.fence.as_ref().map(|(key, fence)| (&**key, *fence)),
             shape: &*self.shape,
         }
     }
@@ -207,12 +206,11 @@ impl Holding {
             keys: &self.keys,
             token: &self.token,
             shape: &self.shape,
-            fenced: self.fence.is_some(),
         }
     }
 
-    /// The fence of a fenced lock.
+    /// The fence its guard shows, if its shape has one (a fenced lock's).
     pub(crate) fn fence(&self) -> Option<u64> {
-        self.fence.as_ref().map(|&(_, fence)| fence)
+        self.shape.fence()
     }
 }

@@ -302,7 +302,6 @@ mod tests {
         let holding = Arc::new(Holding {
             keys: Arc::new(["r".into()]),
             token: crate::token::Token::generate().expect("random source"),
-            fence: None,
             shape: crate::node::ShapeRef::LOCK,
         });
         let deadline = Deadline::from(Instant::now());

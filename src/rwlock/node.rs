@@ -169,7 +169,6 @@ mod tests {
             keys: &keys,
             token: "r",
             ttl: Ttl::from_millis(1000),
-            fence: None,
             shape: &reader,
         };
         let write = Extension {

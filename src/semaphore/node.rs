@@ -180,7 +180,6 @@ mod tests {
             keys: &slot,
             token: "t",
             ttl: Ttl::from_millis(1500),
-            fence: None,
             shape: &permits,
         };
         assert_eq!(
