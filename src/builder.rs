@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use crate::acquire::FirstUse;
 use crate::acquire::retry::Retry;
-use crate::acquire::turns::Turns;
 use crate::acquire::wakeup::{WakeOnRelease, Wakeups};
 use crate::check::StartupCheck;
 use crate::error::{ConfigError, Error};
@@ -518,7 +517,7 @@ impl RedlockBuilder {
             script_mode: self.script_mode,
             renewer: Default::default(),
             wakeups: announce.then(|| Arc::new(Wakeups::new(pubsub.clone()))),
-            turns: announce.then(|| Arc::new(Turns::new(pubsub.clone()))),
+            kept: Default::default(),
             pubsub,
             first_use: FirstUse {
                 check: self.startup_check,

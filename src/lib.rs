@@ -244,9 +244,10 @@
 //! 5. **Entry points**
 //!    - `acquire` — around an acquiring call: [`Retry`] (delays with
 //!      jitter, attempt limits, wait deadlines), waiting for a release by
-//!      pub/sub instead of polling (`wakeup.rs`), a fair lock's waiter
-//!      told its turn (`turns.rs`), and whether the
-//!      manager's node check on first use has started.
+//!      pub/sub instead of polling (`wakeup.rs`), whether the
+//!      manager's node check on first use has started, and what a
+//!      primitive keeps per manager without the manager knowing it
+//!      (`Kept`: a fair lock's waiters told their turn).
 //!    - `check::run` — the node check over a manager's nodes: every node
 //!      probed at once, judged, and logged for the check on first use.
 //!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms,
@@ -259,7 +260,8 @@
 //!    - `fair` — [`Redlock::fair_lock`], in its own folder as `semaphore`
 //!      is: its API, the waiter's loop (a ticket, then attempts first in
 //!      line) and its descriptions on the engine (`mod.rs`), what it asks a
-//!      node and the fair lock's `Shape` (`node.rs`), its scripts.
+//!      node and the fair lock's `Shape` (`node.rs`), its waiters told
+//!      their turn (`turns.rs`), its scripts.
 //!    - `semaphore` — [`Semaphore`], in its own folder: its API and its
 //!      description on the engine (`mod.rs`), what it asks a node and the
 //!      permit's `Shape` (`node.rs`), its scripts (`*.lua`).

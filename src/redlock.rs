@@ -11,10 +11,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::FirstUse;
 use crate::acquire::retry::{Next, Retry, Schedule, jitter_unit};
-use crate::acquire::turns::Turns;
 use crate::acquire::wakeup::{WAKE_JITTER, Waiter, WakeOnRelease, Wakeups, unheard_backoff};
+use crate::acquire::{FirstUse, Kept};
 use crate::check::{self, CheckOptions, Report};
 use crate::error::Error;
 use crate::holding::guard::LockGuard;
@@ -69,8 +68,9 @@ pub(crate) struct Manager {
     pub(crate) pubsub: Arc<PubSub>,
     /// Waiters woken by releases, with [`WakeOnRelease::Subscribe`].
     pub(crate) wakeups: Option<Arc<Wakeups>>,
-    /// Fair lock waiters told their turn, with [`WakeOnRelease::Subscribe`].
-    pub(crate) turns: Option<Arc<Turns>>,
+    /// What primitives keep per manager (a fair lock's waiters told their
+    /// turn).
+    pub(crate) kept: Kept,
     /// The node check on first use (see `doctor`).
     pub(crate) first_use: FirstUse,
 }

@@ -9,11 +9,13 @@
 //! The whole primitive is in this folder: here its public API, its
 //! descriptions on the engine and the waiter's loop; in `node.rs` what it
 //! asks a node, how the replies read, and the fair lock's
-//! [`Shape`](crate::node::Shape); its scripts beside them; and in
+//! [`Shape`](crate::node::Shape); its scripts beside them; in
+//! `turns.rs` its waiters told their turn (kept per manager); and in
 //! `inspect.rs` what [`Redlock::inspect`] reads of its line.
 
 pub(crate) mod inspect;
 pub(crate) mod node;
+pub(crate) mod turns;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ use crate::round::{Acquire, Core, NodeCall, attempt, follow};
 use crate::token::Token;
 
 use self::node::{Attempt, Entered, Line, Tried, enter, leave, try_turn};
+use self::turns::Turns;
 
 /// How long a waiter's place in line lasts on a node unless the waiter
 /// renews it: a waiter that dies while queued holds up the next one by at
@@ -432,9 +435,12 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
         let delay = counted(&mut schedule, fair, error, unavailable)?;
         tokio::time::sleep(delay).await;
     };
+    // Told its turn where releases are announced (the manager's wake-ups
+    // are on), else polling.
     let turn = manager
-        .turns
+        .wakeups
         .as_ref()
+        .and_then(|_| manager.kept.get_or(|| Turns::new(manager.pubsub.clone())))
         .map(|turns| turns.waiter(&fair.line.turn, &id));
     loop {
         let seen = Arc::new(Seen::default());
