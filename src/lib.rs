@@ -195,6 +195,11 @@
 //!    - `keys` — the key layout: every key and channel named after a
 //!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
+//!    - `contract` — what a primitive describes so that the engine, the
+//!      guards and `inspect` serve it without knowing which it is: its
+//!      entry in the list of primitives (`Primitive`: its scripts, its
+//!      keys, its reads for `inspect`), the reads themselves (`Reads`),
+//!      and where each engine-side trait it implements stands.
 //!    - `metrics` — what the `metrics` feature records (see [Metrics](#metrics)),
 //!      in one place; nothing without the feature.
 //!    - `scripts` — a Lua script as the nodes run it ([`ScriptMode`]), and
@@ -268,6 +273,8 @@
 //!    - `rwlock` — [`RwLock`], in its own folder as `semaphore` is: its
 //!      API and its description on the engine, a hold's `Shape` and the
 //!      acquire it sends a node (`node.rs`), its scripts.
+//!    - `primitives` — the list of primitives, each one line: how the
+//!      crate finds every one (their reads, scripts and keys).
 //!    - `inspect` — [`Redlock::inspect`], [`Inspection`]: what every node
 //!      keeps under a name, read through the engine (the reads each
 //!      primitive describes, listed once in `inspect/read.rs`) and judged
@@ -310,6 +317,7 @@
 //
 // 1. pure: no I/O
 pub mod check;
+mod contract;
 mod error;
 mod keys;
 mod metrics;
@@ -333,6 +341,7 @@ mod builder;
 mod election;
 mod fair;
 mod inspect;
+mod primitives;
 mod redlock;
 mod rwlock;
 mod semaphore;

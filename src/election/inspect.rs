@@ -4,9 +4,9 @@
 
 use redis::{Cmd, Value};
 
+use crate::contract::{Decoded, Kept, Reads, Replies, command, ours, text, unexpected};
 use crate::error::NodeError;
 use crate::keys::Layout;
-use crate::lock::inspect::{Decoded, Kept, Reads, Replies, command, ours, text, unexpected};
 
 /// An election's reads: `HMGET <key>:leader token term rev value`.
 #[derive(Debug)]

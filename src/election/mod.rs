@@ -21,13 +21,24 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::Notify;
 
+use crate::contract::Primitive;
 use crate::error::{Error, LossReason};
 use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
+use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::node::pubsub::Subscription;
 use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
 use crate::request::{FenceKeys, Fencing, Keys, Request, Ttl, channel};
 use crate::round::{Core, shallow};
+
+/// The election in the list of primitives: a fenced lock's key and term
+/// counter (the lock's), and its leader's value beside them.
+pub(crate) static PRIMITIVE: Primitive = Primitive {
+    name: "election",
+    scripts: &[&node::ELECT_PROCLAIM, &node::ELECT_LEADER],
+    keys: &[LEADER_SUFFIX, ELECTED_SUFFIX],
+    reads: &inspect::LeaderReads,
+};
 
 impl Redlock {
     /// The election called `name`, on this manager's nodes: see

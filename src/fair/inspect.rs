@@ -4,9 +4,9 @@
 
 use redis::Cmd;
 
+use crate::contract::{Decoded, Kept, Reads, Replies, clock, command, ours, scored};
 use crate::error::NodeError;
 use crate::keys::Layout;
-use crate::lock::inspect::{Decoded, Kept, Reads, Replies, clock, command, ours, scored};
 
 /// A fair lock's reads: its waiters' leases (`ZRANGE … WITHSCORES`) and
 /// the node's `TIME`, to leave out the waiters whose lease ended.
@@ -44,7 +44,7 @@ mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::lock::inspect::tests::bulk;
+    use crate::contract::replies::tests::bulk;
 
     #[test]
     fn only_waiters_whose_lease_has_not_ended_are_in_line() {

@@ -25,9 +25,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::retry::{Next, Schedule, jitter_unit};
+use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
+use crate::keys::{QUEUE_LEASES_SUFFIX, QUEUE_SUFFIX, QUEUE_TICKET_SUFFIX, TURN_SUFFIX};
 use crate::node::{Deadline, ShapeRef};
 use crate::quorum::Rule;
 use crate::redlock::{Acquisition, Attempts, Redlock};
@@ -35,6 +37,20 @@ use crate::request::{Fencing, Keys, Target, Ttl};
 use crate::round::calls::Requests;
 use crate::round::{Acquire, Core, NodeCall, attempt, follow};
 use crate::token::Token;
+
+/// The fair lock in the list of primitives: a lock's key (the lock's), and
+/// its line beside it.
+pub(crate) static PRIMITIVE: Primitive = Primitive {
+    name: "fair lock",
+    scripts: &[&node::ENTER, &node::TRY, &node::RELEASE, &node::LEAVE],
+    keys: &[
+        QUEUE_SUFFIX,
+        QUEUE_LEASES_SUFFIX,
+        QUEUE_TICKET_SUFFIX,
+        TURN_SUFFIX,
+    ],
+    reads: &inspect::LineReads,
+};
 
 use self::node::{Attempt, Entered, Line, Tried, enter, leave, try_turn};
 use self::turns::Turns;

@@ -11,7 +11,7 @@
 //! - this file: the call, its decision rule on the engine, and the
 //!   following of the nodes after the decision;
 //! - `read`: one node's read: the reads every primitive describes in its
-//!   own folder (a `lock::inspect::Reads`, each listed once in `read`'s
+//!   own folder (a `contract::Reads`, each listed once in `read`'s
 //!   `PRIMITIVES`), sent together, and what they decode kept as the
 //!   node's [`Stored`];
 //! - `verdict`: the quorum verdict on the answers so far (pure);

@@ -1,5 +1,5 @@
 //! One node's read: the reads each primitive describes
-//! ([`Reads`](crate::lock::inspect::Reads), listed once in [`PRIMITIVES`]),
+//! ([`Reads`](crate::contract::Reads), listed once in the list of primitives),
 //! sent together, and what they decode kept as the node's [`Stored`].
 
 use std::sync::Arc;
@@ -7,25 +7,12 @@ use std::sync::Arc;
 use redis::{Cmd, Value};
 
 use super::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
-use crate::election::inspect::LeaderReads;
+use crate::contract::{Held, Kept, Replies};
 use crate::error::NodeError;
-use crate::fair::inspect::LineReads;
 use crate::keys::Layout;
-use crate::lock::inspect::{Held, Kept, LockReads, Reads, Replies};
 use crate::node::{Deadline, Node};
+use crate::primitives::PRIMITIVES;
 use crate::round::Core;
-use crate::rwlock::inspect::RwLockReads;
-use crate::semaphore::inspect::PermitReads;
-
-/// Every primitive's reads, in the order their commands go out: a new
-/// primitive that keeps something of its own is one more entry.
-const PRIMITIVES: [&dyn Reads; 5] = [
-    &LockReads,
-    &LeaderReads,
-    &PermitReads,
-    &RwLockReads,
-    &LineReads,
-];
 
 /// Reads what node `node` keeps under `layout`'s keys: every primitive's
 /// first reads at once, then at once the reads that depend on them (a
@@ -38,11 +25,11 @@ pub(super) async fn read(
     deadline: Deadline,
 ) -> Result<Stored, NodeError> {
     let target = core.node(node)?;
-    let first: Vec<Vec<Cmd>> = PRIMITIVES.iter().map(|p| p.reads(&layout)).collect();
+    let first: Vec<Vec<Cmd>> = PRIMITIVES.iter().map(|p| p.reads.reads(&layout)).collect();
     let mut stored = Stored::default();
     let mut more = Vec::with_capacity(PRIMITIVES.len());
     for (primitive, replies) in PRIMITIVES.iter().zip(send(target, &first, deadline).await) {
-        let decoded = primitive.decode(&layout, replies)?;
+        let decoded = primitive.reads.decode(&layout, replies)?;
         decoded
             .kept
             .into_iter()
@@ -53,7 +40,7 @@ pub(super) async fn read(
         let replies = send(target, &more, deadline).await;
         for ((primitive, sent), replies) in PRIMITIVES.iter().zip(&more).zip(replies) {
             if !sent.is_empty() {
-                let kept = primitive.decode_more(replies)?;
+                let kept = primitive.reads.decode_more(replies)?;
                 kept.into_iter().for_each(|kept| keep(&mut stored, kept));
             }
         }

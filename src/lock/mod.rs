@@ -27,12 +27,28 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
+use crate::keys::{FENCE_MARK_SUFFIX, FENCE_SUFFIX, RELEASED_SUFFIX};
 use crate::node::{OnNode, Op, ShapeRef, Status};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Kind, Request, Target};
 use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow, shallow};
 use node::FencedShape;
+
+/// The lock (plain, fenced, multi-resource) in the list of primitives.
+pub(crate) static PRIMITIVE: Primitive = Primitive {
+    name: "lock",
+    scripts: &[
+        &node::RELEASE,
+        &node::EXTEND,
+        &node::ACQUIRE_MANY,
+        &node::ACQUIRE_FENCED,
+        &node::FENCE_WRITEBACK,
+    ],
+    keys: &["", FENCE_SUFFIX, FENCE_MARK_SUFFIX, RELEASED_SUFFIX],
+    reads: &inspect::LockReads,
+};
 
 /// A node's answer to a lock's acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

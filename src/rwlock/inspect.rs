@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use crate::error::NodeError;
-use crate::keys::Layout;
-use crate::lock::inspect::{
+use crate::contract::{
     Decoded, Held, Kept, Reads, Replies, clock, command, held, integer, ours, scored,
 };
+use crate::error::NodeError;
+use crate::keys::Layout;
 
 /// A reader-writer lock's reads: the writer's `GET` and `PTTL`, the
 /// readers' `ZRANGE … WITHSCORES`, the waiting writer's `EXISTS`, and the
@@ -68,7 +68,7 @@ mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::lock::inspect::tests::bulk;
+    use crate::contract::replies::tests::bulk;
 
     #[test]
     fn replies_are_parsed_in_both_protocols() {

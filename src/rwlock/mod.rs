@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
@@ -28,6 +29,14 @@ use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
 use crate::token::Token;
+
+/// The reader-writer lock in the list of primitives.
+pub(crate) static PRIMITIVE: Primitive = Primitive {
+    name: "reader-writer lock",
+    scripts: &[&node::ACQUIRE, &node::EXTEND, &node::RELEASE],
+    keys: &[WRITER_SUFFIX, READERS_SUFFIX, WRITER_WAITING_SUFFIX],
+    reads: &inspect::RwLockReads,
+};
 
 use self::node::{RwKeys, RwShape, acquire_hold};
 

@@ -197,30 +197,19 @@ mod tests {
 --   QUORUMLOCK_BLESS=1 cargo test --lib scripts
 ";
 
-    /// Every script, in the library's order: the one list of them (each
-    /// is a static beside its commands). A script missing here fails
+    /// Every script, in the library's order: the engine's (`batch.lua`),
+    /// then each primitive's, in the list of primitives (each is a static
+    /// beside its commands). A script missing there fails
     /// `every_script_file_is_in_the_library`.
     fn library() -> Vec<&'static Lua> {
-        vec![
-            &*crate::lock::node::RELEASE,
-            &*crate::lock::node::EXTEND,
-            &*crate::lock::node::ACQUIRE_MANY,
-            &*crate::lock::node::ACQUIRE_FENCED,
-            &*crate::lock::node::FENCE_WRITEBACK,
-            &*crate::election::node::ELECT_PROCLAIM,
-            &*crate::election::node::ELECT_LEADER,
-            &*crate::semaphore::node::ACQUIRE,
-            &*crate::semaphore::node::EXTEND,
-            &*crate::semaphore::node::RELEASE,
-            &*crate::rwlock::node::ACQUIRE,
-            &*crate::rwlock::node::EXTEND,
-            &*crate::rwlock::node::RELEASE,
-            &*crate::node::BATCH,
-            &*crate::fair::node::ENTER,
-            &*crate::fair::node::TRY,
-            &*crate::fair::node::RELEASE,
-            &*crate::fair::node::LEAVE,
-        ]
+        std::iter::once(&crate::node::BATCH)
+            .chain(
+                crate::primitives::PRIMITIVES
+                    .iter()
+                    .flat_map(|primitive| primitive.scripts.iter().copied()),
+            )
+            .map(|lua| &**lua)
+            .collect()
     }
 
     /// The library text the scripts call for.

@@ -4,9 +4,9 @@
 
 use redis::Cmd;
 
+use crate::contract::{Decoded, Kept, Reads, Replies, command, held, integer, ours, text};
 use crate::error::NodeError;
 use crate::keys::Layout;
-use crate::lock::inspect::{Decoded, Kept, Reads, Replies, command, held, integer, ours, text};
 use crate::semaphore::Semaphore;
 
 /// A semaphore's reads: `GET <key>:permits`, then `GET` and `PTTL` of
@@ -58,8 +58,8 @@ mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::lock::inspect::Held;
-    use crate::lock::inspect::tests::bulk;
+    use crate::contract::Held;
+    use crate::contract::replies::tests::bulk;
 
     #[test]
     fn permits_are_read_once_their_count_is_known() {

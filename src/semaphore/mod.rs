@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use rand::RngExt;
 
+use crate::contract::Primitive;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
@@ -32,6 +33,14 @@ use crate::quorum::{Answer, Vote};
 use crate::redlock::{Acquisition, Attempts, Redlock};
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
+
+/// The semaphore in the list of primitives.
+pub(crate) static PRIMITIVE: Primitive = Primitive {
+    name: "semaphore",
+    scripts: &[&node::ACQUIRE, &node::EXTEND, &node::RELEASE],
+    keys: &[PERMITS_SUFFIX, PERMIT_INFIX],
+    reads: &inspect::PermitReads,
+};
 
 use self::node::{PermitReply, Permits, acquire_permit};
 

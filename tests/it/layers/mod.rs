@@ -51,6 +51,9 @@ const LAYERS: [Layer; 5] = [
             &["metrics", "quorum", "token"],
             // A caller's input validated into keys and a ttl.
             &["request"],
+            // What a primitive describes for the engine, the guards and
+            // `inspect` to serve it unknown.
+            &["contract"],
         ],
     ),
     (
@@ -96,6 +99,8 @@ const LAYERS: [Layer; 5] = [
             &["redlock"],
             // Built on the manager: its builder, the other primitives.
             &["builder", "election", "fair", "rwlock", "semaphore"],
+            // The list of primitives.
+            &["primitives"],
             // What is stored under a name, for any primitive.
             &["inspect"],
         ],
