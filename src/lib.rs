@@ -207,8 +207,8 @@
 //!      primitive's folder).
 //!    - `check` — the node doctor's room: its public types
 //!      ([`Report`](check::Report), …) and its judgement of what the nodes
-//!      showed (`check/judge.rs`); its probe and its entry point are on
-//!      their own levels below.
+//!      showed (`check/judge/`, a file per rule family); its probe and its
+//!      entry point are on their own levels below.
 //! 2. **Wire**
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
