@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::FirstUse;
+use crate::acquire::call::Manager;
 use crate::acquire::retry::Retry;
 use crate::acquire::wakeup::{WakeOnRelease, Wakeups};
 use crate::check::StartupCheck;
 use crate::error::{ConfigError, Error};
 use crate::node::pubsub::PubSub;
 use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
-use crate::redlock::{Manager, Redlock};
+use crate::redlock::Redlock;
 use crate::round::Core;
 use crate::scripts::{NativeCommands, ScriptMode};
 

@@ -253,10 +253,17 @@
 //!      manager's node check on first use has started, and what a
 //!      primitive keeps per manager without the manager knowing it
 //!      (`Kept`: a fair lock's waiters told their turn).
+//!    - `acquire::call` — one acquiring call, for every primitive: the
+//!      manager's shared state (`Manager`, the inner half of [`Redlock`])
+//!      and its one path: the startup check on first use, the attempts a
+//!      primitive describes (`Acquisition`), the retry policy's delays and
+//!      the wake-ups between them, metrics. Its own level, above
+//!      `check::run`, which it runs.
 //!    - `check::run` — the node check over a manager's nodes: every node
 //!      probed at once, judged, and logged for the check on first use.
-//!    - `redlock` — [`Redlock`]: `lock`, `try_lock` and their forms,
-//!      `with_lock`, and [`Redlock::check`] (delegating to `check::run`).
+//!    - `redlock` — [`Redlock`], the public face: `lock`, `try_lock` and
+//!      their forms, `with_lock`, and [`Redlock::check`] (each delegating
+//!      to `acquire::call`).
 //!    - `builder` — [`RedlockBuilder`]: configuration, defaults, validation.
 //!    - `election` — [`Election`], [`Leadership`]: campaign, leader,
 //!      observe; and on the engine (`election/leader.rs`), the leader's

@@ -4,6 +4,7 @@
 //! its first use ([`FirstUse`]), and what a primitive keeps per manager
 //! ([`Kept`]).
 
+pub(crate) mod call;
 pub(crate) mod retry;
 pub(crate) mod wakeup;
 

@@ -21,13 +21,14 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::Notify;
 
+use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::contract::Primitive;
 use crate::error::{Error, LossReason};
 use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
 use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::node::pubsub::Subscription;
-use crate::redlock::{Acquisition, Attempts, Manager, Redlock};
+use crate::redlock::Redlock;
 use crate::request::{FenceKeys, Fencing, Keys, Request, Ttl, channel};
 use crate::round::{Core, shallow};
 
@@ -535,9 +536,9 @@ impl Acquisition for Campaign {
 
     /// The lock, then the value beside it on a quorum; a failure of either
     /// is the attempt's (a half-won campaign gives the lock up).
-    async fn attempt(&self, locks: &Redlock) -> Result<Leadership, Error> {
-        let guard = locks.attempt(&self.lock).await?;
-        let core = &locks.manager().core;
+    async fn attempt(&self, manager: &Arc<Manager>) -> Result<Leadership, Error> {
+        let guard = manager.attempt(&self.lock).await?;
+        let core = &manager.core;
         let state = State {
             key: self.key.clone(),
             leader_key: self.leader_key.clone(),

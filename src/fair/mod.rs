@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::acquire::retry::{Next, Schedule, jitter_unit};
 use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
@@ -32,7 +33,7 @@ use crate::holding::lease::Lease;
 use crate::keys::{QUEUE_LEASES_SUFFIX, QUEUE_SUFFIX, QUEUE_TICKET_SUFFIX, TURN_SUFFIX};
 use crate::node::{Deadline, ShapeRef};
 use crate::quorum::Rule;
-use crate::redlock::{Acquisition, Attempts, Redlock};
+use crate::redlock::Redlock;
 use crate::request::{Fencing, Keys, Target, Ttl};
 use crate::round::calls::Requests;
 use crate::round::{Acquire, Core, NodeCall, attempt, follow};
@@ -252,8 +253,11 @@ impl Acquisition for Fair {
         tracing::debug_span!("quorumlock", op, resource = %target.resource, ttl_ms = target.ttl.ms())
     }
 
-    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
-        wait_in_line(locks, self)
+    fn attempt(
+        &self,
+        manager: &Arc<Manager>,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        wait_in_line(manager, self)
     }
 }
 
@@ -423,8 +427,7 @@ enum Entry {
 
 /// A fair lock call: its first attempt, then (when it queues) its wait in
 /// line until it is granted, gives up or is cancelled.
-async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> {
-    let manager = locks.manager();
+async fn wait_in_line(manager: &Arc<Manager>, fair: &Fair) -> Result<LockGuard, Error> {
     let mut schedule = manager.retry.schedule(Instant::now());
     let id: Arc<str> = Arc::from(Token::generate()?.as_str());
     // A call that waits is placed in line by its first attempt where a
@@ -435,7 +438,7 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
     // Whether an earlier first attempt may have placed it somewhere.
     let mut placed = false;
     let ticket = loop {
-        let error = match first_attempt(locks, fair, waiter.clone()).await {
+        let error = match first_attempt(manager, fair, waiter.clone()).await {
             Ok(Entry::Granted(guard, everywhere)) => {
                 in_line.granted_first(waiter.is_some() && (placed || !everywhere));
                 return Ok(guard);
@@ -460,7 +463,7 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
         .map(|turns| turns.waiter(&fair.line.turn, &id));
     loop {
         let seen = Arc::new(Seen::default());
-        let error = match take_turn(locks, fair, &id, ticket, &seen).await {
+        let error = match take_turn(manager, fair, &id, ticket, &seen).await {
             Ok(guard) => {
                 in_line.granted();
                 return Ok(guard);
@@ -485,11 +488,11 @@ async fn wait_in_line(locks: &Redlock, fair: &Fair) -> Result<LockGuard, Error> 
 /// call's ticket; an error if too few nodes drew one (or it does not
 /// queue).
 async fn first_attempt(
-    locks: &Redlock,
+    manager: &Arc<Manager>,
     fair: &Fair,
     waiter: Option<Arc<str>>,
 ) -> Result<Entry, Error> {
-    let core = &locks.manager().core;
+    let core = &manager.core;
     let tickets = Arc::new(Tickets::default());
     let enter = Enter {
         fair: fair.clone(),
@@ -499,7 +502,7 @@ async fn first_attempt(
     match attempt(core, &enter).await {
         Ok(grant) => {
             let everywhere = tickets.granted.load(Ordering::Acquire) == core.len();
-            Ok(Entry::Granted(guard(locks, fair, grant), everywhere))
+            Ok(Entry::Granted(guard(manager, fair, grant), everywhere))
         }
         Err(error) if fair.queue && tickets.heard.load(Ordering::Acquire) >= core.quorum() => {
             // Refused by a quorum (held, or others in line): queue.
@@ -512,7 +515,7 @@ async fn first_attempt(
 
 /// A queued waiter's attempt: the guard if granted.
 async fn take_turn(
-    locks: &Redlock,
+    manager: &Arc<Manager>,
     fair: &Fair,
     id: &Arc<str>,
     ticket: u64,
@@ -524,17 +527,16 @@ async fn take_turn(
         ticket,
         seen: seen.clone(),
     };
-    let grant = attempt(&locks.manager().core, &try_turn).await?;
-    Ok(guard(locks, fair, grant))
+    let grant = attempt(&manager.core, &try_turn).await?;
+    Ok(guard(manager, fair, grant))
 }
 
 /// A granted attempt as the caller's guard.
-fn guard<T, F>(locks: &Redlock, fair: &Fair, grant: crate::round::Grant<T, F>) -> LockGuard
+fn guard<T, F>(manager: &Manager, fair: &Fair, grant: crate::round::Grant<T, F>) -> LockGuard
 where
     T: crate::quorum::Answer + Send + 'static,
     F: Future<Output = Result<T, NodeError>> + Unpin + Send + 'static,
 {
-    let manager = locks.manager();
     LockGuard::new(
         manager.core.clone(),
         manager.renewer.clone(),

@@ -21,11 +21,12 @@ use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
+use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::node::ShapeRef;
-use crate::redlock::{Acquisition, Attempts, Redlock};
+use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
 use crate::token::Token;
@@ -334,8 +335,11 @@ impl Acquisition for RwAttempt {
         span(self, op)
     }
 
-    fn attempt(&self, locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
-        locks.attempt(self)
+    fn attempt(
+        &self,
+        manager: &Arc<Manager>,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+        manager.attempt(self)
     }
 }
 

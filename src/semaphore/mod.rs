@@ -25,12 +25,13 @@ use crate::contract::Primitive;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
+use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::node::ShapeRef;
 use crate::quorum::{Answer, Vote};
-use crate::redlock::{Acquisition, Attempts, Redlock};
+use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
 
@@ -332,7 +333,7 @@ impl Semaphore {
         loop {
             tries += 1;
             let attempt = SlotAttempt::new(request, slot, nodes);
-            let error = match self.locks.attempt(&attempt).await {
+            let error = match self.locks.manager().attempt(&attempt).await {
                 Ok(guard) => {
                     tracing::debug!(slot, "permit granted");
                     self.next
@@ -383,7 +384,10 @@ impl Acquisition for Acquiring {
         span(&self.request, op)
     }
 
-    fn attempt(&self, _locks: &Redlock) -> impl Future<Output = Result<LockGuard, Error>> + Send {
+    fn attempt(
+        &self,
+        _manager: &Arc<Manager>,
+    ) -> impl Future<Output = Result<LockGuard, Error>> + Send {
         self.semaphore.attempt(&self.request)
     }
 }

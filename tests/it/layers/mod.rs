@@ -95,6 +95,8 @@ const LAYERS: [Layer; 5] = [
             // Around an acquiring call: retry loop, wake-up, first use; and
             // the node check run over a manager's nodes.
             &["acquire", "check::run"],
+            // One acquiring call: the manager's state and its retry loop.
+            &["acquire::call"],
             // The manager.
             &["redlock"],
             // Built on the manager: its builder, the other primitives.
