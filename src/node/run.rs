@@ -11,7 +11,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use super::ordered::Ordered;
 use crate::error::NodeError;
-use crate::node::{Backend, Deadline, Node, ReplicaSync, redact, unexpected, within};
+use crate::node::options::ReplicaSync;
+use crate::node::{Backend, Deadline, Node, redact, unexpected, within};
 use crate::scripts::{Lua, Replicas, ScriptMode};
 
 /// Whether a call may go out again when its connection dropped before the
