@@ -1031,7 +1031,7 @@ mod tests {
     /// and each command a second box of `redis`' own, 1,152 bytes.
     #[test]
     fn a_lone_request_carries_only_its_own_path() {
-        let node = crate::round::tests::nodes(1).remove(0);
+        let node = crate::node::testing::nodes(1).remove(0);
         let key: Arc<str> = "k".into();
         let ttl = Ttl::new(Duration::from_secs(1), 0.01).expect("a ttl");
         let deadline = Deadline::from(Instant::now());

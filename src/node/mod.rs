@@ -49,6 +49,8 @@ mod run;
 mod url;
 
 pub(crate) mod pubsub;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
