@@ -25,6 +25,8 @@
 //!   `DELEX … IFEQ`), found from its command table once per connection;
 //! - `native`: the token-checked release and extension with those
 //!   commands, for holdings whose keys hold just the token;
+//! - `batch`: the `batch.lua` encoding of many one-key holdings' requests
+//!   in one call, for group commit and auto-extension alike;
 //! - `group`: group commit — one-key holdings' requests that meet a call
 //!   in flight go out together in one call once it answers, for any
 //!   [`Shape`] that allows it.
@@ -33,6 +35,7 @@
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
 //! `src/semaphore/node.rs`, `src/rwlock/node.rs`.
 
+mod batch;
 mod caps;
 mod deadline;
 mod group;
@@ -52,10 +55,10 @@ pub(crate) mod pubsub;
 #[cfg(test)]
 pub(crate) mod testing;
 
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) use batch::BATCH;
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
-#[cfg(any(test, feature = "testkit"))]
-pub(crate) use group::BATCH;
 pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
 pub(crate) use health::{Heard, watch};
 #[cfg(test)]
