@@ -176,14 +176,14 @@
 //! # How the code is organised
 //!
 //! Five layers; a module imports only from its own layer or the ones above
-//! it in this list, and no modules import one another in a circle (a test
-//! of the integration-test crate, `tests/it/layers/`, reads the sources and
-//! checks both against its `LAYERS` table, which says where each module is
-//! meant to stand). Data flows one way: request → fan-out → votes →
-//! decision → guard. Each folder is a room with one job, said in the first
-//! line of its `mod.rs`; a folder may have parts on other levels than the
-//! rest of it: `lock::node` is `src/lock/node.rs`, listed where it stands,
-//! and `lock` the rest of `src/lock/`.
+//! it in this list, and no modules, nor files, import one another in a
+//! circle (a test of the integration-test crate, `tests/it/layers/`, reads
+//! the sources and checks them against its `LAYERS` table, which says
+//! where each module is meant to stand). Data flows one way: request →
+//! fan-out → votes → decision → guard. Each folder is a room with one job,
+//! said in the first line of its `mod.rs`; a folder may have parts on
+//! other levels than the rest of it: `lock::node` is `src/lock/node.rs`,
+//! listed where it stands, and `lock` the rest of `src/lock/`.
 //!
 //! 1. **Pure** (no I/O)
 //!    - `error` — [`Error`], [`NodeError`], [`LossReason`]: what went wrong, per node.
@@ -217,7 +217,7 @@
 //!      manager's pub/sub connection per node (`node/pubsub.rs`),
 //!      subscribed to the channels anyone listens on (waiters, election
 //!      observers), handing each message to the channel's listeners; and
-//!      group commit per node (`node/group.rs`): under heavy load, the
+//!      group commit per node (`node/group/`): under heavy load, the
 //!      acquires, releases and extensions of one-key holdings whose `Shape`
 //!      allows it that meet a call in flight go out together as one call
 //!      (`batch.lua`, or native commands) once it answers; under light
@@ -301,8 +301,9 @@
 //! renewal, releases and wake-ups serve it without knowing which primitive
 //! it is. Its folder is one module in the layers, unless lower modules use
 //! a part of it: the lock's commands (`lock::node`), which the node check
-//! uses, are listed on their own level. The engine imports nothing from a
-//! primitive's folder.
+//! uses, are listed on their own level. The engine (`round`, `node`,
+//! `quorum`, `holding`) imports nothing from a primitive's folder, its
+//! `::node` part included (the layers test checks this too).
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.

@@ -202,7 +202,7 @@ impl Redlock {
         self.inner.check(options).await
     }
 
-    /// Acquires `resource` for `ttl`, retrying per the manager's [`Retry`]
+    /// Acquires `resource` for `ttl`, retrying per the manager's [`Retry`](crate::Retry)
     /// policy.
     ///
     /// Each attempt sends `SET key token NX PX ttl` to every node in

@@ -14,8 +14,8 @@ use tracing::Instrument;
 use crate::error::{Error, LossReason, NodeError};
 use crate::holding::lease::{Extended, Lease, LockState, RoundId};
 use crate::holding::renew::Renewer;
-use crate::holding::summary::Answers;
 pub use crate::holding::summary::ReleaseSummary;
+use crate::holding::summary::{Answers, Following};
 use crate::metrics;
 use crate::node::{Deadline, ExtendReply, Op};
 use crate::quorum::{Answer, Rule, Vote, Window};
@@ -409,12 +409,12 @@ impl LockGuard {
             .filter(|(_, answer)| **answer == Some(true))
             .map(|(label, _)| label)
             .collect();
-        let following = following.map(|(nodes, answers)| {
-            let nodes = nodes
+        let following = following.map(|(nodes, answers)| Following {
+            nodes: nodes
                 .into_iter()
                 .filter_map(|i| Some((i, self.core.node(i).ok()?.label().clone())))
-                .collect();
-            (nodes, answers)
+                .collect(),
+            answers,
         });
         Ok(ReleaseSummary::new(
             released_on,

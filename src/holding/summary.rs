@@ -12,7 +12,7 @@ use crate::error::{NodeError, NodeFailure};
 /// Each node's answer to a release, as it comes (`None`: not yet).
 pub(crate) type Answers = Vec<Option<Result<bool, NodeError>>>;
 
-/// The outcome of [`LockGuard::release`], per node: what was known when it
+/// The outcome of [`LockGuard::release`](crate::LockGuard::release), per node: what was known when it
 /// returned (a quorum's answers, at least), and a way to wait for the
 /// rest ([`settled`](Self::settled)).
 ///
@@ -31,26 +31,27 @@ pub struct ReleaseSummary {
 
 /// The nodes a release still followed when it returned, and where their
 /// answers show.
-struct Following {
-    nodes: Vec<(usize, Arc<str>)>,
-    answers: watch::Receiver<Answers>,
+pub(crate) struct Following {
+    /// By index and label.
+    pub(crate) nodes: Vec<(usize, Arc<str>)>,
+    pub(crate) answers: watch::Receiver<Answers>,
 }
 
 impl ReleaseSummary {
     /// What `release` knew when it returned: the nodes that deleted the
     /// token, how many were asked, the failed ones, and the nodes it still
-    /// followed (by index and label) with where their answers show.
+    /// followed.
     pub(crate) fn new(
         released_on: Vec<Arc<str>>,
         asked: usize,
         failures: Vec<NodeFailure>,
-        following: Option<(Vec<(usize, Arc<str>)>, watch::Receiver<Answers>)>,
+        following: Option<Following>,
     ) -> Self {
         Self {
             released_on,
             asked,
             failures,
-            following: following.map(|(nodes, answers)| Following { nodes, answers }),
+            following,
         }
     }
 

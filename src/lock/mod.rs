@@ -11,7 +11,7 @@
 //! The folder stands on two levels of the layers: `node` (the commands
 //! on one node, the scripts beside it, the lock's `Shape`) on the wire,
 //! and this file, the acquisitions, on the round engine. A plain lock's
-//! requests go through the node's group commit (`node/group.rs`), which
+//! requests go through the node's group commit (`node/group/`), which
 //! serves any `Shape` that allows it.
 //!
 //! `inspect.rs` is what [`Redlock::inspect`](crate::Redlock::inspect)

@@ -1,6 +1,6 @@
 //! A lock's commands on one node: fenced and several keys at once (a
 //! plain lock's `SET NX PX` goes through the node's group commit, see
-//! `node/group.rs`); its scripts (the `.lua` files beside this one), and
+//! `node/group/`); its scripts (the `.lua` files beside this one), and
 //! the lock's [`Shape`].
 
 use std::sync::{Arc, LazyLock};

@@ -263,7 +263,7 @@ impl Node {
         // own requests fail at once. A payment of the node's debts (see
         // `owed`) is the only sender to a node not asked, and to one that
         // is, it goes as soon as it can: no turn either.
-        if super::owed::paying() {
+        if super::run::paying() {
             return step(self.capabilities_within(deadline).await).await;
         }
         if self.not_asked().is_some() {

@@ -439,18 +439,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_node_that_stops_answering_is_not_asked_until_an_answer() {
-        let node = crate::round::tests::nodes(1).pop().expect("a node");
+        let node = crate::node::testing::nodes(1).pop().expect("a node");
         // No manager, no prober: never left unasked.
-        crate::round::tests::freeze(&node);
+        crate::node::testing::freeze(&node);
         assert!(node.unresponsive());
         assert!(
             node.not_asked().is_none(),
             "nothing would ever ask it again"
         );
 
-        let nodes: Arc<[Node]> = crate::round::tests::nodes(3).into();
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(3).into();
         watch(&nodes, Duration::from_secs(60));
-        crate::round::tests::freeze(&nodes[0]);
+        crate::node::testing::freeze(&nodes[0]);
         assert!(matches!(
             nodes[0].not_asked(),
             Some(NodeError::NotAsked { .. })
@@ -485,10 +485,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn no_more_nodes_are_left_unasked_than_a_quorum_can_do_without() {
-        let nodes: Arc<[Node]> = crate::round::tests::nodes(5).into();
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(5).into();
         watch(&nodes, Duration::from_secs(60));
         for node in nodes.iter() {
-            crate::round::tests::freeze(node);
+            crate::node::testing::freeze(node);
         }
         let unasked = |nodes: &[Node]| nodes.iter().filter(|n| n.not_asked().is_some()).count();
         // Five silent at once looks like a loaded machine: two are left
@@ -500,9 +500,9 @@ mod tests {
         assert_eq!(unasked(&nodes), 2);
         assert!(nodes[0].not_asked().is_none() && nodes[2].not_asked().is_some());
         // A single node is always asked: there is nobody to do without it.
-        let one: Arc<[Node]> = crate::round::tests::nodes(1).into();
+        let one: Arc<[Node]> = crate::node::testing::nodes(1).into();
         watch(&one, Duration::from_secs(60));
-        crate::round::tests::freeze(&one[0]);
+        crate::node::testing::freeze(&one[0]);
         assert!(one[0].not_asked().is_none());
     }
 }

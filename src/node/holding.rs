@@ -13,8 +13,8 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
 use crate::error::NodeError;
+use crate::node::batch::{Entry, SingleOp};
 use crate::node::caps::Capabilities;
-use crate::node::group::{Entry, SingleOp};
 use crate::node::native::push_extend;
 use crate::node::{Deadline, NativeDelete, Node, Resend, unexpected};
 use crate::quorum::{Answer, Vote};

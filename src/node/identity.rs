@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn the_second_node_to_reach_a_server_is_refused_and_the_manager_told() {
-        let nodes: Arc<[Node]> = crate::round::tests::nodes(3).into();
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(3).into();
         let servers = watch(&nodes);
         assert_eq!(nodes[0].identified(&info("a")), Learned::Same);
         assert_eq!(nodes[2].identified(&info("b")), Learned::Same);
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_new_run_id_on_a_new_connection_is_a_restart() {
-        let nodes: Arc<[Node]> = crate::round::tests::nodes(2).into();
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(2).into();
         let _servers = watch(&nodes);
         assert_eq!(nodes[0].identified(&info("a")), Learned::Same);
         assert!(nodes[0].identity.settled());
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_user_denied_info_is_unchecked_not_refused() {
-        let nodes: Arc<[Node]> = crate::round::tests::nodes(2).into();
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(2).into();
         let servers = watch(&nodes);
         let denied = redis::parse_redis_value(
             b"-NOPERM User locker has no permissions to run the 'info' command\r\n",

@@ -11,6 +11,8 @@
 //! - `ordered`: a standalone node's one multiplexed connection (lazy,
 //!   reconnecting), with requests reaching the server in the order they
 //!   were issued, from the first one;
+//! - `options`: what every node of a manager shares (script mode, native
+//!   commands, replica sync, TLS roots);
 //! - `url`: node URLs, TLS, and labels without credentials;
 //! - `redact`: keeping passwords and tokens out of errors;
 //! - `deadline`: the per-call deadline;
@@ -23,6 +25,8 @@
 //!   `DELEX … IFEQ`), found from its command table once per connection;
 //! - `native`: the token-checked release and extension with those
 //!   commands, for holdings whose keys hold just the token;
+//! - `batch`: the `batch.lua` encoding of many one-key holdings' requests
+//!   in one call, for group commit and auto-extension alike;
 //! - `group`: group commit — one-key holdings' requests that meet a call
 //!   in flight go out together in one call once it answers, for any
 //!   [`Shape`] that allows it.
@@ -31,6 +35,7 @@
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
 //! `src/semaphore/node.rs`, `src/rwlock/node.rs`.
 
+mod batch;
 mod caps;
 mod deadline;
 mod group;
@@ -38,6 +43,7 @@ mod health;
 mod holding;
 mod identity;
 mod native;
+mod options;
 mod ordered;
 mod owed;
 mod redact;
@@ -46,11 +52,13 @@ mod run;
 mod url;
 
 pub(crate) mod pubsub;
+#[cfg(test)]
+pub(crate) mod testing;
 
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) use batch::BATCH;
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
-#[cfg(any(test, feature = "testkit"))]
-pub(crate) use group::BATCH;
 pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
 pub(crate) use health::{Heard, watch};
 #[cfg(test)]
@@ -58,6 +66,7 @@ pub(crate) use holding::layout;
 pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use identity::{Servers, watch as identify};
 pub(crate) use native::{push_extend, push_release};
+pub(crate) use options::{NodeOptions, ReplicaSync};
 pub(crate) use owed::Debt;
 #[cfg(feature = "testkit")]
 pub(crate) use owed::keep_owed_releases;
@@ -74,7 +83,7 @@ use std::time::Duration;
 use redis::aio::PubSub;
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -90,52 +99,6 @@ use self::url::{is_tls, label, open};
 /// How long one connection attempt may take before it is abandoned (and
 /// retried on the next request).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// What every node of a manager shares: how scripts run, and whom to trust
-/// over TLS.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct NodeOptions {
-    pub(crate) script_mode: ScriptMode,
-    /// Native compare-and-set commands where the server has them.
-    pub(crate) native_commands: NativeCommands,
-    /// `WAIT` for replicas after each lock write.
-    pub(crate) replica_sync: Option<ReplicaSync>,
-    /// PEM CA certificates that `rediss://` nodes must chain to, instead of
-    /// Mozilla's root CAs.
-    #[cfg(feature = "tls")]
-    pub(crate) tls_roots: Option<Vec<u8>>,
-}
-
-/// Replica sync: `WAIT replicas timeout` sent right behind each lock write
-/// (acquire, extend, fenced acquire and write-back, multi-resource acquire;
-/// not release) on the same connection, in one pipeline; the node's answer
-/// counts only when at least `replicas` replicas acknowledged the write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaSync {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
-}
-
-impl ReplicaSync {
-    fn wait(&self) -> Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.replicas)
-            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
-        cmd
-    }
-
-    /// The reply to a write, if `acknowledged` replicas are enough.
-    fn check(&self, reply: Value, acknowledged: i64) -> Result<Value, NodeError> {
-        if acknowledged >= i64::from(self.replicas) {
-            Ok(reply)
-        } else {
-            Err(NodeError::ReplicasBehind {
-                acknowledged: u32::try_from(acknowledged).unwrap_or(0),
-                wanted: self.replicas,
-            })
-        }
-    }
-}
 
 /// One Redis deployment that votes as one member of the quorum.
 pub(crate) struct Node {

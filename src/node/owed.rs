@@ -45,6 +45,7 @@ use tokio::time::Instant;
 
 use crate::error::NodeError;
 use crate::metrics;
+use crate::node::run::{PAYING, paying};
 use crate::node::{Heard, Node, ShapeRef};
 use crate::request::Keys;
 use crate::token::Token;
@@ -68,18 +69,6 @@ pub(crate) const MOST: usize = 10_000;
 /// The most debts paid in one pipeline: a node that owes more pays them
 /// in several, each bounded by the node timeout.
 const BATCH: usize = 512;
-
-tokio::task_local! {
-    /// Set while a node's debts are being paid: the payment's own requests
-    /// pass the gates that hold a node's other requests (see
-    /// [`Node::gate`]).
-    static PAYING: ();
-}
-
-/// Whether the current task is paying a node's debts.
-pub(super) fn paying() -> bool {
-    PAYING.try_with(|_| ()).is_ok()
-}
 
 /// One owed release: an ended holding's keys, token and shape.
 #[derive(Debug, Clone)]

@@ -463,8 +463,22 @@ mod tests {
         }
     }
 
+    /// No manager: the service's manager is gone, as it is here, and no
+    /// node is reached.
+    struct NoManager;
+
+    impl Nodes for NoManager {
+        fn node(&self, _: usize) -> Result<&Node, NodeError> {
+            Err(NodeError::UnexpectedReply("no such node".to_owned()))
+        }
+
+        fn node_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
     fn service(nodes: usize) -> Arc<PubSub> {
-        Arc::new(PubSub::new(Weak::<crate::round::Core>::new(), nodes))
+        Arc::new(PubSub::new(Weak::<NoManager>::new(), nodes))
     }
 
     fn names(names: &[&str]) -> Vec<Arc<str>> {

@@ -11,8 +11,22 @@ use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
 use super::ordered::Ordered;
 use crate::error::NodeError;
-use crate::node::{Backend, Deadline, Node, ReplicaSync, redact, unexpected, within};
+use crate::node::options::ReplicaSync;
+use crate::node::{Backend, Deadline, Node, redact, unexpected, within};
 use crate::scripts::{Lua, Replicas, ScriptMode};
+
+tokio::task_local! {
+    /// Set while a node's debts are being paid: the payment's own requests
+    /// pass the gates that hold a node's other requests (see
+    /// `Node::gate` in
+    /// `owed.rs`, and the turn `caps.rs` waits for).
+    pub(super) static PAYING: ();
+}
+
+/// Whether the current task is paying a node's debts.
+pub(super) fn paying() -> bool {
+    PAYING.try_with(|_| ()).is_ok()
+}
 
 /// Whether a call may go out again when its connection dropped before the
 /// answer came.

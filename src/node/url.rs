@@ -4,7 +4,7 @@
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::error::ConfigError;
-use crate::node::NodeOptions;
+use crate::node::options::NodeOptions;
 
 /// Parses one URL into a client, without connecting. A `rediss://` URL
 /// trusts the configured CA if there is one, else Mozilla's root CAs;

@@ -252,7 +252,7 @@ impl Cleanup {
     fn run<F>(mut self, skip: Option<Vec<bool>>, stragglers: Requests<F>) {
         // Not followed: the cleanup releases those nodes anyway. Dropped
         // first, since a node's lone request holds its queue (see
-        // `node/group.rs`) until it is polled to its answer or dropped, and
+        // `node/group/`) until it is polled to its answer or dropped, and
         // the cleanup's release may be queued behind it.
         drop(stragglers);
         let Some(core) = self.core.take() else {

@@ -7,12 +7,15 @@ use redis::Cmd;
 use crate::contract::{Decoded, Kept, Reads, Replies, command, held, integer, ours, text};
 use crate::error::NodeError;
 use crate::keys::Layout;
-use crate::semaphore::Semaphore;
 
 /// A semaphore's reads: `GET <key>:permits`, then `GET` and `PTTL` of
-/// each permit's key, up to [`Semaphore::MAX_PERMITS`] of them.
+/// each permit's key, up to `most` of them (a semaphore's most permits,
+/// [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS), whatever
+/// count a node keeps).
 #[derive(Debug)]
-pub(crate) struct PermitReads;
+pub(crate) struct PermitReads {
+    pub(crate) most: u32,
+}
 
 impl Reads for PermitReads {
     fn reads(&self, layout: &Layout) -> Vec<Cmd> {
@@ -25,7 +28,7 @@ impl Reads for PermitReads {
             .and_then(text)
             .and_then(|t| t.parse::<u32>().ok())
             .filter(|&count| count > 0);
-        let more = (0..count.map_or(0, |count| count.min(Semaphore::MAX_PERMITS)))
+        let more = (0..count.map_or(0, |count| count.min(self.most)))
             .flat_map(|slot| {
                 let key = layout.permit(slot);
                 [command("GET", &[&key]), command("PTTL", &[&key])]
@@ -64,15 +67,20 @@ mod tests {
     #[test]
     fn permits_are_read_once_their_count_is_known() {
         let layout = Layout::new("s".to_owned());
-        let decoded = PermitReads
+        let decoded = PermitReads { most: 64 }
             .decode(&layout, Replies::new(vec![Ok(bulk("3"))]))
             .expect("count");
         assert_eq!(decoded.kept, [Kept::PermitCount(3)]);
         assert_eq!(decoded.more.len(), 6);
-        let none = PermitReads
+        let none = PermitReads { most: 64 }
             .decode(&layout, Replies::new(vec![Ok(bulk("0"))]))
             .expect("count");
         assert!(none.kept.is_empty() && none.more.is_empty());
+        // A count past the semaphore's most permits reads only those.
+        let capped = PermitReads { most: 2 }
+            .decode(&layout, Replies::new(vec![Ok(bulk("100"))]))
+            .expect("count");
+        assert_eq!(capped.more.len(), 4);
         let replies = vec![
             Ok(Value::Nil),
             Ok(Value::Int(-2)),
@@ -81,7 +89,7 @@ mod tests {
             Ok(Value::Nil),
             Ok(Value::Int(-2)),
         ];
-        let permits = PermitReads
+        let permits = PermitReads { most: 64 }
             .decode_more(Replies::new(replies))
             .expect("permits");
         assert_eq!(

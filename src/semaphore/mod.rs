@@ -40,7 +40,9 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     name: "semaphore",
     scripts: &[&node::ACQUIRE, &node::EXTEND, &node::RELEASE],
     keys: &[PERMITS_SUFFIX, PERMIT_INFIX],
-    reads: &inspect::PermitReads,
+    reads: &inspect::PermitReads {
+        most: Semaphore::MAX_PERMITS,
+    },
 };
 
 use self::node::{PermitReply, Permits, acquire_permit};

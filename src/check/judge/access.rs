@@ -4,7 +4,7 @@
 //! nodes answer for a quorum.
 
 use super::cluster::plain_cluster_member;
-use super::{Library, NodeFacts};
+use super::facts::{Library, NodeFacts};
 use crate::check::{Aspect, Finding, Severity};
 use std::time::Duration;
 

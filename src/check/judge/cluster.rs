@@ -1,44 +1,8 @@
 //! The cluster rules: a cluster node's slot map (every slot has a
 //! master), and a cluster member given as a plain node.
 
-use super::NodeFacts;
+use super::facts::{NodeFacts, SLOTS};
 use crate::check::{Aspect, Finding, Severity};
-
-/// A cluster's slot map, as `CLUSTER SLOTS` gave it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SlotMap {
-    /// `(first slot, last slot, master host:port)`.
-    pub(crate) ranges: Vec<(u16, u16, String)>,
-}
-
-/// Number of hash slots in a Redis Cluster.
-const SLOTS: u32 = 16384;
-
-impl SlotMap {
-    /// How many of the 16384 slots no range covers.
-    pub(crate) fn uncovered(&self) -> u32 {
-        let mut covered = vec![false; SLOTS as usize];
-        for (first, last, _) in &self.ranges {
-            for slot in *first..=*last {
-                if let Some(c) = covered.get_mut(usize::from(slot)) {
-                    *c = true;
-                }
-            }
-        }
-        covered.iter().filter(|c| !**c).count() as u32
-    }
-
-    /// The masters, each once, in slot order.
-    pub(crate) fn masters(&self) -> Vec<String> {
-        let mut masters: Vec<String> = Vec::new();
-        for (_, _, master) in &self.ranges {
-            if !masters.contains(master) {
-                masters.push(master.clone());
-            }
-        }
-        masters
-    }
-}
 
 /// Whether a node given as a plain (standalone) node is a Redis Cluster
 /// member, as its `INFO` says.
@@ -92,6 +56,7 @@ pub(super) fn slot_map(facts: &NodeFacts) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::facts::SlotMap;
     use super::*;
     use crate::check::judge::testing::{healthy, node, options, settings};
     use crate::check::judge::{Settings, judge};

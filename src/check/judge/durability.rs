@@ -2,7 +2,7 @@
 //! a restart without durable persistence (and one too recent), and
 //! replicas a failover may promote.
 
-use super::Info;
+use super::facts::Info;
 use crate::check::{Aspect, CheckOptions, Finding, Severity};
 use std::collections::HashMap;
 use std::time::Duration;

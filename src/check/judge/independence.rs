@@ -1,7 +1,7 @@
 //! Independence: each node a voter of its own. A replica is not one; nor
 //! are two nodes behind one server, or in one replication group.
 
-use super::{Info, NodeFacts};
+use super::facts::{Info, NodeFacts};
 use crate::check::{Aspect, Finding, Severity};
 use std::collections::BTreeMap;
 

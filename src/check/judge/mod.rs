@@ -10,96 +10,19 @@
 //! `timing` (clock rate, round trips) and `cluster` (slot maps, a member
 //! given as a plain node).
 
-use super::{Aspect, CheckOptions, Finding, Latency, NodeReport, Report, Severity};
-use std::collections::HashMap;
-use std::time::Duration;
+use super::{Aspect, Finding, Latency, NodeReport, Report, Severity};
 
 mod access;
 mod cluster;
 mod durability;
+mod facts;
 mod independence;
 #[cfg(test)]
 mod testing;
 mod timing;
 
-pub(crate) use cluster::SlotMap;
-
-/// Two readings of a node's clock (`TIME`), each with the client's
-/// monotonic clock just before sending and just after the answer.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct ClockSample {
-    /// Node time of the second reading minus the first.
-    pub(crate) node_elapsed: Duration,
-    /// Client time from the first reading's answer to the second's request:
-    /// the least the node's clock can have seen pass.
-    pub(crate) client_min: Duration,
-    /// Client time from the first request to the second answer: the most.
-    pub(crate) client_max: Duration,
-    /// Node wall clock minus the client's wall clock, in ms, at the first
-    /// reading (positive: the node is ahead).
-    pub(crate) offset_ms: i64,
-}
-
-/// How the Functions library looks on a server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Library {
-    Missing,
-    Loaded {
-        code: String,
-    },
-    /// `FUNCTION LIST` was refused or failed.
-    Unknown(String),
-}
-
-/// What one server showed the probe.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ServerFacts {
-    /// `host:port` as probed.
-    pub(crate) address: String,
-    /// `INFO` fields (server, replication, memory, persistence sections),
-    /// or why `INFO` was refused (an ACL user without it).
-    pub(crate) info: Result<HashMap<String, String>, String>,
-    /// `CONFIG GET` results that `INFO` lacks (`appendfsync`), or why they
-    /// could not be read.
-    pub(crate) config: Result<HashMap<String, String>, String>,
-    /// Two readings of `TIME`, or why they could not be taken.
-    pub(crate) clock: Result<ClockSample, String>,
-    pub(crate) rtts: Vec<Duration>,
-    /// `None` in [`ScriptMode::Eval`](crate::ScriptMode::Eval).
-    pub(crate) library: Option<Library>,
-}
-
-/// What the probe got from one configured node.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NodeFacts {
-    pub(crate) node: String,
-    /// Each server probed (a standalone node's one; a cluster's masters),
-    /// or why it could not be.
-    pub(crate) servers: Vec<(String, Result<ServerFacts, String>)>,
-    /// For a cluster node: its slot map, or why none could be read.
-    pub(crate) slots: Option<Result<SlotMap, String>>,
-    /// Operations the lock user was refused on the probe key: `(operation,
-    /// error)`; an `Err` if the probe itself could not run.
-    pub(crate) refused: Result<Vec<(String, String)>, String>,
-    /// How plain locks are released and extended there (native commands
-    /// or scripts), if the node said.
-    pub(crate) path: Option<String>,
-    /// How long the manager has not asked the node, if it does not (its
-    /// last requests timed out; see `node::health`).
-    pub(crate) not_asked_for: Option<Duration>,
-}
-
-/// What the judgement needs besides the facts: the manager's settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Settings<'a> {
-    pub(crate) drift_factor: f64,
-    pub(crate) node_timeout: Duration,
-    pub(crate) options: &'a CheckOptions,
-    /// The library text the nodes should hold, in Functions mode.
-    pub(crate) library: &'a str,
-    /// How many nodes must vote for a lock.
-    pub(crate) quorum: usize,
-}
+use facts::Info;
+pub(crate) use facts::{ClockSample, Library, NodeFacts, ServerFacts, Settings, SlotMap};
 
 /// Judges every node's facts: per-server findings, then the findings that
 /// need every node at once (one server or one replication group behind two
@@ -231,20 +154,6 @@ fn judge_server(s: &ServerFacts, settings: Settings<'_>) -> Vec<Finding> {
     }
     out.extend(judge_rest(s, settings));
     out
-}
-
-/// A node's `INFO` fields.
-#[derive(Clone, Copy)]
-struct Info<'a>(&'a HashMap<String, String>);
-
-impl<'a> Info<'a> {
-    fn get(self, key: &str) -> Option<&'a str> {
-        self.0.get(key).map(String::as_str)
-    }
-
-    fn number(self, key: &str) -> Option<u64> {
-        self.get(key).and_then(|v| v.parse().ok())
-    }
 }
 
 /// What needs no `INFO`: clock, Functions library, `CONFIG GET`, latency.

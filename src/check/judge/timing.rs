@@ -1,7 +1,7 @@
 //! Clocks and round trips: the node's clock rate (and wall clock) against
 //! the client's, and its round trips against the node timeout.
 
-use super::ClockSample;
+use super::facts::ClockSample;
 use crate::check::{Aspect, Finding, Latency, Severity};
 use std::time::Duration;
 

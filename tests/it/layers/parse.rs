@@ -7,7 +7,7 @@
 //! files, or `b::…` from `a`'s root file) is an import of `a::b`; one of
 //! `super::…` from `a::b`'s files is an import of `a`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::Layer;
@@ -262,12 +262,23 @@ pub(super) fn parent(module: &str) -> &str {
 /// (a sub-module the check places). `None` for any other path: another
 /// crate's, or a local name's.
 pub(super) fn absolute(path: &str, file: &str, entries: &[&str]) -> Option<String> {
+    absolute_in(path, file, |child| entries.contains(&child))
+}
+
+/// The crate path that `path`, written in a file of module `file` (`` for
+/// the crate root), names, as [`absolute`] resolves it, where a first
+/// name `b` is `file`'s sub-module `file::b` when `is_child` says so.
+pub(super) fn absolute_in(
+    path: &str,
+    file: &str,
+    is_child: impl Fn(&str) -> bool,
+) -> Option<String> {
     let (first, rest) = path.split_once("::").unwrap_or((path, ""));
     let mut base: Vec<&str> = match first {
         "crate" => Vec::new(),
         "self" => file.split("::").collect(),
         "super" => parent(file).split("::").collect(),
-        child if entries.contains(&format!("{file}::{child}").as_str()) => {
+        child if is_child(&join(file, child)) => {
             let mut base: Vec<&str> = file.split("::").collect();
             base.push(child);
             base
@@ -281,6 +292,15 @@ pub(super) fn absolute(path: &str, file: &str, entries: &[&str]) -> Option<Strin
     base.extend(rest);
     base.retain(|s| !s.is_empty());
     Some(base.join("::"))
+}
+
+/// `parent::name`, or `name` in the crate root (``).
+pub(super) fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}::{name}")
+    }
 }
 
 /// The module a crate path belongs to: the longest of `entries` it is in,
@@ -302,6 +322,110 @@ pub(super) fn sub_entries(layers: &[Layer]) -> Vec<&'static str> {
         .copied()
         .filter(|entry| entry.contains("::"))
         .collect()
+}
+
+/// `code` split into its re-exports (`pub use …`, `pub(crate) use …`, any
+/// visibility; each statement's text after `use`) and the rest of it.
+pub(super) fn split_reexports(code: &str) -> (Vec<String>, String) {
+    let mut reexports = Vec::new();
+    let mut rest = String::new();
+    for statement in code.split_inclusive(';') {
+        let mut start = 0;
+        let found = statement.split_inclusive('\n').find_map(|line| {
+            let at = start;
+            start += line.len();
+            let after_pub = line.trim_start().strip_prefix("pub")?;
+            let after_vis = match after_pub.strip_prefix('(') {
+                Some(inner) => &inner[inner.find(')')? + 1..],
+                None => after_pub,
+            };
+            after_vis
+                .strip_prefix(char::is_whitespace)?
+                .trim_start()
+                .starts_with("use ")
+                .then_some(at)
+        });
+        match found {
+            Some(at) => {
+                rest.push_str(&statement[..at]);
+                // The rest of the statement after its `use `, over as many
+                // lines as it takes.
+                let text = &statement[at..];
+                let used = text.find("use ").map_or("", |i| &text[i + 4..]);
+                reexports.push(used.trim_end_matches(';').to_owned());
+            }
+            None => rest.push_str(statement),
+        }
+    }
+    (reexports, rest)
+}
+
+/// What the file of module `file` (`` for the crate root) re-exports, by
+/// the name it goes by there: the crate path of each (`pub(crate) use
+/// b::{X, y as z}` in `a` gives `X` → `a::b::X`, `z` → `a::b::y`). A first
+/// name `b` is `file`'s sub-module when `is_child(file::b)` says so.
+pub(super) fn reexports(
+    code: &str,
+    file: &str,
+    is_child: impl Fn(&str) -> bool,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for statement in split_reexports(code).0 {
+        // `y as z`: the names this statement renames.
+        let words: Vec<&str> = statement
+            .split(|c: char| !is_name(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let renamed: BTreeMap<&str, &str> = words
+            .windows(3)
+            .filter(|w| w[1] == "as")
+            .map(|w| (w[0], w[2]))
+            .collect();
+        for path in paths(&statement) {
+            let Some(absolute) = absolute_in(&path, file, &is_child) else {
+                continue;
+            };
+            let last = absolute.rsplit("::").next().unwrap_or_default();
+            let name = renamed.get(last).copied().unwrap_or(last);
+            if !name.is_empty() {
+                out.insert(name.to_owned(), absolute.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The file (by module path, as `files` holds them) that defines what the
+/// crate path `path` names: the longest start of it that is a file,
+/// followed through that file's re-exports (`exports`, by file; `` the
+/// crate root's) to the file the item comes from. `None` for the crate
+/// root's own items, and for a path of no file.
+pub(super) fn defining_file(
+    path: &str,
+    files: &BTreeSet<String>,
+    exports: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Option<String> {
+    let mut path = path.to_owned();
+    let mut found = None;
+    // A few re-exports deep at most (a re-export of a re-export …).
+    for _ in 0..8 {
+        let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        let n = (0..=segments.len())
+            .rev()
+            .find(|&n| n == 0 || files.contains(&segments[..n].join("::")))?;
+        let file = segments[..n].join("::");
+        found = (n > 0).then(|| file.clone());
+        let Some(target) = segments
+            .get(n)
+            .and_then(|name| exports.get(&file)?.get(*name))
+        else {
+            return found;
+        };
+        let mut next = vec![target.as_str()];
+        next.extend(&segments[(n + 1).min(segments.len())..]);
+        path = next.join("::");
+    }
+    found
 }
 
 /// What a crate root re-exports (`pub use`), by name: the module each

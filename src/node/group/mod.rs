@@ -1,0 +1,377 @@
+//! Group commit per node: concurrent requests of plain (one-key, unfenced)
+//! locks bound for the same node go out as one script call
+//! (`batch.lua`), with an answer per request.
+//!
+//! Split by job: here the lanes (every node's queue and its flusher, and
+//! whether a request goes alone or queues); one node's queue and when it
+//! batches (`lane.rs`); a request as the lanes see it (`request.rs`);
+//! sending one request alone, or a batch in one call (`send.rs`). The
+//! `batch.lua` encoding, which auto-extension's batches use too, is
+//! `node/batch.rs`.
+//!
+//! No request waits for company. Under light load a request goes out at
+//! once, alone, from its caller's task, side by side with the node's other
+//! calls in flight. Once a node has many in flight (heavy load), it takes
+//! one call at a time: a request that finds a call in flight queues, and
+//! everything that queued goes out together as soon as that call answers,
+//! so the batches grow with the load. A small batch means the load is
+//! light again (see [`Lane`] for the numbers and why).
+//!
+//! A lone request holds its place until its future is polled to its answer
+//! or dropped: code that keeps a request's future without polling it (a
+//! fan-out's stragglers) must follow it at once or drop it, or the node's
+//! queue may wait behind it.
+//!
+//! Each request keeps its own deadline and its caller's cancellation: a
+//! caller that gives up (its deadline passed, or its future was dropped)
+//! stops waiting at once. Its acquire or extension, not yet sent, is then
+//! never sent; a release still goes out within its deadline, since whoever
+//! gave up on it still wants the key gone — past it, the node is far
+//! behind and the release is shed (counted; the node is owed it, see
+//! `owed`), so that a frozen node's queue cannot grow without bound. A slow node
+//! delays only its own batches. One node's
+//! requests go out in the order they came: nothing goes out alone while
+//! anything is queued or a batch is not yet handed to the connection, Redis
+//! runs one connection's calls in order, and a batch runs its entries in
+//! order — so a release queued behind an acquire of the same token runs
+//! after it.
+
+mod lane;
+mod request;
+mod send;
+
+pub(crate) use request::{OnNode, Op, Status};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::{ErrorKind, ServerErrorKind};
+use tokio::time::Instant;
+
+use self::lane::{Lane, MOST, Pacing, Waiting};
+use self::request::Single;
+use crate::error::NodeError;
+use crate::node::replies::Reply;
+use crate::node::{Deadline, Node, nth, within};
+
+/// Every node's queue, and what a batch needs to go out on its own.
+pub(crate) struct Lanes {
+    nodes: Arc<[Node]>,
+    lanes: Box<[Mutex<Lane>]>,
+    background: Box<dyn Spawn>,
+}
+
+/// Where a node's flusher runs: the manager's counted background tasks,
+/// so that whoever waits for those waits for the batches in flight too.
+pub(crate) trait Spawn: Send + Sync {
+    /// Runs `work` in the background; false when there is no runtime to
+    /// run it on.
+    fn spawn_boxed(&self, work: Pin<Box<dyn Future<Output = ()> + Send>>) -> bool;
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("nodes", &self.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lanes {
+    pub(crate) fn new(nodes: Arc<[Node]>, background: Box<dyn Spawn>) -> Arc<Self> {
+        let lanes = nodes.iter().map(|_| Mutex::new(Lane::default())).collect();
+        Arc::new(Self {
+            nodes,
+            lanes,
+            background,
+        })
+    }
+
+    fn lane(&self, node: usize) -> Option<MutexGuard<'_, Lane>> {
+        let lane = self.lanes.get(node)?;
+        Some(lane.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Sends `op` for `holding` to node `node`: through the node's lane
+    /// when [`Op::batched`] says it goes there, else `alone` (the
+    /// holding's own request, not yet polled). The one place where a
+    /// request is batched or not, for every step of every primitive.
+    pub(crate) async fn send_or<T: From<Status>>(
+        self: &Arc<Self>,
+        node: usize,
+        op: Op,
+        holding: OnNode<'_>,
+        deadline: Deadline,
+        alone: impl AsyncFnOnce() -> Result<T, NodeError>,
+    ) -> Result<T, NodeError> {
+        match op.batched(&holding) {
+            Some(key) => {
+                let code = self.send(node, op, key, &holding, deadline).await?;
+                Ok(Status::of(code).into())
+            }
+            // Boxed: a plain lock's requests, the most frequent, never go
+            // alone, and their futures need not carry this one's size.
+            None => Box::pin(alone()).await,
+        }
+    }
+
+    /// Sends one one-key request to node `node`: at once if the node has
+    /// no call in flight, else with whatever else queued behind that call.
+    /// Its status as `batch.lua` answers it (1 granted / deleted /
+    /// extended, 2 restored, 0 refused).
+    async fn send(
+        self: &Arc<Self>,
+        node: usize,
+        op: Op,
+        key: &Arc<str>,
+        holding: &OnNode<'_>,
+        deadline: Deadline,
+    ) -> Result<u8, NodeError> {
+        let target = nth(&self.nodes, node)?;
+        // Not behind a call in flight to a node that is not asked: that
+        // call waits out its deadline, and this one would fail after it.
+        if let Some(not_asked) = target.not_asked() {
+            return Err(not_asked);
+        }
+        let token = holding.token;
+        let Some(answer) = self.queue(node, &op, key, holding, deadline) else {
+            // Hands what queues meanwhile to a batch when this call ends,
+            // however it ends (a dropped caller included).
+            let _turn = Lone {
+                lanes: self.clone(),
+                node,
+            };
+            let request = Single {
+                op: op.borrow(),
+                key,
+                token: token.as_str(),
+                shape: holding.shape,
+            };
+            // Boxed by `single`: under load most requests queue, and every
+            // request's future (boxed whole by its fan-out) would otherwise
+            // carry this path's size: 2.6 KB instead of under 1 KB.
+            return target.single(request, deadline).await;
+        };
+        within(deadline, answer).await
+    }
+
+    /// Queues the request if node `node` has as many calls in flight as
+    /// its load allows (see [`Lane`]), or requests queued, or a batch not
+    /// yet sent, returning where its
+    /// answer will come; else counts it in flight and returns `None`: the
+    /// caller sends it at once. Either way it goes out after every request
+    /// that came before it.
+    fn queue(
+        &self,
+        node: usize,
+        op: &Op,
+        key: &Arc<str>,
+        holding: &OnNode<'_>,
+        deadline: Deadline,
+    ) -> Option<Reply> {
+        let pacing = Pacing::of(self.nodes.get(node)?);
+        let mut lane = self.lane(node)?;
+        lane.pacing = pacing;
+        let limit = if lane.batching { 1 } else { pacing.pipelined };
+        if lane.in_flight < limit && lane.waiting.is_empty() && !lane.dispatching {
+            lane.in_flight += 1;
+            return None;
+        }
+        lane.batching = true;
+        let (reply, answer) = lane.open();
+        lane.waiting.push(Waiting {
+            op: op.clone(),
+            key: key.clone(),
+            token: holding.token.clone(),
+            shape: holding.shape.clone(),
+            deadline,
+            reply,
+        });
+        Some(answer)
+    }
+
+    /// Sends `batch`, then whatever queued meanwhile, one batch at a time,
+    /// until the node's queue is empty.
+    async fn flush(self: Arc<Self>, node: usize, mut batch: Vec<Waiting>) {
+        let mut flusher = Flusher {
+            lanes: self.clone(),
+            node,
+            done: false,
+        };
+        let Some(target) = self.nodes.get(node) else {
+            return;
+        };
+        loop {
+            let now = Instant::now();
+            for waiting in batch.extract_if(.., |waiting| !waiting.wanted(now)) {
+                if matches!(waiting.op, Op::Release { .. }) {
+                    crate::metrics::shed(target.label(), "release");
+                }
+                waiting
+                    .reply
+                    .send(Err(NodeError::Timeout(waiting.deadline.given())));
+            }
+            let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
+            let deadline = batch.iter().map(|w| w.deadline.at()).max();
+            let answers = {
+                let mut call = std::pin::pin!(send_batch(target, &requests, deadline));
+                let mut sent = false;
+                std::future::poll_fn(|cx| {
+                    let answers = call.as_mut().poll(cx);
+                    if !sent {
+                        // Handed to the connection on its first poll: a lone
+                        // request may go out behind it now.
+                        sent = true;
+                        if let Some(mut lane) = self.lane(node) {
+                            lane.dispatching = false;
+                        }
+                    }
+                    answers
+                })
+                .await
+            };
+            drop(requests);
+            for (waiting, answer) in batch.drain(..).zip(answers) {
+                // The caller may have stopped waiting.
+                waiting.reply.send(answer);
+            }
+            match flusher.next(std::mem::take(&mut batch)) {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+
+    /// A batch for a new flusher, if requests wait and none runs; the
+    /// batch is counted in flight.
+    fn hand_over(lane: &mut Lane) -> Option<Vec<Waiting>> {
+        if lane.waiting.is_empty() || lane.flushing {
+            return None;
+        }
+        lane.flushing = true;
+        lane.in_flight += 1;
+        Some(lane.take())
+    }
+
+    /// A call of node `node` ended without taking the next batch: a lone
+    /// request answered or dropped, or a flusher dropped mid-way (`flusher`).
+    /// Whatever waits goes to a new flusher.
+    fn call_ended(self: &Arc<Self>, node: usize, flusher: bool) {
+        let batch = {
+            let Some(mut lane) = self.lane(node) else {
+                return;
+            };
+            if flusher {
+                lane.flushing = false;
+                lane.dispatching = false;
+            }
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            Self::hand_over(&mut lane)
+        };
+        if let Some(batch) = batch {
+            self.spawn_flusher(node, batch);
+        }
+    }
+
+    /// Starts a flusher with `batch` (see [`hand_over`](Self::hand_over)).
+    fn spawn_flusher(self: &Arc<Self>, node: usize, batch: Vec<Waiting>) {
+        let spawned = self
+            .background
+            .spawn_boxed(Box::pin(self.clone().flush(node, batch)));
+        if !spawned {
+            // No runtime to send them: their callers get an error (the
+            // senders are dropped with the batch).
+            if let Some(mut lane) = self.lane(node) {
+                lane.flushing = false;
+                lane.dispatching = false;
+                lane.in_flight = lane.in_flight.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// Sends `requests` (a batch, oldest first) to `target` in one call, or
+/// one alone: an answer per request, in order. Every request keeps the
+/// batch's latest `deadline`; none, nothing to send.
+async fn send_batch(
+    target: &Node,
+    requests: &[Single<'_>],
+    deadline: Option<Instant>,
+) -> Vec<Result<u8, NodeError>> {
+    let Some(deadline) = deadline else {
+        return Vec::new();
+    };
+    match requests {
+        [one] => vec![target.single(*one, deadline.into()).await],
+        _ => match target.batch(requests, deadline.into()).await {
+            Ok(answers) => answers,
+            // The ACL refused some key before anything ran: each request
+            // alone, in order, gets its own answer.
+            Err(error) if is_key_refusal(&error) => {
+                let mut answers = Vec::with_capacity(requests.len());
+                for request in requests {
+                    answers.push(target.single(*request, deadline.into()).await);
+                }
+                answers
+            }
+            Err(error) => vec![Err(error); requests.len()],
+        },
+    }
+}
+
+/// Whether a call was refused for want of a key permission: Redis checks
+/// a script's keys against the user's ACL before running it, so one key
+/// out of the user's patterns refuses the whole batch.
+fn is_key_refusal(error: &NodeError) -> bool {
+    matches!(error, NodeError::Redis(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm))
+}
+
+/// A lone request in flight. When it ends, however it ends (a dropped
+/// caller included), whatever queued meanwhile goes out as a batch.
+struct Lone {
+    lanes: Arc<Lanes>,
+    node: usize,
+}
+
+impl Drop for Lone {
+    fn drop(&mut self) {
+        self.lanes.call_ended(self.node, false);
+    }
+}
+
+/// A node's flusher. Takes the next batch while requests wait; when none
+/// do, or when the task is dropped, it stops (handing what waits to a new
+/// one if it was dropped).
+struct Flusher {
+    lanes: Arc<Lanes>,
+    node: usize,
+    /// The queue was found empty and the flusher stopped.
+    done: bool,
+}
+
+impl Flusher {
+    /// The next batch, or `None` once the queue is empty; `sent`, the
+    /// batch it sent (emptied), is kept for the queue to reuse.
+    fn next(&mut self, sent: Vec<Waiting>) -> Option<Vec<Waiting>> {
+        let mut lane = self.lanes.lane(self.node)?;
+        if sent.capacity() > lane.spare.capacity() && sent.capacity() <= 2 * MOST {
+            lane.spare = sent;
+        }
+        if lane.waiting.is_empty() {
+            lane.flushing = false;
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            self.done = true;
+            return None;
+        }
+        Some(lane.take())
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lanes.call_ended(self.node, true);
+        }
+    }
+}
