@@ -518,7 +518,7 @@ impl RedlockBuilder {
             script_mode: self.script_mode,
             renewer: Default::default(),
             wakeups: announce.then(|| Arc::new(Wakeups::new(pubsub.clone()))),
-            kept: Default::default(),
+            singletons: Default::default(),
             pubsub,
             first_use: FirstUse {
                 check: self.startup_check,

@@ -196,10 +196,13 @@
 //!      resource's key, in one place.
 //!    - `request` — a caller's resources and ttl validated into keys, before any I/O.
 //!    - `contract` — what a primitive describes so that the engine, the
-//!      guards and `inspect` serve it without knowing which it is: its
-//!      entry in the list of primitives (`Primitive`: its scripts, its
-//!      keys, its reads for `inspect`), the reads themselves (`Reads`),
-//!      and where each engine-side trait it implements stands.
+//!      guards and `inspect` serve it without knowing which it is, in one
+//!      file: its entry in the list of primitives (`Primitive`: its
+//!      scripts, its keys, its reads), what a held one is on a node
+//!      (`Shape`: how a node extends, restores and releases it, and data
+//!      it carries, as a fenced lock's fence), what `inspect` reads of it
+//!      (`Reads`); and where the two engine-side traits it implements
+//!      stand.
 //!    - `metrics` — what the `metrics` feature records (see [Metrics](#metrics)),
 //!      in one place; nothing without the feature.
 //!    - `scripts` — a Lua script as the nodes run it ([`ScriptMode`]), and
@@ -213,7 +216,7 @@
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
 //!      with their fallbacks), the release and extension of any holding by
-//!      its `Shape` (the trait a primitive implements to say how), and the
+//!      its `Shape` (the contract's trait a primitive implements), and the
 //!      manager's pub/sub connection per node (`node/pubsub.rs`),
 //!      subscribed to the channels anyone listens on (waiters, election
 //!      observers), handing each message to the channel's listeners; and
@@ -236,9 +239,9 @@
 //!      renewal's batch, a leader read), the requests still in flight,
 //!      releases, cleanup; the `Core` that holders share.
 //!    - `lock` — the lock kinds (plain, fenced, multi-resource) as
-//!      descriptions the engine runs: what a node is asked, how it votes;
-//!      and what `inspect` reads of a primitive as the primitive describes
-//!      it (`lock/inspect.rs`: `Reads`, and the lock's reads).
+//!      descriptions the engine runs: what a node is asked, how it votes,
+//!      the fenced lock's second phase; and what `inspect` reads of a lock
+//!      (`lock/inspect.rs`).
 //! 4. **Holding**
 //!    - `holding` — what a holder owns: [`LockGuard`]: extend, release,
 //!      drop, and `typed_guard!`, with which each primitive declares its
@@ -252,7 +255,7 @@
 //!      pub/sub instead of polling (`wakeup.rs`), whether the
 //!      manager's node check on first use has started, and what a
 //!      primitive keeps per manager without the manager knowing it
-//!      (`Kept`: a fair lock's waiters told their turn).
+//!      (`Singletons`: a fair lock's waiters told their turn).
 //!    - `acquire::call` — one acquiring call, for every primitive: the
 //!      manager's shared state (`Manager`, the inner half of [`Redlock`])
 //!      and its one path: the startup check on first use, the attempts a
@@ -287,23 +290,16 @@
 //!      primitive describes, listed once in `inspect/read.rs`) and judged
 //!      at a quorum.
 //!
-//! A new primitive is a folder, as `semaphore` is: its API and its
-//! description on the engine (`Acquire`), its node commands and its
-//! `Shape` (how a node extends and releases a holding), its typed guard
-//! (one `typed_guard!` line), its keys from `Limits::key` with
-//! `Limits::one_slot` (their suffixes in `keys.rs`), its scripts, each
-//! a `Lua` static beside its `.lua` file and listed once in the Functions
-//! library's list (`scripts`' tests, which regenerate the library); what
-//! [`Redlock::inspect`] reads of it (`inspect.rs`: a `Reads` with its
-//! commands and their decoding, one entry in `inspect`'s list; something
-//! no primitive kept before is a `Kept` variant and a field of
-//! [`Stored`]). Guards,
-//! renewal, releases and wake-ups serve it without knowing which primitive
-//! it is. Its folder is one module in the layers, unless lower modules use
-//! a part of it: the lock's commands (`lock::node`), which the node check
-//! uses, are listed on their own level. The engine (`round`, `node`,
-//! `quorum`, `holding`) imports nothing from a primitive's folder, its
-//! `::node` part included (the layers test checks this too).
+//! A new primitive is its folder, one line in the list of primitives
+//! (`primitives.rs`) and its `pub use` here: what it implements is the
+//! contract (`contract/mod.rs`), and docs/contributing.md walks through
+//! the fair lock as the worked example. Guards, renewal, releases, owed
+//! releases, the group commit and wake-ups serve it without knowing which
+//! primitive it is; the engine imports nothing from a primitive's folder
+//! (the layers test checks it). Its folder is one module in the layers,
+//! unless lower modules use a part of it: the lock's commands
+//! (`lock::node`), which the node check uses, are listed on their own
+//! level.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 // Library code never panics and never prints; tests and examples may.
@@ -386,6 +382,9 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/cli.md")]
 struct CliDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/contributing.md")]
+struct ContributingDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/election.md")]
 struct ElectionDoctests;

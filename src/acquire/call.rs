@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::retry::{Next, Retry, Schedule, jitter_unit};
 use super::wakeup::{WAKE_JITTER, Waiter, Wakeups, unheard_backoff};
-use super::{FirstUse, Kept};
+use super::{FirstUse, Singletons};
 use crate::check::{self, CheckOptions, Report};
 use crate::error::Error;
 use crate::holding::guard::LockGuard;
@@ -38,7 +38,7 @@ pub(crate) struct Manager {
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// What primitives keep per manager (a fair lock's waiters told their
     /// turn).
-    pub(crate) kept: Kept,
+    pub(crate) singletons: Singletons,
     /// The node check on first use (see `doctor`).
     pub(crate) first_use: FirstUse,
 }

@@ -2,7 +2,7 @@
 //! retry loop's delays ([`Retry`](retry::Retry)), waiting for a release by
 //! pub/sub instead of polling (`wakeup`), the node check a manager runs on
 //! its first use ([`FirstUse`]), and what a primitive keeps per manager
-//! ([`Kept`]).
+//! ([`Singletons`]).
 
 pub(crate) mod call;
 pub(crate) mod retry;
@@ -19,11 +19,11 @@ use crate::check::StartupCheck;
 /// manager holds it without knowing the types, so that a primitive's
 /// state is its own folder's, not a field of the manager.
 #[derive(Debug, Default)]
-pub(crate) struct Kept {
+pub(crate) struct Singletons {
     values: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
-impl Kept {
+impl Singletons {
     /// The manager's one `T`, made with `make` on first use. (`None`
     /// cannot happen: what is kept under `T`'s id is a `T`.)
     pub(crate) fn get_or<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Option<Arc<T>> {
@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn a_kept_value_is_made_once_per_type() {
-        let kept = Kept::default();
+        let kept = Singletons::default();
         let first = kept.get_or(|| 1u32).expect("a u32");
         let again = kept.get_or(|| 2u32).expect("a u32");
         assert!(Arc::ptr_eq(&first, &again));

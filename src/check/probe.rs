@@ -13,8 +13,9 @@ use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
+use crate::contract::Extension;
 use crate::lock::node::LockShape;
-use crate::node::{Extension, Node};
+use crate::node::Node;
 use crate::request::Ttl;
 use crate::scripts::ScriptMode;
 use crate::token::Token;

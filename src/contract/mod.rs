@@ -2,29 +2,42 @@
 //! lock, a fair lock or an election describes so that the engine, the
 //! guards and `inspect` serve it without knowing which it is.
 //!
-//! A primitive is a folder (`src/fair/` is the worked example, in
-//! docs/contributing.md) and one line in the list of primitives
-//! (`primitives.rs`), which names its [`Primitive`]: its scripts and what
-//! [`Redlock::inspect`](crate::Redlock::inspect) reads of it ([`Reads`]).
-//! Beside those, in its folder, it implements the engine's side of the
-//! contract, defined where the engine runs it (the layers put each trait
-//! beside its runner, below the primitives):
+//! A primitive is a folder (the fair lock, `src/fair/`, is the worked
+//! example in docs/contributing.md), one line in the list of primitives
+//! (`primitives.rs`) naming its [`Primitive`], and its `pub use` in
+//! lib.rs. Here, in this file, is what it describes with no engine in it:
 //!
-//! - `round::Acquire`: one attempt — what each node is asked, how its
-//!   answer votes (`quorum::Rule`), what a grant still needs, and the
-//!   shape the grant holds;
-//! - `node::Shape`: how a node extends, restores and releases what it
-//!   holds (so renewals, releases, owed releases and the group commit
-//!   carry it unknown);
-//! - `redlock::Acquisition`: one call's attempt and its guard, run by the
-//!   one retry loop;
-//! - its typed guard, one `typed_guard!` line over `LockGuard`.
+//! - [`Primitive`]: its entry in the list — its scripts (each also a
+//!   function of the Functions library), the keys it keeps beside a
+//!   resource's key, and what `inspect` reads of it;
+//! - [`Shape`]: what a held one is on a node — how a node extends,
+//!   restores and releases it (its scripts, keys and arguments, what the
+//!   reply means), whether its keys hold just its token (then native
+//!   commands and the group commit serve it), and data it carries (a
+//!   fenced lock's counter and fence). Renewals, releases, owed releases
+//!   and the group commit carry a [`ShapeRef`] and never ask which
+//!   primitive it is;
+//! - [`Reads`]: what `inspect` reads of it on a node, and how the replies
+//!   decode ([`Kept`]).
+//!
+//! Two traits that run on the engine are defined beside their runners,
+//! because the layers put the engine below every primitive: a primitive
+//! implements them in its folder too.
+//!
+//! - `round::Acquire`: one attempt — what each node is asked (a future on
+//!   the node), how its answer votes (`quorum::Rule`), what a grant still
+//!   needs once a quorum said yes (`complete`), and the [`Shape`] the
+//!   grant holds;
+//! - `acquire::call::Acquisition`: one call's attempt as the one retry
+//!   loop runs it, and the guard it gives — a typed guard over `LockGuard`
+//!   is one `typed_guard!` line.
 
 pub(crate) mod replies;
 
 pub(crate) use replies::{clock, command, held, integer, ours, scored, text, unexpected};
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -32,6 +45,7 @@ use redis::{Cmd, Value};
 
 use crate::error::NodeError;
 use crate::keys::Layout;
+use crate::request::Ttl;
 use crate::scripts::Lua;
 
 /// One primitive, as the list of primitives names it: what the crate
@@ -61,6 +75,118 @@ impl fmt::Debug for Primitive {
             .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
+}
+
+/// What a holding is on the nodes beyond its keys and token: how a node
+/// extends (or restores) and releases it. Each primitive implements it
+/// beside its commands (a lock's is `ShapeRef::LOCK`); the node runs
+/// what it describes, and guards, renewals and releases carry it without
+/// knowing which primitive it is.
+pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
+    /// Whether a one-key holding of this shape may go through its node's
+    /// group-commit lane (see `node::Lanes::send_or`):
+    /// `batch.lua` sets, deletes and extends keys that hold just the
+    /// token, as a lock's do (so [`token_keys`](Self::token_keys) too).
+    fn group_commits(&self) -> bool {
+        false
+    }
+
+    /// Whether a holding's keys hold just its token, as a lock's do: then
+    /// a node with native compare-and-set commands releases it with them
+    /// (a token-checked delete per key) and, for one key without a fence,
+    /// extends and restores it with them too (see `native.rs`).
+    fn token_keys(&self) -> bool {
+        false
+    }
+
+    /// Whether extending (or restoring) a holding touches its keys alone:
+    /// then one of [`token_keys`](Self::token_keys) may be extended in the
+    /// group commit's `batch.lua` or natively. A fenced lock's is not: its
+    /// restore raises its counter to its fence too.
+    fn keys_only(&self) -> bool {
+        true
+    }
+
+    /// The fence a holding of this shape was granted, which its guard
+    /// shows: a fenced lock's. Data of the primitive, carried in its shape;
+    /// the engine never reads it.
+    fn fence(&self) -> Option<u64> {
+        None
+    }
+
+    /// The script that extends (or restores) holdings of this shape, many
+    /// in one call: holdings whose script is the same (and on a cluster,
+    /// whose first key's slot is too) share a call. It answers one status
+    /// per holding, in order: 0 refused, 1 extended, 2 restored.
+    fn extend_script(&self) -> &'static Lua;
+
+    /// Appends `lock`'s keys in its extension call to `keys` (every
+    /// holding's keys come before every holding's arguments).
+    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>);
+
+    /// Writes `lock`'s arguments in its extension call.
+    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd);
+
+    /// The script of the token-checked release.
+    fn release_script(&self) -> &'static Lua;
+
+    /// Writes the release call's arguments: `numkeys`, the keys, the
+    /// arguments.
+    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd);
+
+    /// Whether the node released: `reply` is the release script's.
+    fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError>;
+}
+
+/// A holding's [`Shape`], cheap to clone: a lock's is a static (nothing
+/// allocated per lock), a primitive with keys of its own shares them.
+#[derive(Clone)]
+pub(crate) enum ShapeRef {
+    Static(&'static dyn Shape),
+    Shared(Arc<dyn Shape>),
+}
+
+impl Deref for ShapeRef {
+    type Target = dyn Shape;
+
+    fn deref(&self) -> &(dyn Shape + 'static) {
+        match self {
+            Self::Static(shape) => *shape,
+            Self::Shared(shape) => &**shape,
+        }
+    }
+}
+
+impl fmt::Debug for ShapeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<S: Shape> From<Arc<S>> for ShapeRef {
+    fn from(shape: Arc<S>) -> Self {
+        Self::Shared(shape)
+    }
+}
+
+/// One holding to extend on a node: its keys, token and new ttl, and what
+/// it is (a fenced lock's counter and fence are its shape's).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Extension<'a> {
+    pub(crate) keys: &'a [Arc<str>],
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Ttl,
+    pub(crate) shape: &'a dyn Shape,
+}
+
+/// One token-checked release on a node: the holding's keys and token, and
+/// the id its release is announced with, if any (each key's release on its
+/// [`channel`](crate::request::channel)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release<'a> {
+    pub(crate) keys: &'a [Arc<str>],
+    pub(crate) token: &'a str,
+    pub(crate) announce: Option<&'a str>,
 }
 
 /// One primitive's reads for an inspection: plain read commands (nothing

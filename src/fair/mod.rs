@@ -9,7 +9,7 @@
 //! The whole primitive is in this folder: here its public API, its
 //! descriptions on the engine and the waiter's loop; in `node.rs` what it
 //! asks a node, how the replies read, and the fair lock's
-//! [`Shape`](crate::node::Shape); its scripts beside them; in
+//! [`Shape`](crate::contract::Shape); its scripts beside them; in
 //! `turns.rs` its waiters told their turn (kept per manager); and in
 //! `inspect.rs` what [`Redlock::inspect`] reads of its line.
 
@@ -27,11 +27,12 @@ use tokio::time::Instant;
 use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::acquire::retry::{Next, Schedule, jitter_unit};
 use crate::contract::Primitive;
+use crate::contract::ShapeRef;
 use crate::error::{Error, NodeError};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{QUEUE_LEASES_SUFFIX, QUEUE_SUFFIX, QUEUE_TICKET_SUFFIX, TURN_SUFFIX};
-use crate::node::{Deadline, ShapeRef};
+use crate::node::Deadline;
 use crate::quorum::Rule;
 use crate::redlock::Redlock;
 use crate::request::{Fencing, Keys, Target, Ttl};
@@ -459,7 +460,11 @@ async fn wait_in_line(manager: &Arc<Manager>, fair: &Fair) -> Result<LockGuard, 
     let turn = manager
         .wakeups
         .as_ref()
-        .and_then(|_| manager.kept.get_or(|| Turns::new(manager.pubsub.clone())))
+        .and_then(|_| {
+            manager
+                .singletons
+                .get_or(|| Turns::new(manager.pubsub.clone()))
+        })
         .map(|turns| turns.waiter(&fair.line.turn, &id));
     loop {
         let seen = Arc::new(Seen::default());

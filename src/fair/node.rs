@@ -7,10 +7,11 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
+use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
 use crate::keys::Layout;
 use crate::lock::node::EXTEND;
-use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
+use crate::node::{Deadline, Node, unexpected};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
 use crate::scripts::{Lua, Replicas};

@@ -464,7 +464,7 @@ pub(crate) mod tests {
         let holding = Holding {
             keys: Arc::new(["r".into()]),
             token: Token::generate().expect("random source"),
-            shape: crate::node::ShapeRef::LOCK,
+            shape: crate::contract::ShapeRef::LOCK,
         };
         Arc::new(LockState::new(
             "r".into(),

@@ -12,10 +12,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::contract::Extension;
 use crate::error::{LossReason, NodeError, NodeFailure};
 use crate::holding::lease::{Extended, LockState, RoundId};
 use crate::metrics;
-use crate::node::{ExtendReply, Extension};
+use crate::node::ExtendReply;
 use crate::quorum::decide::{Batch, Decide};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;

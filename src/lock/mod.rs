@@ -28,9 +28,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::contract::Primitive;
+use crate::contract::ShapeRef;
 use crate::error::{Error, NodeError};
 use crate::keys::{FENCE_MARK_SUFFIX, FENCE_SUFFIX, RELEASED_SUFFIX};
-use crate::node::{OnNode, Op, ShapeRef, Status};
+use crate::node::{OnNode, Op, Status};
 use crate::quorum::{Answer, Decision, Rule, Vote, Window};
 use crate::request::{Kind, Request, Target};
 use crate::round::{Acquire, Core, NodeCall, Round, fan_out, follow, shallow};

@@ -7,8 +7,9 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
+use crate::contract::{Extension, Release, Shape, ShapeRef};
 use crate::error::NodeError;
-use crate::node::{Deadline, Extension, Node, Release, Shape, ShapeRef, unexpected};
+use crate::node::{Deadline, Node, unexpected};
 use crate::request::{FenceKeys, Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 

@@ -1,137 +1,22 @@
 //! What every held primitive needs of a node: the token-checked release
 //! and the extension (which restores the keys a node lost). What differs
 //! between primitives — which script, which keys and arguments, what the
-//! reply means — is the primitive's [`Shape`]; this file runs it, with
-//! nothing per primitive.
+//! reply means — is the primitive's [`Shape`] (in the contract); this file
+//! runs it, with nothing per primitive.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::ops::Deref;
 use std::sync::Arc;
 
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
+use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
 use crate::node::batch::{Entry, SingleOp};
 use crate::node::caps::Capabilities;
 use crate::node::native::push_extend;
 use crate::node::{Deadline, NativeDelete, Node, Resend, unexpected};
 use crate::quorum::{Answer, Vote};
-use crate::request::Ttl;
-use crate::scripts::Lua;
-
-/// What a holding is on the nodes beyond its keys and token: how a node
-/// extends (or restores) and releases it. Each primitive implements it
-/// beside its commands (a lock's is [`ShapeRef::LOCK`]); the node runs
-/// what it describes, and guards, renewals and releases carry it without
-/// knowing which primitive it is.
-pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
-    /// Whether a one-key holding of this shape may go through its node's
-    /// group-commit lane (see [`Lanes::send_or`](crate::node::Lanes::send_or)):
-    /// `batch.lua` sets, deletes and extends keys that hold just the
-    /// token, as a lock's do (so [`token_keys`](Self::token_keys) too).
-    fn group_commits(&self) -> bool {
-        false
-    }
-
-    /// Whether a holding's keys hold just its token, as a lock's do: then
-    /// a node with native compare-and-set commands releases it with them
-    /// (a token-checked delete per key) and, for one key without a fence,
-    /// extends and restores it with them too (see `native.rs`).
-    fn token_keys(&self) -> bool {
-        false
-    }
-
-    /// Whether extending (or restoring) a holding touches its keys alone:
-    /// then one of [`token_keys`](Self::token_keys) may be extended in the
-    /// group commit's `batch.lua` or natively. A fenced lock's is not: its
-    /// restore raises its counter to its fence too.
-    fn keys_only(&self) -> bool {
-        true
-    }
-
-    /// The fence a holding of this shape was granted, which its guard
-    /// shows: a fenced lock's. Data of the primitive, carried in its shape;
-    /// the engine never reads it.
-    fn fence(&self) -> Option<u64> {
-        None
-    }
-
-    /// The script that extends (or restores) holdings of this shape, many
-    /// in one call: holdings whose script is the same (and on a cluster,
-    /// whose first key's slot is too) share a call. It answers one status
-    /// per holding, in order: 0 refused, 1 extended, 2 restored.
-    fn extend_script(&self) -> &'static Lua;
-
-    /// Appends `lock`'s keys in its extension call to `keys` (every
-    /// holding's keys come before every holding's arguments).
-    fn extend_keys<'a>(&'a self, lock: &Extension<'a>, keys: &mut Vec<&'a str>);
-
-    /// Writes `lock`'s arguments in its extension call.
-    fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd);
-
-    /// The script of the token-checked release.
-    fn release_script(&self) -> &'static Lua;
-
-    /// Writes the release call's arguments: `numkeys`, the keys, the
-    /// arguments.
-    fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd);
-
-    /// Whether the node released: `reply` is the release script's.
-    fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError>;
-}
-
-/// A holding's [`Shape`], cheap to clone: a lock's is a static (nothing
-/// allocated per lock), a primitive with keys of its own shares them.
-#[derive(Clone)]
-pub(crate) enum ShapeRef {
-    Static(&'static dyn Shape),
-    Shared(Arc<dyn Shape>),
-}
-
-impl Deref for ShapeRef {
-    type Target = dyn Shape;
-
-    fn deref(&self) -> &(dyn Shape + 'static) {
-        match self {
-            Self::Static(shape) => *shape,
-            Self::Shared(shape) => &**shape,
-        }
-    }
-}
-
-impl fmt::Debug for ShapeRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-impl<S: Shape> From<Arc<S>> for ShapeRef {
-    fn from(shape: Arc<S>) -> Self {
-        Self::Shared(shape)
-    }
-}
-
-/// One holding to extend on a node: its keys, token and new ttl, and what
-/// it is (a fenced lock's counter and fence are its shape's).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Extension<'a> {
-    pub(crate) keys: &'a [Arc<str>],
-    pub(crate) token: &'a str,
-    pub(crate) ttl: Ttl,
-    pub(crate) shape: &'a dyn Shape,
-}
-
-/// One token-checked release on a node: the holding's keys and token, and
-/// the id its release is announced with, if any (each key's release on its
-/// [`channel`](crate::request::channel)).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Release<'a> {
-    pub(crate) keys: &'a [Arc<str>],
-    pub(crate) token: &'a str,
-    pub(crate) announce: Option<&'a str>,
-}
 
 /// What a node did with one lock's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -61,9 +61,9 @@ pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
 pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
 pub(crate) use health::{Heard, watch};
+pub(crate) use holding::ExtendReply;
 #[cfg(test)]
 pub(crate) use holding::layout;
-pub(crate) use holding::{ExtendReply, Extension, Release, Shape, ShapeRef};
 pub(crate) use identity::{Servers, watch as identify};
 pub(crate) use native::{push_extend, push_release};
 pub(crate) use options::{NodeOptions, ReplicaSync};

@@ -412,7 +412,7 @@ mod tests {
             let release: Request = {
                 let node = node.clone();
                 Box::pin(async move {
-                    let shape = crate::node::ShapeRef::LOCK;
+                    let shape = crate::contract::ShapeRef::LOCK;
                     node.release(&keys, &*shape, "old", None, deadline())
                         .await
                         .map(Value::Boolean)

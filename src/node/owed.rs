@@ -43,10 +43,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::contract::ShapeRef;
 use crate::error::NodeError;
 use crate::metrics;
 use crate::node::run::{PAYING, paying};
-use crate::node::{Heard, Node, ShapeRef};
+use crate::node::{Heard, Node};
 use crate::request::Keys;
 use crate::token::Token;
 
@@ -263,7 +264,7 @@ mod tests {
         Debt {
             keys: std::sync::Arc::new([format!("k{n}").into()]),
             token: Token::generate().expect("random source"),
-            shape: crate::node::ShapeRef::LOCK,
+            shape: crate::contract::ShapeRef::LOCK,
         }
     }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{Core, Holding, Round, fan_out, release_in_background};
+use crate::contract::ShapeRef;
 use crate::error::{Error, NodeError};
-use crate::node::{Deadline, Node, ShapeRef};
+use crate::node::{Deadline, Node};
 use crate::quorum::{Answer, Decision, Rule, Window};
 use crate::request::Target;
 use crate::round::calls::Requests;
@@ -27,7 +28,7 @@ pub(crate) trait Acquire: Sync {
     fn target(&self) -> &Target;
 
     /// What a grant is on the nodes beyond its keys: how a node extends
-    /// and releases it (see [`Shape`](crate::node::Shape)). The engine has
+    /// and releases it (see [`Shape`](crate::contract::Shape)). The engine has
     /// no default: every primitive says, the lock too.
     fn shape(&self) -> ShapeRef;
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::contract::{Extension, ShapeRef};
 use crate::error::{ConfigError, Error, NodeError};
-use crate::node::{Extension, Lanes, Node, OnNode, Servers, ShapeRef, identify, nth, watch};
+use crate::node::{Lanes, Node, OnNode, Servers, identify, nth, watch};
 use crate::quorum::{Window, drift};
 use crate::request::{Keys, Ttl};
 use crate::round::follower::Followers;

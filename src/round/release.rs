@@ -302,7 +302,7 @@ mod tests {
         let holding = Arc::new(Holding {
             keys: Arc::new(["r".into()]),
             token: crate::token::Token::generate().expect("random source"),
-            shape: crate::node::ShapeRef::LOCK,
+            shape: crate::contract::ShapeRef::LOCK,
         });
         let deadline = Deadline::from(Instant::now());
         let release = release_request(core.clone(), holding, 0, Some("id".into()), deadline);

@@ -5,7 +5,7 @@
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the
-//! acquire, and a hold's [`Shape`](crate::node::Shape) for extending and
+//! acquire, and a hold's [`Shape`](crate::contract::Shape) for extending and
 //! releasing it); its scripts beside them (`acquire.lua`, `extend.lua`,
 //! `release.lua`); and in `inspect.rs` what [`Redlock::inspect`] reads of
 //! it.
@@ -22,10 +22,10 @@ use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
 use crate::acquire::call::{Acquisition, Attempts, Manager};
+use crate::contract::ShapeRef;
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
-use crate::node::ShapeRef;
 use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};

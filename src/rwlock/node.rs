@@ -6,8 +6,9 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
+use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
-use crate::node::{Deadline, Extension, Node, Release, Shape, unexpected};
+use crate::node::{Deadline, Node, unexpected};
 use crate::request::{Ttl, channel};
 use crate::scripts::{Lua, Replicas};
 

@@ -6,7 +6,7 @@
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the
-//! acquire, and the permit's [`Shape`](crate::node::Shape) for extending
+//! acquire, and the permit's [`Shape`](crate::contract::Shape) for extending
 //! and releasing it) and how the replies read; its scripts beside them
 //! (`acquire.lua`, `extend.lua`, `release.lua`); and in `inspect.rs` what
 //! [`Redlock::inspect`] reads of it.
@@ -26,10 +26,10 @@ use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
 use crate::acquire::call::{Acquisition, Attempts, Manager};
+use crate::contract::ShapeRef;
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
 use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
-use crate::node::ShapeRef;
 use crate::quorum::{Answer, Vote};
 use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::request::{Op, Single};
+use crate::contract::ShapeRef;
 use crate::node::replies::{Answer, Reply, Slots};
-use crate::node::{Deadline, Node, ShapeRef};
+use crate::node::{Deadline, Node};
 use crate::token::Token;
 
 /// When a node's lane batches (see [`Lane`]): how many lone requests it

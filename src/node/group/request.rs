@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
+use crate::contract::ShapeRef;
+use crate::node::ExtendReply;
 use crate::node::batch::{Entry, SingleOp};
-use crate::node::{ExtendReply, ShapeRef};
 use crate::request::Ttl;
 use crate::token::Token;
 
@@ -22,9 +23,9 @@ impl Op {
     /// Whether this request for `holding` goes through its node's
     /// group-commit lane, and under which key: the one place that decides
     /// it. Only one-key holdings of a shape that
-    /// [group-commits](crate::node::Shape::group_commits) do (`batch.lua`
+    /// [group-commits](crate::contract::Shape::group_commits) do (`batch.lua`
     /// knows keys that hold just their token): every op of one whose
-    /// extension touches its key alone ([`keys_only`](crate::node::Shape::keys_only)),
+    /// extension touches its key alone ([`keys_only`](crate::contract::Shape::keys_only)),
     /// and the release of one whose does not (a fenced lock's: a
     /// token-checked delete, like any lock's); a fenced lock's extension
     /// touches its counter too, and goes alone.

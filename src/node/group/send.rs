@@ -10,12 +10,11 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Value};
 
 use super::request::Single;
+use crate::contract::Extension;
 use crate::error::NodeError;
 use crate::node::batch::{Entry, SingleOp};
 use crate::node::holding::native_delete;
-use crate::node::{
-    Deadline, Extension, NativeDelete, Node, Resend, push_extend, push_release, unexpected,
-};
+use crate::node::{Deadline, NativeDelete, Node, Resend, push_extend, push_release, unexpected};
 use crate::request::Ttl;
 
 impl Node {
@@ -295,7 +294,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::node::ShapeRef;
+    use crate::contract::ShapeRef;
     use crate::node::caps::Capabilities;
 
     /// A lone request is one allocation, the size of its own op: the
