@@ -11,12 +11,22 @@
 - Every chapter docs/*.md is linked from README.md, and src/lib.rs compiles
   its code blocks as doctests (a `#[cfg(doctest)]` item with
   `#[doc = include_str!("../docs/<chapter>.md")]`), as it does README.md's.
+- The pages that quote the latest soak quote it as recorded.
+- Benchmark figures come from committed runs: a table marked
+  `<!-- table: benches/NAME.json KIND -->` must read, cell by cell, as
+  KIND's table of that run (`--render benches/NAME.json KIND` prints it),
+  and a figure followed by `<!-- figure: benches/NAME.json KIND | ROW |
+  COLUMN -->` must be that cell. On README.md and docs/speed.md every
+  ratio (`2.16×`) but a target's must carry such a marker, and no table
+  cell may be a bare figure outside a marked table.
 
 Links inside code (fenced blocks, `code spans`) and absolute URLs
 (`https://…`, `mailto:…`) are not checked.
 
 Run from anywhere: python3 docs/check.py. Exits non-zero with one line per
-problem. `python3 docs/check.py --self-test` runs the checker on a small
+problem. `python3 docs/check.py --render benches/NAME.json KIND` prints a
+benchmark table (KIND: run, speed, more, native, degraded, memory, fair,
+killed) as a page holds it. `python3 docs/check.py --self-test` runs the checker on a small
 tree with known mistakes and fails unless it reports exactly those.
 """
 
@@ -164,6 +174,439 @@ def soak_quote(run):
             f"{run['violations'] + run['failed']} violations"]
 
 
+# ---------------------------------------------------------------------------
+# Benchmark figures: every table and quoted figure of the speed results
+# comes from a committed run (benches/*.json) and is recomputed from it.
+#
+# A table names its run on the line before its header:
+#     <!-- table: benches/valkey-9.1.json speed -->
+# and each of its cells must read as render(run, kind) prints it (`python3
+# docs/check.py --render benches/valkey-9.1.json speed` prints the table).
+# A figure in the prose names the cell it quotes, right after it:
+#     2.95×<!-- figure: benches/valkey-9.1.json native | 256 | × rslock -->
+# (row: the row's key cells, space-separated; an optional fourth field picks
+# the part of an "a / b" cell, from 1). Markers are checked on every page;
+# on the pages of BENCH_STRICT every ratio (`1.25×`, `1.25x`) but a target's
+# ("at least 3×") must carry one, and every table cell that is a bare figure
+# must be in a table with a table marker.
+
+BENCH_STRICT = ["README.md", "docs/speed.md"]
+TABLE_MARK = re.compile(r"^\s*<!--\s*table:\s*(\S+)\s+(\S+)\s*-->\s*$")
+FIGURE_MARK = re.compile(
+    r"<!--\s*figure:\s*(\S+)\s+(\S+)\s*\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*(?:\|\s*(\d+)\s*)?-->")
+FIGURE_BEFORE = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(?:×|x|%|µs|ms|KiB|B)?\**\s*$")
+RATIO = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?[×x](?![\w])")
+TARGET_BEFORE = re.compile(r"(?:≥|≤|>=|<=|at least|at most|target of|targets?:?)\s*\**$", re.I)
+NUMERIC_CELL = re.compile(r"^[\d,.]+(?:×| ?%)?(?: / [\d,.]+(?:×| ?%)?)*$")
+
+
+def num(x):
+    """A measured figure as the pages print it: three significant digits
+    below 100 (0.17, 4.60, 45.6), whole numbers with separators above
+    (1,003; 34,827)."""
+    if x is None:
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def times(x):
+    """A ratio as the pages print it: 1.96×, 12.3×, 4,483×."""
+    return "–" if x is None else num(x) + "×"
+
+
+def nodes_name(n):
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+def speed_row(run, nodes, measure):
+    for row in run.get("rows", []):
+        if row["nodes"] == nodes and row["measure"] == measure:
+            return row
+    raise KeyError(f"no row '{measure}' on {nodes} nodes")
+
+
+def render_speed(run):
+    """Lock cycles/s of quorumlock, rslock and the floor on the fewest and
+    the most nodes of the run (1 and 5), the ratios, the share of the
+    ceiling, and CPU per cycle."""
+    header = ["nodes", "tasks", "quorumlock cycles/s", "rslock", "floor", "× rslock", "× floor",
+              "× ceiling", "server CPU µs/cycle: quorumlock / rslock / floor",
+              "client CPU µs/cycle: quorumlock / rslock / floor"]
+    ceilings = {c["nodes"]: c["lock_cycles_per_s"] for c in run.get("ceilings", [])}
+    rows = []
+    counts = sorted({r["nodes"] for r in run.get("rows", [])})
+    for nodes in sorted({counts[0], counts[-1]}) if counts else []:
+        for tasks in (1, 16, 64, 256):
+            cycles = speed_row(run, nodes, f"cycles/s, {tasks} tasks")
+            server = speed_row(run, nodes, f"server CPU µs per cycle, all nodes, {tasks} tasks")
+            client = speed_row(run, nodes, f"client CPU µs per cycle, {tasks} tasks")
+            ceiling = ceilings.get(nodes)
+            rows.append([str(nodes), str(tasks), num(cycles["quorumlock"]), num(cycles["rslock"]),
+                         num(cycles["floor"]), times(cycles["ratio_vs_rslock"]),
+                         times(cycles["ratio"]),
+                         times(cycles["quorumlock"] / ceiling) if ceiling else "–",
+                         " / ".join(num(server[x]) for x in ("quorumlock", "rslock", "floor")),
+                         " / ".join(num(client[x]) for x in ("quorumlock", "rslock", "floor"))])
+    return header, 2, rows
+
+
+PRIMITIVE_NOTE = re.compile(
+    r"^N=(\d+): (semaphore permit|rwlock read)\b.*? p50 (\d+) µs vs lock (\d+) µs "
+    r"\(([\d.]+)x\); 64 tasks (\d+) vs (\d+) cycles/s \(([\d.]+)x")
+
+
+def render_more(run):
+    """The rest of a speed run: one task's latency, the semaphore and
+    reader-writer lock against the lock, wake-up against polling on the
+    most nodes, and held locks."""
+    header = ["measure", "quorumlock", "against", "ratio"]
+    rows = []
+    nodes = max((r["nodes"] for r in run.get("rows", [])), default=None)
+    most = max((c["nodes"] for c in run.get("contention") or []), default=None)
+    if nodes:
+        for p in ("p50", "p99"):
+            row = speed_row(run, nodes, f"lock+release {p}, 1 task (µs)")
+            rows.append([f"lock+release {p}, 1 task, {nodes_name(nodes)} (µs)", num(row["quorumlock"]),
+                         f"rslock {num(row['rslock'])}", times(row["ratio_vs_rslock"])])
+    for note in run.get("notes", []):
+        m = PRIMITIVE_NOTE.match(note)
+        if m:
+            n, what = m.group(1), m.group(2)
+            rows.append([f"{what}, p50, 1 task, {nodes_name(int(n))} (µs)", num(float(m.group(3))),
+                         f"lock {num(float(m.group(4)))}", times(float(m.group(5)))])
+            rows.append([f"{what}, cycles/s, 64 tasks, {nodes_name(int(n))}", num(float(m.group(6))),
+                         f"lock {num(float(m.group(7)))}", times(float(m.group(8)))])
+    contention = run.get("contention") or []
+    for nodes in [most] if most else []:
+        by = {c["waiting"]: c for c in contention if c["nodes"] == nodes}
+        if "wake-up" in by and "polling" in by:
+            wake, poll = by["wake-up"]["handoffs_per_s"], by["polling"]["handoffs_per_s"]
+            rows.append([f"handoffs/s, 16 tasks on one resource, wake-up, {nodes_name(nodes)}",
+                         num(wake), f"polling {num(poll)}", times(wake / poll if poll else None)])
+    held = run.get("held")
+    if held:
+        rows.append([f"{held['locks']:,} auto-extended locks, 3 nodes: % of one core",
+                     num(held["cpu_percent_of_one_core"]), "–", "–"])
+        rows.append([f"{held['locks']:,} auto-extended locks: bytes per lock",
+                     num(held["bytes_per_lock"]), "–", "–"])
+        rows.append([f"{held['locks']:,} auto-extended locks: lost", str(held["lost"]), "–", "–"])
+    return header, 1, rows
+
+
+def render_native(run):
+    """Five nodes with native commands: quorumlock native, forced onto
+    scripts, and rslock; the share of the native ceiling; CPU per cycle."""
+    native = run["native"]
+    header = ["tasks", "native cycles/s", "scripted", "rslock", "× scripted", "× rslock",
+              "× ceiling", "server CPU µs/cycle: native / scripted / rslock",
+              "client CPU µs/cycle: native / scripted / rslock"]
+    ceiling = native.get("ceiling_set_delifeq_lock_cycles_per_s")
+    rows = []
+    for row in native["rows"]:
+        c, s, k = row["cycles_per_s"], row["server_cpu_us_per_cycle"], row["client_cpu_us_per_cycle"]
+        rows.append([str(row["tasks"]), num(c["native"]), num(c["scripted"]), num(c["rslock"]),
+                     times(row["ratio_vs_scripted"]), times(row["ratio_vs_rslock"]),
+                     times(c["native"] / ceiling) if ceiling else "–",
+                     " / ".join(num(s[x]) for x in ("native", "scripted", "rslock")),
+                     " / ".join(num(k[x]) for x in ("native", "scripted", "rslock"))])
+    rows.append(["ceiling", num(ceiling), "–", "–", "–", "–", "–", "–", "–"])
+    return header, 1, rows
+
+
+def render_degraded(run):
+    """Node 5 of five healthy, slow, frozen or flapping: each library
+    against its own healthy row."""
+    header = ["node 5", "library", "p50 / p99 ms, 1 task", "cycles/s, 64 tasks",
+              "handoffs/s, 16 on one", "vs healthy: p50 / p99 / cycles/s / handoffs/s"]
+    rows = []
+    for row in run["degraded"]["rows"]:
+        v = row["vs_healthy"]
+        rows.append([row["node5"], row["library"],
+                     f"{num(row['lock_release_p50_ms'])} / {num(row['lock_release_p99_ms'])}",
+                     num(row["cycles_per_s_64_tasks"]), num(row["handoffs_per_s_16_on_one"]),
+                     " / ".join(times(v[x]) for x in ("p50", "p99", "cycles_per_s",
+                                                      "handoffs_per_s"))])
+    return header, 2, rows
+
+
+def render_memory(run):
+    """256 quorumlock tasks for 30 s with node 5 frozen, then flapping."""
+    header = ["node 5", "cycles", "failed", "resident at start, MiB",
+              "peak, first / second half, MiB", "second / first", "tasks beyond the workers, "
+              "first / second half"]
+    rows = []
+    for key in ("memory", "memory_flapping"):
+        m = run["degraded"].get(key)
+        if not m:
+            continue
+        first, second = m["peak_first_half_kib"], m["peak_second_half_kib"]
+        rows.append([m.get("node5", "frozen"), num(m["cycles"]), str(m["failed"]),
+                     num(m["rss_start_kib"] / 1024), f"{num(first / 1024)} / {num(second / 1024)}",
+                     times(second / first if first else None),
+                     f"{m['peak_tasks_beyond_workers_first_half']} / "
+                     f"{m['peak_tasks_beyond_workers_second_half']}"])
+    return header, 1, rows
+
+
+def render_fair(run):
+    """16 tasks on one resource: fair_lock and lock, wake-up on and off,
+    and with node 5 frozen."""
+    header = ["call", "wake-up", "node 5", "grants/s", "wait p50 / p99 / max, ms",
+              "FIFO bound, ms", "p99 / bound", "× 1/(hold + 2 RTT)"]
+    rows = []
+    for row in run["fair"]["rows"]:
+        w = row["wait_ms"]
+        rows.append([row["call"], "on" if row["wake_up"] else "off",
+                     "frozen" if row["node5_frozen"] else "healthy", num(row["grants_per_s"]),
+                     f"{num(w['p50'])} / {num(w['p99'])} / {num(w['max'])}",
+                     num(row["fifo_bound_ms"]), times(row["wait_p99_vs_fifo_bound"]),
+                     times(row["grants_vs_hold_plus_two_round_trips"])])
+    return header, 3, rows
+
+
+def render_killed(run):
+    """A killed fair waiter: how long the next waits after a release."""
+    fair = run["fair"]
+    header = ["node 5", "trials", "release → next grant, worst, ms", "queue lease, ms"]
+    rows = []
+    for frozen in (False, True):
+        trials = [k for k in fair["killed_waiter"] if k["node5_frozen"] == frozen]
+        if trials:
+            rows.append(["frozen" if frozen else "healthy", str(len(trials)),
+                         num(max(k["release_to_grant_ms"] for k in trials)),
+                         num(fair["queue_lease_ms"])])
+    return header, 1, rows
+
+
+def server_name(run):
+    """`redis 7.0.15` or `valkey 9.1.2` (the bench names Valkey's only)."""
+    server = run["machine"]["redis"]
+    return server if server.startswith("valkey") else f"redis {server}"
+
+
+def render_run(run):
+    """Which run: the server, when, the commit, the parts and the load."""
+    load = next((n.rsplit(": ", 1)[1] for n in run.get("notes", [])
+                 if n.startswith("load average at the end")), "–")
+    machine = run["machine"]
+    header = ["server", "date (UTC)", "commit", "parts", "machine",
+              "load average at the end (1, 5, 15 min)"]
+    return header, 1, [[server_name(run), run["date"], run["commit"], run["parts"],
+                        f"{machine['nproc']} cpus, {machine['cpu']}", load]]
+
+
+def render_runs(runs):
+    """Which runs: one row per file of a glob."""
+    header = ["run", "server", "date (UTC)", "commit", "parts", "load average at the end"]
+    rows = []
+    for name, run in runs:
+        load = next((n.rsplit(": ", 1)[1] for n in run.get("notes", [])
+                     if n.startswith("load average at the end")), "–")
+        rows.append([f"`{name}`", server_name(run), run["date"][:16].replace("T", " "),
+                     run["commit"], run["parts"], load])
+    return header, 1, rows
+
+
+RENDER = {"run": render_run, "speed": render_speed, "more": render_more, "native": render_native,
+          "degraded": render_degraded, "memory": render_memory, "fair": render_fair,
+          "killed": render_killed}
+
+
+def markdown_table(header, rows):
+    """The table as the pages hold it (numbers right-aligned)."""
+    def line(cells):
+        return "| " + " | ".join(cells) + " |"
+    align = ["---" if not rows or not NUMERIC_CELL.match(rows[0][i]) else "---:"
+             for i in range(len(header))]
+    return "\n".join([line(header), line(align)] + [line(r) for r in rows])
+
+
+def table_cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+class Runs:
+    """The committed runs, read once: (run, problem)."""
+
+    def __init__(self, root):
+        self.root, self.cache = root, {}
+
+    def get(self, name):
+        if name not in self.cache:
+            path = self.root / name
+            if not name.startswith("benches/") or path.suffix != ".json":
+                self.cache[name] = (None, f"{name} is not a run in benches/*.json")
+            elif not path.is_file():
+                self.cache[name] = (None, f"no such run {name}")
+            else:
+                try:
+                    self.cache[name] = (json.loads(path.read_text(encoding="utf-8")), None)
+                except ValueError as e:
+                    self.cache[name] = (None, f"{name} is not JSON: {e}")
+        return self.cache[name]
+
+    def table(self, name, kind):
+        """(header, keys, rows) of `kind` from run `name`, or a problem.
+        Kind `runs` takes a glob (`benches/*.json`): a row per run."""
+        if kind == "runs":
+            runs = []
+            for path in sorted(self.root.glob(name)):
+                run, problem = self.get(path.relative_to(self.root).as_posix())
+                if problem:
+                    return None, problem
+                if "date" in run:  # runs from before the bench named its date are left out
+                    runs.append((path.relative_to(self.root).as_posix(), run))
+            if not runs:
+                return None, f"no runs match {name}"
+            return render_runs(runs), None
+        run, problem = self.get(name)
+        if problem:
+            return None, problem
+        if kind not in RENDER:
+            return None, f"no table kind '{kind}' (one of {', '.join(RENDER)})"
+        try:
+            return RENDER[kind](run), None
+        except (KeyError, TypeError, ZeroDivisionError) as e:
+            return None, f"{name} has no '{kind}' table: missing {e}"
+
+
+def bench_figures(root, page_name, strict):
+    """What is wrong with the benchmark figures of one page."""
+    page = root / page_name
+    if not page.is_file():
+        return []
+    runs, problems = Runs(root), []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    in_fence = None
+    i = 0
+    while i < len(lines):
+        line, number = lines[i], i + 1
+        fence = FENCE.match(line)
+        if in_fence or fence:
+            if in_fence and fence and fence.group(1)[0] == in_fence[0]:
+                in_fence = None
+            elif not in_fence:
+                in_fence = fence.group(1)
+            i += 1
+            continue
+        mark = TABLE_MARK.match(line)
+        if mark:
+            name, kind = mark.groups()
+            start = end = i + 1
+            while end < len(lines) and lines[end].lstrip().startswith("|"):
+                end += 1
+            if end - start < 2:
+                problems.append(f"{page_name}:{number}: a table marker with no table after it")
+                i += 1
+                continue
+            rendered, problem = runs.table(name, kind)
+            if problem:
+                problems.append(f"{page_name}:{number}: {problem}")
+            else:
+                problems += compare_table(page_name, start + 1, name, kind, rendered,
+                                          [table_cells(lines[j]) for j in range(start, end)])
+            i = end
+            continue
+        bare = False
+        if strict and line.lstrip().startswith("|") and not re.match(r"^\s*\|[\s|:-]+\|\s*$", line):
+            # A table no marker names: a figure in it names its run, as in
+            # the prose.
+            bare = any(NUMERIC_CELL.match(c) for c in table_cells(line))
+            if bare:
+                problems.append(f"{page_name}:{number}: a table of figures that names no "
+                                f"run (add <!-- table: benches/NAME.json KIND --> above it, "
+                                f"or a figure marker in the cell)")
+        problems += figures_in_line(runs, page_name, number, CODE_SPAN.sub("code", line),
+                                    strict and not bare)
+        i += 1
+    return problems
+
+
+def figures_in_line(runs, page_name, number, plain, strict):
+    """The figure markers of one line, each against its run's cell; on a
+    strict page, every ratio without one."""
+    problems = []
+    for m in FIGURE_MARK.finditer(plain):
+        name, kind, row_key, column, part = m.groups()
+        before = FIGURE_BEFORE.search(plain[:m.start()])
+        rendered, problem = runs.table(name, kind)
+        if problem:
+            problems.append(f"{page_name}:{number}: {problem}")
+            continue
+        if not before:
+            problems.append(f"{page_name}:{number}: no figure right before the marker of "
+                            f"{name} {kind} | {row_key} | {column}")
+            continue
+        expected, problem = cell(rendered, row_key, column, part)
+        if problem:
+            problems.append(f"{page_name}:{number}: {name} {kind}: {problem}")
+            continue
+        got = before.group(1)
+        if strip_unit(expected) != got:
+            problems.append(f"{page_name}:{number}: quotes {got} for {kind} | {row_key} | "
+                            f"{column}, {name} says {strip_unit(expected)}")
+    if strict:
+        # A figure with its marker right after it is sourced.
+        unmarked = re.sub(r"\d[\d,]*(?:\.\d+)?\s*(?:×|x|%|µs|ms|KiB|B)?\**\s*<!--\s*figure:.*?-->",
+                          "", plain)
+        unmarked = re.sub(r"<!--.*?-->", "", unmarked)
+        for m in RATIO.finditer(unmarked):
+            # A target ("at least 3×", "≤ 0.65×") is a bound, not a figure.
+            if TARGET_BEFORE.search(unmarked[:m.start()]):
+                continue
+            problems.append(f"{page_name}:{number}: the ratio {m.group(0)} names no run "
+                            f"(add <!-- figure: benches/NAME.json KIND | ROW | COLUMN --> "
+                            f"right after it)")
+    return problems
+
+
+def strip_unit(cell_text):
+    return re.sub(r"(?:×| ?%)$", "", cell_text)
+
+
+def cell(rendered, row_key, column, part):
+    header, keys, rows = rendered
+    if column not in header:
+        return None, f"no column '{column}'"
+    found = [r for r in rows if " ".join(r[:keys]) == row_key]
+    if not found:
+        return None, f"no row '{row_key}'"
+    text = found[0][header.index(column)]
+    if part:
+        parts = text.split(" / ")
+        if not 1 <= int(part) <= len(parts):
+            return None, f"'{text}' has no part {part}"
+        text = parts[int(part) - 1]
+    return text, None
+
+
+def compare_table(page_name, first_line, name, kind, rendered, page_rows):
+    """Cell by cell: the page's table against the run's."""
+    header, keys, rows = rendered
+    problems = []
+    if page_rows[0] != header:
+        problems.append(f"{page_name}:{first_line}: the {kind} table of {name} has the header "
+                        f"{' | '.join(header)}")
+        return problems
+    body = page_rows[2:]
+    if len(body) != len(rows):
+        problems.append(f"{page_name}:{first_line}: the {kind} table of {name} has {len(rows)} "
+                        f"rows, the page {len(body)}")
+    for offset, (got, want) in enumerate(zip(body, rows)):
+        line = first_line + 2 + offset
+        for col, (g, w) in enumerate(zip(got, want)):
+            if g != w:
+                problems.append(f"{page_name}:{line}: {kind} | {' '.join(want[:keys])} | "
+                                f"{header[col]}: the page says {g}, {name} says {w}")
+        if len(got) != len(want):
+            problems.append(f"{page_name}:{line}: {len(got)} cells, {name} has {len(want)}")
+    return problems
+
+
 class Site:
     """The pages of one tree (README.md and docs/*.md) and what they hold."""
 
@@ -278,6 +721,11 @@ class Site:
             stale = stale_soak(self.root, runs[-1])
             if stale:
                 problems.append(f"{SOAK.as_posix()}: {stale}")
+
+        # The benchmark's tables and quoted figures, against their runs.
+        for page in self.pages:
+            quoting = self.name(page)
+            problems += bench_figures(self.root, quoting, strict=quoting in BENCH_STRICT)
         return problems
 
 
@@ -373,6 +821,67 @@ def self_test():
         if unshipped:
             failures.append(f"shipped links reported: {unshipped}")
 
+    # Benchmark figures: a table and prose figures checked against a run.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "docs").mkdir()
+        (root / "benches").mkdir()
+        row = lambda n, what, f, q, r: {"nodes": n, "measure": what, "floor": f, "quorumlock": q,
+                                        "rslock": r, "ratio": q / f, "ratio_vs_rslock": q / r}
+        rows = []
+        for tasks in (1, 16, 64, 256):
+            rows += [row(5, f"cycles/s, {tasks} tasks", 1000.0 * tasks, 1100.0 * tasks, 500.0 * tasks),
+                     row(5, f"server CPU µs per cycle, all nodes, {tasks} tasks", 10.0, 9.0, 20.0),
+                     row(5, f"client CPU µs per cycle, {tasks} tasks", 30.0, 25.0, 50.0)]
+        run = {"rows": rows, "ceilings": [{"nodes": 5, "lock_cycles_per_s": 400000.0}]}
+        (root / "benches" / "run.json").write_text(json.dumps(run), encoding="utf-8")
+        header, _, good = render_speed(run)
+        table = markdown_table(header, good).splitlines()
+        table[5] = table[5].replace("2.20×", "2.30×")  # 256 tasks, × rslock: wrong
+        (root / "docs" / "speed.md").write_text(
+            "# Speed\n\n<!-- table: benches/run.json speed -->\n" + "\n".join(table) + "\n\n"
+            "256 tasks: 2.20×<!-- figure: benches/run.json speed | 5 256 | × rslock --> rslock, "
+            "at 9.00<!-- figure: benches/run.json speed | 5 256 | server CPU µs/cycle: "
+            "quorumlock / rslock / floor | 1 --> µs.\n"
+            "Wrong: 2.21×<!-- figure: benches/run.json speed | 5 256 | × rslock -->; "
+            "unsourced: 1.50x; a target is not a figure: at least 3×.\n"
+            "<!-- figure: benches/missing.json speed | 5 256 | × rslock -->\n\n"
+            "| a | b |\n|---|---:|\n| x | 1.25× |\n\n"
+            "<!-- table: benches/run.json native -->\n| a |\n|---|\n| 1 |\n\n"
+            "| target | run |\n|---|---:|\n"
+            "| x | 2.20×<!-- figure: benches/run.json speed | 5 256 | × rslock --> |\n"
+            "| y | 0.30×<!-- figure: benches/run.json speed | 5 256 | × ceiling --> |\n",
+            encoding="utf-8")
+        got = sorted(bench_figures(root, "docs/speed.md", strict=True))
+        expected = sorted([
+            "docs/speed.md:9: speed | 5 256 | × rslock: the page says 2.30×, "
+            "benches/run.json says 2.20×",
+            "docs/speed.md:12: quotes 2.21 for speed | 5 256 | × rslock, benches/run.json says 2.20",
+            "docs/speed.md:12: the ratio 1.50x names no run (add <!-- figure: benches/NAME.json "
+            "KIND | ROW | COLUMN --> right after it)",
+            "docs/speed.md:13: no such run benches/missing.json",
+            "docs/speed.md:17: a table of figures that names no run (add <!-- table: "
+            "benches/NAME.json KIND --> above it, or a figure marker in the cell)",
+            "docs/speed.md:19: benches/run.json has no 'native' table: missing 'native'",
+            "docs/speed.md:27: quotes 0.30 for speed | 5 256 | × ceiling, benches/run.json says 0.70",
+        ])
+        for line in expected:
+            if line not in got:
+                failures.append(f"bench figures: not reported: {line}")
+        for line in got:
+            if line not in expected:
+                failures.append(f"bench figures: reported wrongly: {line}")
+        # The same page with the wrong cell put right and the rest removed:
+        # nothing to report.
+        table[5] = table[5].replace("2.30×", "2.20×")
+        (root / "docs" / "speed.md").write_text(
+            "# Speed\n\n<!-- table: benches/run.json speed -->\n" + "\n".join(table) + "\n\n"
+            "256 tasks: **2.20×**<!-- figure: benches/run.json speed | 5 256 | × rslock -->.\n",
+            encoding="utf-8")
+        if bench_figures(root, "docs/speed.md", strict=True):
+            failures.append(f"bench figures: a right page reported: "
+                            f"{bench_figures(root, 'docs/speed.md', strict=True)}")
+
     # A soak older than the last change to the protocol's files is stale;
     # one at or after it is not; outside a checkout nothing is said.
     def fake_git(last, ancestor):
@@ -395,7 +904,9 @@ def self_test():
         return 1
     print(f"docs/check.py --self-test OK: {len(slugs)} slugs; a broken link, a broken anchor, "
           f"a wrongly cased anchor, an unlinked chapter, a chapter without doctests, stale "
-          f"soak quotes (README.md, docs/safety.md) and links the package lacks reported")
+          f"soak quotes (README.md, docs/safety.md), links the package lacks, a benchmark table's wrong "
+          f"cell, a wrongly quoted and an unsourced figure, a missing run and a table naming "
+          f"no run reported")
     return 0
 
 
@@ -413,8 +924,18 @@ def main(argv):
             return 1
         print(f"docs OK in the package: every link resolves among its {len(shipped)} files")
         return 0
+    if len(argv) == 4 and argv[1] == "--render":
+        # The table of kind argv[3] from run argv[2], as a page holds it.
+        rendered, problem = Runs(ROOT).table(argv[2], argv[3])
+        if problem:
+            print(f"docs/check.py: {problem}", file=sys.stderr)
+            return 1
+        print(f"<!-- table: {argv[2]} {argv[3]} -->")
+        print(markdown_table(rendered[0], rendered[2]))
+        return 0
     if argv[1:]:
-        print(f"usage: {argv[0]} [--self-test | --package-list FILE]", file=sys.stderr)
+        print(f"usage: {argv[0]} [--self-test | --package-list FILE | --render RUN KIND]",
+              file=sys.stderr)
         return 2
     site = Site(ROOT)
     problems = site.check()

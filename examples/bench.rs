@@ -34,13 +34,16 @@
 //! a killed fair waiter (its runtime shut down, so it never leaves) holds
 //! up the next one after a release, against `FAIR_QUEUE_LEASE`.
 //!
-//!     cargo run --release --example bench --features testkit -- [--json] [--quick]
+//!     cargo run --release --example bench --features testkit -- [--json] [--quick] [--only PART,PART..]
 //!
 //! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`;
 //! the degraded and fair parts always start their own, since they pause one).
 //! Quote the ratios: absolute numbers drift on a shared machine, so floor and
 //! library runs are interleaved and drift hits both. With `--json` the table
-//! goes to stderr and JSON to stdout (`benches/baseline.json` is one full run).
+//! goes to stderr and JSON to stdout, with the server's version, the date,
+//! the commit and the parts run (`benches/baseline.json` is one full run;
+//! `benches/redis-7.0.json`, `redis-8.0.json` and `valkey-9.1.json` are the
+//! runs docs/speed.md quotes, and `docs/check.py` checks it against them).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -165,14 +168,19 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|fair|replica, or --profile floor|library|library-scripted|library-wake|rslock"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|fair|replica (or several, comma-separated), or --profile floor|library|library-scripted|library-wake|rslock"
                 )
                 .into());
             }
         }
     }
     let plan = Plan::new(quick);
-    let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    // `--only` takes one part or several, comma-separated (`speed,native`):
+    // the parts a results page's tables need, in one run and one file.
+    let runs = |part: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|p| p == part))
+    };
 
     // Our own nodes unless the caller names theirs; kept alive to the end.
     let (_nodes, urls) = match std::env::var("QUORUMLOCK_NODES") {
@@ -184,6 +192,7 @@ async fn run() -> Result<(), BoxError> {
         }
     };
     let mut report = Report::new(plan, &urls).await?;
+    report.parts = only.clone().unwrap_or_else(|| "all".to_owned());
     progress(&format!(
         "bench ({}): {} nodes, {} cpus, {}",
         if plan.quick { "quick" } else { "full" },
@@ -220,7 +229,7 @@ async fn run() -> Result<(), BoxError> {
     // Native commands against scripts (issue 33): where the nodes have
     // them (a default run on Redis 7 skips it), or when asked for.
     if urls.len() >= 5
-        && (only.as_deref() == Some("native")
+        && ((only.is_some() && runs("native"))
             || (only.is_none() && native_release(&urls[..5]).await?.is_some()))
     {
         report.native = Some(native_part(&urls[..5], plan).await?);
@@ -241,7 +250,7 @@ async fn run() -> Result<(), BoxError> {
     }
 
     // Opt-in: it starts servers of its own, with replicas.
-    if only.as_deref() == Some("replica") {
+    if only.is_some() && runs("replica") {
         replica_sync_cost(plan, &mut report).await?;
     }
 
@@ -3271,6 +3280,11 @@ struct Report {
     /// Per node count, the redis-benchmark ceiling in lock cycles/s.
     ceilings: Vec<(usize, f64)>,
     notes: Vec<String>,
+    /// What was run (`--only`'s parts, or `all`), when (UTC, at the start)
+    /// and on which commit: a results page names the run it quotes.
+    parts: String,
+    date: String,
+    commit: String,
 }
 
 impl Report {
@@ -3311,6 +3325,16 @@ impl Report {
             native: None,
             ceilings: Vec::new(),
             notes: Vec::new(),
+            parts: String::new(),
+            date: utc_now(),
+            commit: std::process::Command::new("git")
+                .args(["describe", "--always", "--dirty"])
+                .output()
+                .ok()
+                .filter(|out| out.status.success())
+                .map_or("unknown".to_owned(), |out| {
+                    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+                }),
         })
     }
 
@@ -3576,6 +3600,9 @@ impl Report {
         let held = self.held.as_ref().map(|h| h.json(self.plan.held_ttl));
         let report = json!({
             "machine": {"nproc": self.nproc, "cpu": self.cpu, "redis": self.redis},
+            "date": self.date,
+            "commit": self.commit,
+            "parts": self.parts,
             "mode": if self.plan.quick { "quick" } else { "full" },
             "rows": rows,
             "contention": contention,
@@ -3589,4 +3616,28 @@ impl Report {
         });
         serde_json::to_string_pretty(&report).unwrap_or_default()
     }
+}
+
+/// Now, in UTC, as `YYYY-MM-DDTHH:MM:SSZ` (days to a civil date by Howard
+/// Hinnant's `civil_from_days`; no date crate for one timestamp).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
