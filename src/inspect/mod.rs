@@ -17,7 +17,7 @@
 //! - `verdict`: the quorum verdict on the answers so far (pure);
 //! - `types`: the public result ([`Inspection`] and what it holds).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -29,14 +29,18 @@ use crate::quorum::decide::Decide;
 use crate::redlock::Redlock;
 use crate::round::{Core, Traced, fan_out_with, follow, shallow};
 
+mod answers;
+mod inspection;
 mod read;
-mod types;
+mod stored;
 mod verdict;
 
+use answers::{Following, Shared, path_of};
+pub use inspection::Inspection;
 use read::read;
-pub use types::{
-    Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
-    ResourceKind, SeenToken, Stored, Verdict,
+pub use stored::{
+    Claim, Claimed, HeldPermit, Holder, InspectedNode, NodeState, Proclaimed, ResourceKind,
+    SeenToken, Stored, Verdict,
 };
 use verdict::judge;
 
@@ -145,14 +149,6 @@ async fn inspect(core: &Arc<Core>, resource: Arc<str>, layout: Arc<Layout>) -> I
     Inspection::new(resource, layout, core, Following { shared, changes })
 }
 
-/// How `core`'s node `i` releases and extends plain locks, if it said.
-pub(super) fn path_of(core: &Core, i: usize) -> Option<String> {
-    core.node(i)
-        .ok()
-        .and_then(|n| n.capabilities())
-        .map(|caps| caps.describe())
-}
-
 /// An inspection's decision rule: the nodes' answers so far, decided once
 /// [`judge`] says no answer still to come can change the verdict.
 #[derive(Debug)]
@@ -211,79 +207,4 @@ impl Traced for Stored {
             Err(error) => tracing::debug!(op, node, late, error = %error, "node failed"),
         }
     }
-}
-
-/// What the nodes said, as they say it: the decision's answers, then those
-/// of the nodes followed after it. Shared by their follower and the
-/// [`Inspection`].
-#[derive(Debug)]
-struct Shared {
-    nodes: Mutex<Vec<Slot>>,
-}
-
-#[derive(Debug, Clone)]
-struct Slot {
-    state: NodeState,
-    /// How the node takes plain locks, once it answered a late read.
-    path: Option<String>,
-    /// The node's read has ended: it answered, or failed for good (not
-    /// merely not waited for).
-    settled: bool,
-}
-
-impl Shared {
-    /// The answers at the decision; the reads to `in_flight` go on.
-    fn new(states: Vec<NodeState>, in_flight: &[usize]) -> Self {
-        let slots = states
-            .into_iter()
-            .enumerate()
-            .map(|(i, state)| Slot {
-                state,
-                path: None,
-                settled: !in_flight.contains(&i),
-            })
-            .collect();
-        Self {
-            nodes: Mutex::new(slots),
-        }
-    }
-
-    fn slots(&self) -> MutexGuard<'_, Vec<Slot>> {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn all_settled(&self) -> bool {
-        self.slots().iter().all(|s| s.settled)
-    }
-
-    /// A followed read ended.
-    fn settle(&self, node: usize, answer: Result<Stored, NodeError>, path: Option<String>) {
-        if let Some(slot) = self.slots().get_mut(node) {
-            slot.settled = true;
-            slot.path = path;
-            slot.state = match answer {
-                Ok(stored) => NodeState::Answered(stored),
-                Err(error) => NodeState::Failed(error),
-            };
-        }
-    }
-
-    /// Nobody follows the reads still in flight: they count as failed.
-    fn abandon(&self) {
-        for slot in self.slots().iter_mut().filter(|s| !s.settled) {
-            slot.settled = true;
-            if matches!(slot.state, NodeState::Pending) {
-                slot.state = NodeState::Failed(NodeError::UnexpectedReply(
-                    "not followed: the runtime is shutting down".to_owned(),
-                ));
-            }
-        }
-    }
-}
-
-/// What an inspection still follows, for [`Inspection::settled`].
-#[derive(Debug)]
-struct Following {
-    shared: Arc<Shared>,
-    changes: watch::Receiver<()>,
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use redis::{Cmd, Value};
 
-use super::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
+use super::stored::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
 use crate::contract::{Held, Kept, Replies};
 use crate::error::NodeError;
 use crate::keys::Layout;

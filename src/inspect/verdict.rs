@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict};
+use super::stored::{
+    Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict,
+};
 use crate::quorum::decide::{Standing, standing};
 
 /// What the answers so far say.
