@@ -201,8 +201,9 @@
 //!      scripts, its keys, its reads), what a held one is on a node
 //!      (`Shape`: how a node extends, restores and releases it, and data
 //!      it carries, as a fenced lock's fence), what `inspect` reads of it
-//!      (`Reads`); and where the two engine-side traits it implements
-//!      stand.
+//!      (`Reads`, decoding into the public [`Stored`], kept beside it in
+//!      `contract/stored.rs` with the rest of an inspection's data); and
+//!      where the two engine-side traits it implements stand.
 //!    - `metrics` — what the `metrics` feature records (see [Metrics](#metrics)),
 //!      in one place; nothing without the feature.
 //!    - `scripts` — a Lua script as the nodes run it ([`ScriptMode`]), and

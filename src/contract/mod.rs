@@ -18,7 +18,7 @@
 //!   and the group commit carry a [`ShapeRef`] and never ask which
 //!   primitive it is;
 //! - [`Reads`]: what `inspect` reads of it on a node, and how the replies
-//!   decode ([`Kept`]).
+//!   decode into the node's `Stored`.
 //!
 //! Two traits that run on the engine are defined beside their runners,
 //! because the layers put the engine below every primitive: a primitive
@@ -33,13 +33,13 @@
 //!   is one `typed_guard!` line.
 
 pub(crate) mod replies;
+pub(crate) mod stored;
 
 pub(crate) use replies::{clock, command, held, integer, ours, scored, text, unexpected};
 
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 use redis::{Cmd, Value};
 
@@ -47,6 +47,7 @@ use crate::error::NodeError;
 use crate::keys::Layout;
 use crate::request::Ttl;
 use crate::scripts::Lua;
+use stored::Stored;
 
 /// One primitive, as the list of primitives names it: what the crate
 /// keeps of it in one place.
@@ -190,85 +191,34 @@ pub(crate) struct Release<'a> {
 }
 
 /// One primitive's reads for an inspection: plain read commands (nothing
-/// is ever written), and their replies decoded into what the node keeps
-/// of the primitive. `inspect` sends every primitive's [`reads`] at once,
-/// then every [`Decoded::more`] at once, and each primitive decodes only
-/// its own replies.
+/// is ever written), and their replies decoded into what the node keeps of
+/// the primitive, in the node's [`Stored`] (the public type `inspect`
+/// shows; a primitive that keeps something no primitive kept before adds
+/// a field there). `inspect` sends every primitive's [`reads`] at once,
+/// then every second step's at once, and each primitive decodes only its
+/// own replies.
 ///
 /// [`reads`]: Self::reads
-pub(crate) trait Reads: Sync {
+pub(crate) trait Reads: Sync + fmt::Debug {
     /// The first reads, sent with every other primitive's at once.
     fn reads(&self, layout: &Layout) -> Vec<Cmd>;
 
-    /// The replies to [`reads`](Self::reads), in their order: what the
-    /// node keeps, and the reads that depend on it.
-    fn decode(&self, layout: &Layout, replies: Replies) -> Result<Decoded, NodeError>;
+    /// The replies to [`reads`](Self::reads), in their order, kept in
+    /// `stored`. Returns the second step's reads, which depend on them
+    /// (none, mostly).
+    fn decode(
+        &self,
+        layout: &Layout,
+        replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError>;
 
-    /// The replies to [`Decoded::more`], in their order. Only called when
-    /// [`decode`](Self::decode) asked for more; none by default.
-    fn decode_more(&self, replies: Replies) -> Result<Vec<Kept>, NodeError> {
-        let _ = replies;
-        Ok(Vec::new())
+    /// The replies to the second step's reads, in their order, kept in
+    /// `stored`. Only called when [`decode`](Self::decode) asked for more.
+    fn decode_more(&self, replies: Replies, stored: &mut Stored) -> Result<(), NodeError> {
+        let _ = (replies, stored);
+        Ok(())
     }
-}
-
-/// A primitive's first replies decoded: what the node keeps of it, and
-/// the reads a second step sends once these are known (none, mostly).
-#[derive(Debug, Default)]
-pub(crate) struct Decoded {
-    /// What the node keeps of the primitive, so far.
-    pub(crate) kept: Vec<Kept>,
-    /// The second step's reads, decoded by [`Reads::decode_more`].
-    pub(crate) more: Vec<Cmd>,
-}
-
-/// One thing a node keeps under a resource's keys, as plain data: what
-/// `inspect` shows in its `Stored`, field by field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Kept {
-    /// The lock's key (an election's too): its holder.
-    Lock(Held),
-    /// The Redis type of the lock's key, when it is not a string.
-    OtherType(String),
-    /// A fenced lock's (or an election's term) counter.
-    Fence(u64),
-    /// An election's leader value, all four fields of it.
-    Leader {
-        /// The token of the leader that proclaimed it.
-        token: Arc<str>,
-        /// The leader's term.
-        term: u64,
-        /// Which of the term's values it is.
-        revision: u64,
-        /// The value.
-        value: String,
-    },
-    /// A semaphore's permit count (never 0).
-    PermitCount(u32),
-    /// A semaphore's permit held, by slot.
-    Permit {
-        /// The permit's slot.
-        slot: u32,
-        /// Its holder.
-        held: Held,
-    },
-    /// A reader-writer lock's writer.
-    Writer(Held),
-    /// One of a reader-writer lock's readers, not expired.
-    Reader(Held),
-    /// A writer waits for a reader-writer lock's readers to leave.
-    WriterWaiting,
-    /// How many waiters stand in a fair lock's line, their lease not ended.
-    InLine(usize),
-}
-
-/// A token a key keeps, and for how long (`None`: no expiry).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Held {
-    /// The token, in full: `inspect` never shows it so.
-    pub(crate) token: Arc<str>,
-    /// How long the node keeps it.
-    pub(crate) ttl: Option<Duration>,
 }
 
 /// One primitive's replies, taken in the order of its commands.

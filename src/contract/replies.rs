@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use super::Held;
+use crate::contract::stored::{Holder, SeenToken};
 use crate::error::NodeError;
 
 /// The command `name` with `args`.
@@ -56,13 +56,13 @@ pub(crate) fn integer(value: Value, command: &str) -> Result<i64, NodeError> {
 
 /// A string key's value (`Nil`: absent) and its `PTTL` (-1: no expiry,
 /// -2: gone since).
-pub(crate) fn held(value: &Value, pttl: i64) -> Result<Option<Held>, NodeError> {
+pub(crate) fn held(value: &Value, pttl: i64) -> Result<Option<Holder>, NodeError> {
     if matches!(value, Value::Nil) || pttl == -2 {
         return Ok(None);
     }
     let token = text(value).ok_or_else(|| unexpected("GET"))?;
-    Ok(Some(Held {
-        token: token.into(),
+    Ok(Some(Holder {
+        token: SeenToken(token.into()),
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
     }))
 }
@@ -147,7 +147,7 @@ pub(crate) mod tests {
         assert_eq!(held(&bulk("tok"), -2).expect("gone"), None);
         let held = held(&bulk("tok"), 1500).expect("held").expect("a holder");
         assert_eq!(
-            (&*held.token, held.ttl),
+            (&*held.token.0, held.ttl),
             ("tok", Some(Duration::from_millis(1500)))
         );
     }

@@ -4,7 +4,8 @@
 
 use redis::{Cmd, Value};
 
-use crate::contract::{Decoded, Kept, Reads, Replies, command, ours, text, unexpected};
+use crate::contract::stored::{Proclaimed, SeenToken, Stored};
+use crate::contract::{Reads, Replies, command, ours, text, unexpected};
 use crate::error::NodeError;
 use crate::keys::Layout;
 
@@ -20,26 +21,28 @@ impl Reads for LeaderReads {
         )]
     }
 
-    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
-        let leader = ours(replies.next())?.map(proclaimed).transpose()?.flatten();
-        Ok(Decoded {
-            kept: leader.into_iter().collect(),
-            more: Vec::new(),
-        })
+    fn decode(
+        &self,
+        _layout: &Layout,
+        mut replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError> {
+        stored.leader = ours(replies.next())?.map(proclaimed).transpose()?.flatten();
+        Ok(Vec::new())
     }
 }
 
 /// `HMGET <key>:leader token term rev value`: a leader's value, when all
 /// four are there.
-fn proclaimed(value: Value) -> Result<Option<Kept>, NodeError> {
+fn proclaimed(value: Value) -> Result<Option<Proclaimed>, NodeError> {
     let Value::Array(fields) = value else {
         return Err(unexpected("HMGET"));
     };
     let number = |v: &Value| text(v).and_then(|t| t.parse::<u64>().ok());
     Ok(match &fields[..] {
         [token, term, rev, value] => match (text(token), number(term), number(rev), text(value)) {
-            (Some(token), Some(term), Some(revision), Some(value)) => Some(Kept::Leader {
-                token: token.into(),
+            (Some(token), Some(term), Some(revision), Some(value)) => Some(Proclaimed {
+                token: SeenToken(token.into()),
                 term,
                 revision,
                 value,
@@ -60,8 +63,8 @@ mod tests {
         let fields = Value::Array(vec![bulk("tok"), bulk("7"), bulk("2"), bulk("web")]);
         assert_eq!(
             proclaimed(fields).expect("hmget"),
-            Some(Kept::Leader {
-                token: "tok".into(),
+            Some(Proclaimed {
+                token: SeenToken("tok".into()),
                 term: 7,
                 revision: 2,
                 value: "web".to_owned()

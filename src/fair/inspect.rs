@@ -4,7 +4,8 @@
 
 use redis::Cmd;
 
-use crate::contract::{Decoded, Kept, Reads, Replies, clock, command, ours, scored};
+use crate::contract::stored::Stored;
+use crate::contract::{Reads, Replies, clock, command, ours, scored};
 use crate::error::NodeError;
 use crate::keys::Layout;
 
@@ -21,21 +22,20 @@ impl Reads for LineReads {
         ]
     }
 
-    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+    fn decode(
+        &self,
+        _layout: &Layout,
+        mut replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError> {
         let leases = ours(replies.next())?.map(scored).transpose()?;
         let now_ms = clock(replies.next()?)? as f64;
-        let live = leases
+        stored.in_line = leases
             .unwrap_or_default()
             .iter()
             .filter(|(_, ends)| *ends > now_ms)
             .count();
-        Ok(Decoded {
-            kept: (live > 0)
-                .then_some(Kept::InLine(live))
-                .into_iter()
-                .collect(),
-            more: Vec::new(),
-        })
+        Ok(Vec::new())
     }
 }
 
@@ -58,16 +58,23 @@ mod tests {
             bulk("3000"),
         ]);
         let time = Value::Array(vec![bulk("1"), bulk("500000")]);
-        let decoded = LineReads
-            .decode(&layout, Replies::new(vec![Ok(leases), Ok(time.clone())]))
+        let mut stored = Stored::default();
+        LineReads
+            .decode(
+                &layout,
+                Replies::new(vec![Ok(leases), Ok(time.clone())]),
+                &mut stored,
+            )
             .expect("line");
-        assert_eq!(decoded.kept, [Kept::InLine(2)]);
-        let empty = LineReads
+        assert_eq!(stored.in_line(), 2);
+        let mut empty = Stored::default();
+        LineReads
             .decode(
                 &layout,
                 Replies::new(vec![Ok(Value::Array(vec![])), Ok(time)]),
+                &mut empty,
             )
             .expect("no line");
-        assert!(empty.kept.is_empty());
+        assert!(empty.is_empty());
     }
 }

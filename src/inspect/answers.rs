@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use super::stored::{NodeState, Stored};
+use crate::contract::stored::{NodeState, Stored};
 use crate::error::NodeError;
 use crate::round::Core;
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::answers::{Following, Shared};
-use super::stored::{Claim, Claimed, InspectedNode, NodeState, Proclaimed, ResourceKind, Verdict};
+use crate::contract::stored::{
+    Claim, Claimed, InspectedNode, NodeState, Proclaimed, ResourceKind, Verdict,
+};
 use crate::error::NodeFailure;
 use crate::keys::Layout;
 use crate::round::Core;

@@ -32,16 +32,15 @@ use crate::round::{Core, Traced, fan_out_with, follow, shallow};
 mod answers;
 mod inspection;
 mod read;
-mod stored;
 mod verdict;
 
-use answers::{Following, Shared, path_of};
-pub use inspection::Inspection;
-use read::read;
-pub use stored::{
+pub use crate::contract::stored::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, NodeState, Proclaimed, ResourceKind,
     SeenToken, Stored, Verdict,
 };
+use answers::{Following, Shared, path_of};
+pub use inspection::Inspection;
+use read::read;
 use verdict::judge;
 
 impl Redlock {

@@ -1,13 +1,13 @@
 //! One node's read: the reads each primitive describes
 //! ([`Reads`](crate::contract::Reads), listed once in the list of primitives),
-//! sent together, and what they decode kept as the node's [`Stored`].
+//! sent together, each decoding into the node's [`Stored`].
 
 use std::sync::Arc;
 
 use redis::{Cmd, Value};
 
-use super::stored::{HeldPermit, Holder, Proclaimed, SeenToken, Stored};
-use crate::contract::{Held, Kept, Replies};
+use crate::contract::Replies;
+use crate::contract::stored::Stored;
 use crate::error::NodeError;
 use crate::keys::Layout;
 use crate::node::{Deadline, Node};
@@ -29,19 +29,13 @@ pub(super) async fn read(
     let mut stored = Stored::default();
     let mut more = Vec::with_capacity(PRIMITIVES.len());
     for (primitive, replies) in PRIMITIVES.iter().zip(send(target, &first, deadline).await) {
-        let decoded = primitive.reads.decode(&layout, replies)?;
-        decoded
-            .kept
-            .into_iter()
-            .for_each(|kept| keep(&mut stored, kept));
-        more.push(decoded.more);
+        more.push(primitive.reads.decode(&layout, replies, &mut stored)?);
     }
     if more.iter().any(|commands| !commands.is_empty()) {
         let replies = send(target, &more, deadline).await;
         for ((primitive, sent), replies) in PRIMITIVES.iter().zip(&more).zip(replies) {
             if !sent.is_empty() {
-                let kept = primitive.reads.decode_more(replies)?;
-                kept.into_iter().for_each(|kept| keep(&mut stored, kept));
+                primitive.reads.decode_more(replies, &mut stored)?;
             }
         }
     }
@@ -59,43 +53,4 @@ async fn send(target: &Node, commands: &[Vec<Cmd>], deadline: Deadline) -> Vec<R
         .iter()
         .map(|sent| Replies::new(replies.by_ref().take(sent.len()).collect()))
         .collect()
-}
-
-/// Keeps `kept` in `stored`, as the public types show it.
-fn keep(stored: &mut Stored, kept: Kept) {
-    match kept {
-        Kept::Lock(held) => stored.lock = Some(holder(held)),
-        Kept::OtherType(kind) => stored.other_type = Some(kind),
-        Kept::Fence(fence) => stored.fence = Some(fence),
-        Kept::Leader {
-            token,
-            term,
-            revision,
-            value,
-        } => {
-            stored.leader = Some(Proclaimed {
-                token: SeenToken(token),
-                term,
-                revision,
-                value,
-            });
-        }
-        Kept::PermitCount(count) => stored.permit_count = Some(count),
-        Kept::Permit { slot, held } => stored.permits.push(HeldPermit {
-            slot,
-            holder: holder(held),
-        }),
-        Kept::Writer(held) => stored.writer = Some(holder(held)),
-        Kept::Reader(held) => stored.readers.push(holder(held)),
-        Kept::WriterWaiting => stored.writer_waiting = true,
-        Kept::InLine(waiters) => stored.in_line = waiters,
-    }
-}
-
-/// A token a key keeps, as [`Holder`] shows it.
-fn holder(held: Held) -> Holder {
-    Holder {
-        token: SeenToken(held.token),
-        ttl: held.ttl,
-    }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::stored::{
+use crate::contract::stored::{
     Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict,
 };
 use crate::quorum::decide::{Standing, standing};

@@ -4,7 +4,8 @@
 use redis::Cmd;
 
 use crate::contract::replies::{command, held, integer, ours, text};
-use crate::contract::{Decoded, Kept, Reads, Replies};
+use crate::contract::stored::Stored;
+use crate::contract::{Reads, Replies};
 use crate::error::NodeError;
 use crate::keys::Layout;
 
@@ -23,26 +24,31 @@ impl Reads for LockReads {
         ]
     }
 
-    fn decode(&self, layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+    fn decode(
+        &self,
+        layout: &Layout,
+        mut replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError> {
         let (lock, ttl) = (ours(replies.next())?, integer(replies.next()?, "PTTL")?);
-        let fence = ours(replies.next())?
+        stored.fence = ours(replies.next())?
             .as_ref()
             .and_then(text)
             .and_then(|t| t.parse().ok());
-        let mut decoded = Decoded::default();
         match lock {
             // Another type under the lock key: not a lock; which type, next.
-            None => decoded.more.push(command("TYPE", &[&layout.key])),
-            Some(value) => decoded.kept.extend(held(&value, ttl)?.map(Kept::Lock)),
+            None => Ok(vec![command("TYPE", &[&layout.key])]),
+            Some(value) => {
+                stored.lock = held(&value, ttl)?;
+                Ok(Vec::new())
+            }
         }
-        decoded.kept.extend(fence.map(Kept::Fence));
-        Ok(decoded)
     }
 
-    fn decode_more(&self, mut replies: Replies) -> Result<Vec<Kept>, NodeError> {
+    fn decode_more(&self, mut replies: Replies, stored: &mut Stored) -> Result<(), NodeError> {
         let kind = replies.next()?;
-        let kind = text(&kind).unwrap_or_else(|| "value of another type".to_owned());
-        Ok(vec![Kept::OtherType(kind)])
+        stored.other_type = Some(text(&kind).unwrap_or_else(|| "value of another type".to_owned()));
+        Ok(())
     }
 }
 
@@ -51,7 +57,6 @@ pub(crate) mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::contract::Held;
     use crate::contract::replies::tests::bulk;
 
     #[test]
@@ -59,26 +64,35 @@ pub(crate) mod tests {
         let layout = Layout::new("k".to_owned());
         let wrong = || Err(redis::make_extension_error("WRONGTYPE".to_owned(), None).into());
         let replies = Replies::new(vec![wrong(), Ok(Value::Int(-1)), wrong()]);
-        let decoded = LockReads.decode(&layout, replies).expect("decoded");
-        assert_eq!(decoded.kept, []);
-        assert_eq!(decoded.more.len(), 1);
-        let replies = Replies::new(vec![Ok(bulk("tok")), Ok(Value::Int(-1)), Ok(bulk("7"))]);
-        let decoded = LockReads.decode(&layout, replies).expect("decoded");
-        assert!(decoded.more.is_empty());
-        assert_eq!(
-            decoded.kept,
-            [
-                Kept::Lock(Held {
-                    token: "tok".into(),
-                    ttl: None
-                }),
-                Kept::Fence(7)
-            ]
-        );
-        let kind = LockReads
-            .decode_more(Replies::new(vec![Ok(Value::SimpleString("hash".into()))]))
+        let mut stored = Stored::default();
+        let more = LockReads
+            .decode(&layout, replies, &mut stored)
+            .expect("decoded");
+        assert!(stored.is_empty());
+        assert_eq!(more.len(), 1);
+        LockReads
+            .decode_more(
+                Replies::new(vec![Ok(Value::SimpleString("hash".into()))]),
+                &mut stored,
+            )
             .expect("type");
-        assert_eq!(kind, [Kept::OtherType("hash".to_owned())]);
-        assert!(LockReads.decode(&layout, Replies::new(vec![])).is_err());
+        assert_eq!(stored.other_type(), Some("hash"));
+        let replies = Replies::new(vec![Ok(bulk("tok")), Ok(Value::Int(-1)), Ok(bulk("7"))]);
+        let mut stored = Stored::default();
+        let more = LockReads
+            .decode(&layout, replies, &mut stored)
+            .expect("decoded");
+        assert!(more.is_empty());
+        let holder = stored.lock().expect("a holder");
+        assert_eq!(
+            (&*holder.token.0, holder.ttl, stored.fence()),
+            ("tok", None, Some(7))
+        );
+        let mut stored = Stored::default();
+        assert!(
+            LockReads
+                .decode(&layout, Replies::new(vec![]), &mut stored)
+                .is_err()
+        );
     }
 }

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use crate::contract::{
-    Decoded, Held, Kept, Reads, Replies, clock, command, held, integer, ours, scored,
-};
+use crate::contract::stored::{Holder, SeenToken, Stored};
+use crate::contract::{Reads, Replies, clock, command, held, integer, ours, scored};
 use crate::error::NodeError;
 use crate::keys::Layout;
 
@@ -30,36 +29,31 @@ impl Reads for RwLockReads {
         ]
     }
 
-    fn decode(&self, _layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+    fn decode(
+        &self,
+        _layout: &Layout,
+        mut replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError> {
         let (writer, ttl) = (ours(replies.next())?, integer(replies.next()?, "PTTL")?);
         let readers = ours(replies.next())?.map(scored).transpose()?;
-        let waiting = integer(replies.next()?, "EXISTS")? > 0;
+        stored.writer_waiting = integer(replies.next()?, "EXISTS")? > 0;
         let now_ms = clock(replies.next()?)? as f64;
-        let mut kept = Vec::new();
         if let Some(writer) = writer {
-            kept.extend(held(&writer, ttl)?.map(Kept::Writer));
+            stored.writer = held(&writer, ttl)?;
         }
-        kept.extend(
-            readers
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|(token, expiry)| {
-                    let left = expiry - now_ms;
-                    (left > 0.0).then(|| {
-                        Kept::Reader(Held {
-                            token: token.into(),
-                            ttl: Some(Duration::from_millis(left as u64)),
-                        })
-                    })
-                }),
-        );
-        if waiting {
-            kept.push(Kept::WriterWaiting);
-        }
-        Ok(Decoded {
-            kept,
-            more: Vec::new(),
-        })
+        stored.readers = readers
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(token, expiry)| {
+                let left = expiry - now_ms;
+                (left > 0.0).then(|| Holder {
+                    token: SeenToken(token.into()),
+                    ttl: Some(Duration::from_millis(left as u64)),
+                })
+            })
+            .collect();
+        Ok(Vec::new())
     }
 }
 
@@ -101,17 +95,17 @@ mod tests {
             Ok(Value::Int(1)),
             Ok(Value::Array(vec![bulk("12"), bulk("0")])),
         ]);
-        let decoded = RwLockReads.decode(&layout, replies).expect("decoded");
-        assert_eq!(
-            decoded.kept,
-            [
-                Kept::Reader(Held {
-                    token: "new".into(),
-                    ttl: Some(Duration::from_millis(1000)),
-                }),
-                Kept::WriterWaiting,
-            ]
-        );
-        assert!(decoded.more.is_empty());
+        let mut stored = Stored::default();
+        let more = RwLockReads
+            .decode(&layout, replies, &mut stored)
+            .expect("decoded");
+        assert!(more.is_empty() && stored.writer().is_none());
+        let readers: Vec<_> = stored
+            .readers()
+            .iter()
+            .map(|r| (&*r.token.0, r.ttl))
+            .collect();
+        assert_eq!(readers, [("new", Some(Duration::from_millis(1000)))]);
+        assert!(stored.writer_waiting());
     }
 }

@@ -4,7 +4,8 @@
 
 use redis::Cmd;
 
-use crate::contract::{Decoded, Kept, Reads, Replies, command, held, integer, ours, text};
+use crate::contract::stored::{HeldPermit, Stored};
+use crate::contract::{Reads, Replies, command, held, integer, ours, text};
 use crate::error::NodeError;
 use crate::keys::Layout;
 
@@ -22,37 +23,38 @@ impl Reads for PermitReads {
         vec![command("GET", &[&layout.permits()])]
     }
 
-    fn decode(&self, layout: &Layout, mut replies: Replies) -> Result<Decoded, NodeError> {
+    fn decode(
+        &self,
+        layout: &Layout,
+        mut replies: Replies,
+        stored: &mut Stored,
+    ) -> Result<Vec<Cmd>, NodeError> {
         let count = ours(replies.next())?
             .as_ref()
             .and_then(text)
             .and_then(|t| t.parse::<u32>().ok())
             .filter(|&count| count > 0);
-        let more = (0..count.map_or(0, |count| count.min(self.most)))
+        stored.permit_count = count;
+        Ok((0..count.map_or(0, |count| count.min(self.most)))
             .flat_map(|slot| {
                 let key = layout.permit(slot);
                 [command("GET", &[&key]), command("PTTL", &[&key])]
             })
-            .collect();
-        Ok(Decoded {
-            kept: count.map(Kept::PermitCount).into_iter().collect(),
-            more,
-        })
+            .collect())
     }
 
     /// The permits' `GET` and `PTTL` replies, by slot from 0.
-    fn decode_more(&self, mut replies: Replies) -> Result<Vec<Kept>, NodeError> {
-        let mut kept = Vec::new();
+    fn decode_more(&self, mut replies: Replies, stored: &mut Stored) -> Result<(), NodeError> {
         let slots = u32::try_from(replies.left() / 2).unwrap_or(u32::MAX);
         for slot in 0..slots {
             let (value, ttl) = (replies.next(), replies.next());
             if let Some(value) = ours(value)?
-                && let Some(held) = held(&value, integer(ttl?, "PTTL")?)?
+                && let Some(holder) = held(&value, integer(ttl?, "PTTL")?)?
             {
-                kept.push(Kept::Permit { slot, held });
+                stored.permits.push(HeldPermit { slot, holder });
             }
         }
-        Ok(kept)
+        Ok(())
     }
 }
 
@@ -61,26 +63,31 @@ mod tests {
     use redis::Value;
 
     use super::*;
-    use crate::contract::Held;
     use crate::contract::replies::tests::bulk;
 
     #[test]
     fn permits_are_read_once_their_count_is_known() {
         let layout = Layout::new("s".to_owned());
-        let decoded = PermitReads { most: 64 }
-            .decode(&layout, Replies::new(vec![Ok(bulk("3"))]))
+        let reads = PermitReads { most: 64 };
+        let mut stored = Stored::default();
+        let more = reads
+            .decode(&layout, Replies::new(vec![Ok(bulk("3"))]), &mut stored)
             .expect("count");
-        assert_eq!(decoded.kept, [Kept::PermitCount(3)]);
-        assert_eq!(decoded.more.len(), 6);
-        let none = PermitReads { most: 64 }
-            .decode(&layout, Replies::new(vec![Ok(bulk("0"))]))
+        assert_eq!((stored.permit_count(), more.len()), (Some(3), 6));
+        let mut none = Stored::default();
+        let more = reads
+            .decode(&layout, Replies::new(vec![Ok(bulk("0"))]), &mut none)
             .expect("count");
-        assert!(none.kept.is_empty() && none.more.is_empty());
+        assert!(none.is_empty() && more.is_empty());
         // A count past the semaphore's most permits reads only those.
-        let capped = PermitReads { most: 2 }
-            .decode(&layout, Replies::new(vec![Ok(bulk("100"))]))
+        let more = PermitReads { most: 2 }
+            .decode(
+                &layout,
+                Replies::new(vec![Ok(bulk("100"))]),
+                &mut Stored::default(),
+            )
             .expect("count");
-        assert_eq!(capped.more.len(), 4);
+        assert_eq!(more.len(), 4);
         let replies = vec![
             Ok(Value::Nil),
             Ok(Value::Int(-2)),
@@ -89,18 +96,17 @@ mod tests {
             Ok(Value::Nil),
             Ok(Value::Int(-2)),
         ];
-        let permits = PermitReads { most: 64 }
-            .decode_more(Replies::new(replies))
+        reads
+            .decode_more(Replies::new(replies), &mut stored)
             .expect("permits");
+        let permits: Vec<_> = stored
+            .permits()
+            .iter()
+            .map(|p| (p.slot, &*p.holder.token.0, p.holder.ttl))
+            .collect();
         assert_eq!(
             permits,
-            [Kept::Permit {
-                slot: 1,
-                held: Held {
-                    token: "tok".into(),
-                    ttl: Some(std::time::Duration::from_millis(900)),
-                },
-            }]
+            [(1, "tok", Some(std::time::Duration::from_millis(900)))]
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The public data of an inspection: what a node keeps under a name
 //! ([`Stored`] and the holders in it), each node's state, the claims, and
-//! the verdict. Plain data: read by `read.rs`, judged by `verdict.rs`,
-//! shown by [`Inspection`](super::Inspection).
+//! the verdict. Plain data, and part of the contract: each primitive's
+//! reads ([`Reads`](super::Reads)) decode into a [`Stored`]; `inspect`
+//! judges it and shows it in an [`Inspection`](crate::Inspection).
 
 use std::fmt;
 use std::sync::Arc;
@@ -44,9 +45,9 @@ pub enum ResourceKind {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct InspectedNode {
-    pub(super) node: Arc<str>,
-    pub(super) state: NodeState,
-    pub(super) path: Option<String>,
+    pub(crate) node: Arc<str>,
+    pub(crate) state: NodeState,
+    pub(crate) path: Option<String>,
 }
 
 impl InspectedNode {
@@ -88,16 +89,16 @@ pub enum NodeState {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stored {
-    pub(super) lock: Option<Holder>,
-    pub(super) other_type: Option<String>,
-    pub(super) fence: Option<u64>,
-    pub(super) leader: Option<Proclaimed>,
-    pub(super) permit_count: Option<u32>,
-    pub(super) permits: Vec<HeldPermit>,
-    pub(super) writer: Option<Holder>,
-    pub(super) readers: Vec<Holder>,
-    pub(super) writer_waiting: bool,
-    pub(super) in_line: usize,
+    pub(crate) lock: Option<Holder>,
+    pub(crate) other_type: Option<String>,
+    pub(crate) fence: Option<u64>,
+    pub(crate) leader: Option<Proclaimed>,
+    pub(crate) permit_count: Option<u32>,
+    pub(crate) permits: Vec<HeldPermit>,
+    pub(crate) writer: Option<Holder>,
+    pub(crate) readers: Vec<Holder>,
+    pub(crate) writer_waiting: bool,
+    pub(crate) in_line: usize,
 }
 
 impl Stored {
@@ -167,7 +168,7 @@ impl Stored {
     }
 
     /// Every token this node holds, by what it holds.
-    pub(super) fn claims(&self) -> impl Iterator<Item = (Claimed, &Holder)> {
+    pub(crate) fn claims(&self) -> impl Iterator<Item = (Claimed, &Holder)> {
         self.lock
             .iter()
             .map(|h| (Claimed::Lock, h))
@@ -185,8 +186,8 @@ impl Stored {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    pub(super) token: SeenToken,
-    pub(super) ttl: Option<Duration>,
+    pub(crate) token: SeenToken,
+    pub(crate) ttl: Option<Duration>,
 }
 
 impl Holder {
@@ -205,8 +206,8 @@ impl Holder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HeldPermit {
-    pub(super) slot: u32,
-    pub(super) holder: Holder,
+    pub(crate) slot: u32,
+    pub(crate) holder: Holder,
 }
 
 impl HeldPermit {
@@ -225,10 +226,10 @@ impl HeldPermit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Proclaimed {
-    pub(super) token: SeenToken,
-    pub(super) term: u64,
-    pub(super) revision: u64,
-    pub(super) value: String,
+    pub(crate) token: SeenToken,
+    pub(crate) term: u64,
+    pub(crate) revision: u64,
+    pub(crate) value: String,
 }
 
 impl Proclaimed {
@@ -259,7 +260,7 @@ impl Proclaimed {
 /// little to release or extend someone else's lock. Two are equal when
 /// the tokens are; [`is`](Self::is) tells whether it is a token of yours.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SeenToken(pub(super) Arc<str>);
+pub struct SeenToken(pub(crate) Arc<str>);
 
 impl SeenToken {
     /// Its first four characters (all of it, if shorter).
@@ -306,11 +307,11 @@ pub enum Claimed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Claim {
-    pub(super) what: Claimed,
-    pub(super) token: SeenToken,
-    pub(super) nodes: usize,
-    pub(super) ttl: Option<Duration>,
-    pub(super) confirmed: bool,
+    pub(crate) what: Claimed,
+    pub(crate) token: SeenToken,
+    pub(crate) nodes: usize,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) confirmed: bool,
 }
 
 impl Claim {
