@@ -381,6 +381,20 @@ pub enum NodeError {
         /// would not say.
         server: String,
     },
+    /// In [`ScriptMode::Functions`](crate::ScriptMode::Functions), the
+    /// lock user may not run `FCALL` on this node (`NOPERM`): a
+    /// configuration error, not an outage, so nothing is retried.
+    #[error(
+        "this node ({server}) refused FCALL of `{function}` (the user may not run FCALL): grant the lock user +fcall, or use ScriptMode::Eval and grant +eval +evalsha"
+    )]
+    #[non_exhaustive]
+    FunctionsRefused {
+        /// The library function that was refused.
+        function: String,
+        /// The server and its version as it reports them, or that it
+        /// would not say.
+        server: String,
+    },
     /// The server refused the node's credentials (`WRONGPASS`, or a user
     /// that is disabled or does not exist): a configuration error, not an
     /// outage, so nothing is retried. Names the user; never the password.
@@ -432,6 +446,7 @@ impl NodeError {
     /// [`FunctionsNotLoaded`](Self::FunctionsNotLoaded),
     /// [`FunctionsUnsupported`](Self::FunctionsUnsupported),
     /// [`ScriptsRefused`](Self::ScriptsRefused),
+    /// [`FunctionsRefused`](Self::FunctionsRefused),
     /// [`NoScripting`](Self::NoScripting),
     /// [`AuthRefused`](Self::AuthRefused) (the node's credentials are
     /// wrong) and [`SameServer`](Self::SameServer) (the node is another
@@ -442,6 +457,7 @@ impl NodeError {
             NodeError::FunctionsNotLoaded { .. }
                 | NodeError::FunctionsUnsupported { .. }
                 | NodeError::ScriptsRefused { .. }
+                | NodeError::FunctionsRefused { .. }
                 | NodeError::NoScripting { .. }
                 | NodeError::AuthRefused { .. }
                 | NodeError::SameServer { .. }

@@ -464,6 +464,17 @@ pub(super) fn is_script_refusal(e: &redis::RedisError) -> bool {
         })
 }
 
+/// Whether `FCALL` was refused because the user may not run it (`NOPERM
+/// … run the 'fcall' command`), not because of a key outside the user's
+/// patterns.
+fn is_fcall_refusal(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        && e.detail().is_some_and(|detail| {
+            let detail = detail.to_ascii_lowercase();
+            detail.contains("run the") && detail.contains("fcall")
+        })
+}
+
 /// Whether a script failed because the server has no scripting engine
 /// (Valkey built with `BUILD_LUA=no`, or with its Lua engine unloaded:
 /// `ERR Could not find scripting engine 'lua'`).
@@ -574,6 +585,10 @@ impl ScriptCall<'_> {
                     server: node.server(deadline).await.to_string(),
                 })
             }
+            Err(NodeError::Redis(e)) if is_fcall_refusal(&e) => Err(NodeError::FunctionsRefused {
+                function: self.lua.function.to_owned(),
+                server: node.server(deadline).await.to_string(),
+            }),
             reply => reply,
         }
     }
@@ -671,6 +686,23 @@ mod tests {
             "-NOPERM this user has no permissions to run the 'fcall' command\r\n",
         ] {
             assert!(!is_unknown_command(&server_error(line), "FCALL"), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_refused_fcall_is_told_apart_from_a_refused_key() {
+        assert!(is_fcall_refusal(&server_error(
+            "-NOPERM this user has no permissions to run the 'fcall' command\r\n"
+        )));
+        assert!(is_fcall_refusal(&server_error(
+            "-NOPERM User locker has no permissions to run the 'fcall' command\r\n"
+        )));
+        for line in [
+            "-NOPERM No permissions to access a key\r\n",
+            "-NOPERM this user has no permissions to run the 'evalsha' command\r\n",
+            "-ERR Function not found\r\n",
+        ] {
+            assert!(!is_fcall_refusal(&server_error(line)), "{line}");
         }
     }
 

@@ -179,6 +179,43 @@ async fn eval_mode_needs_scripting_permission() {
     support::assert_acl_refusals(&err);
 }
 
+/// A user without `+fcall` in Functions mode: every call that runs a
+/// function fails at once as `Incompatible`, each node saying FCALL was
+/// refused and what to grant, never a bare `NOPERM`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_mode_without_fcall_permission_says_what_to_grant() {
+    if !functions_or_skip("functions_mode_without_fcall_permission_says_what_to_grant") {
+        return;
+    }
+    let no_fcall: Vec<&str> = FUNCTIONS_COMMANDS
+        .iter()
+        .copied()
+        .filter(|command| *command != "+fcall")
+        .collect();
+    let nodes = RedisNodes::start_with(3, options(&no_fcall)).expect("nodes");
+    for url in nodes.urls() {
+        load_library(&url).await;
+    }
+    let locks = manager(&nodes, ScriptMode::Functions);
+    let err = no_hang("lock_fenced", locks.lock_fenced("ledger", TTL))
+        .await
+        .expect_err("FCALL is not allowed");
+    assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert!(!err.node_failures().is_empty(), "{err}");
+    for failure in err.node_failures() {
+        assert!(
+            matches!(&failure.error, NodeError::FunctionsRefused { function, .. } if function == "quorumlock_acquire_fenced"),
+            "{failure}"
+        );
+        let text = failure.to_string();
+        assert!(
+            text.contains("+fcall") && !text.contains("NOPERM"),
+            "{text}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_library_is_named_in_the_error() {
     if !functions_or_skip("a_missing_library_is_named_in_the_error") {
