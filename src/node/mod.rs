@@ -31,6 +31,11 @@
 //!   in flight go out together in one call once it answers, for any
 //!   [`Shape`] that allows it.
 //!
+//! `caps`, `health`, `identity` and `owed` are folders of two files each:
+//! the state `Node` keeps in a field (`state.rs`, which imports nothing
+//! from here), and the job's `impl Node` (`mod.rs`), which imports `Node`;
+//! so the imports between this file and theirs go one way.
+//!
 //! A primitive's own commands and reply decoding are in its folder, beside
 //! its scripts: `src/lock/node.rs`, `src/election/node.rs`,
 //! `src/semaphore/node.rs`, `src/rwlock/node.rs`.

@@ -17,9 +17,8 @@ use crate::scripts::{Lua, Replicas, ScriptMode};
 
 tokio::task_local! {
     /// Set while a node's debts are being paid: the payment's own requests
-    /// pass the gates that hold a node's other requests (see
-    /// `Node::gate` in
-    /// `owed.rs`, and the turn `caps.rs` waits for).
+    /// pass the gates that hold a node's other requests (see `Node::gate`
+    /// in `owed/mod.rs`, and the turn `caps/mod.rs` waits for).
     pub(super) static PAYING: ();
 }
 

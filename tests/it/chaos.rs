@@ -908,7 +908,7 @@ struct Fairness {
 /// How long after a majority outage's quorum is back a fair call is still
 /// excused from the starvation check: its manager asks the nodes that came
 /// back only once one of its probes answers, and a node's probe backs off
-/// up to 2 s (`src/node/health.rs`); until then the call cannot stand in
+/// up to 2 s (`src/node/health/`); until then the call cannot stand in
 /// line on a quorum, and calls of managers whose probes answered sooner
 /// pass it — not a defect of the line (seen: a call that began as three
 /// of five nodes went down, passed 14 times in the 0.45 s after one came

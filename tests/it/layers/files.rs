@@ -9,7 +9,7 @@
 //! re-exports (`pub use …`, `pub(crate) use …`) are no edges of its own:
 //! they are its module's front door, and an import through one is an
 //! import of the file the item comes from (so `node/mod.rs` re-exporting
-//! `caps::NativeDelete` while `caps.rs` uses `super::Node` is no circle,
+//! `caps::NativeDelete` while `caps/mod.rs` uses `super::Node` is no circle,
 //! but `mod.rs` using `ordered::Ordered` while `ordered.rs` uses `Node`
 //! is).
 

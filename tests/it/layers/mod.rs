@@ -141,18 +141,8 @@ const ENGINE_EXCEPTIONS: [(&str, &str); 0] = [];
 /// Imports between the library's files allowed to close a circle:
 /// (importing file, imported file), by module path. Each must still close
 /// one (a test fails once it does not, so the exception goes): the list
-/// only shrinks.
-const FILE_CIRCLE_EXCEPTIONS: [(&str, &str); 4] = [
-    // `Node` (node/mod.rs) holds each job's state in a field (`caps::Known`,
-    // `health::Health`, `identity::Identity`, `owed::Owed`), and each job's
-    // file defines that state beside its `impl Node`, which names `Node`.
-    // The way out: each job's state in a file of its own below mod.rs, or
-    // the job's methods on its state rather than on `Node`.
-    ("node", "node::caps"),
-    ("node", "node::health"),
-    ("node", "node::identity"),
-    ("node", "node::owed"),
-];
+/// only shrinks. None today.
+const FILE_CIRCLE_EXCEPTIONS: [(&str, &str); 0] = [];
 
 /// Imports between the CLI's files allowed to close a circle. Each must
 /// still close one (a test fails once it does not, so the exception goes).

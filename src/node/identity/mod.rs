@@ -24,129 +24,26 @@
 //!
 //! A node whose `run_id` changed restarted: what it was sent before may
 //! have come back from its persistence ([`Learned::Restarted`]).
+//!
+//! Split in two, so that `Node` can hold its identity without a circle of
+//! imports: the state and the table (`state.rs`, which imports nothing of
+//! the node), and here, learning it (`impl Node`).
+//!
+//! [`NodeError::SameServer`]: crate::error::NodeError::SameServer
+//! [`ConfigError::SameServer`]: crate::error::ConfigError::SameServer
 
-use std::sync::atomic::{AtomicU8, Ordering};
+mod state;
+
+pub(super) use state::Identity;
+pub(crate) use state::Servers;
+
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use redis::Value;
 
-use crate::error::{ConfigError, NodeError};
+use self::state::{KNOWN, Learned, REFUSED, UNCHECKED, UNKNOWN};
 use crate::node::Node;
-
-/// Not learned on the current connection.
-const UNKNOWN: u8 = 0;
-/// Learned, and no other node reaches its server.
-const KNOWN: u8 = 1;
-/// Cannot be learned (a cluster node, or a user denied `INFO`): counted
-/// unchecked.
-const UNCHECKED: u8 = 2;
-/// Another node reaches its server: never counted again.
-const REFUSED: u8 = 3;
-
-/// What a manager's nodes share: each node's server as last learned, and
-/// the first two nodes found to reach one server.
-#[derive(Debug)]
-pub(crate) struct Servers {
-    labels: Box<[Arc<str>]>,
-    run_ids: Mutex<Box<[Option<Arc<str>>]>>,
-    /// `(first, second)`: node `second` reaches node `first`'s server.
-    clash: OnceLock<(usize, usize)>,
-}
-
-/// What learning a node's `run_id` says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Learned {
-    /// The server it reached before, or its first.
-    Same,
-    /// Another server than last time: the node restarted (or its name
-    /// moved).
-    Restarted,
-    /// The server another node reaches (that node's label): refused.
-    Refused(Arc<str>),
-}
-
-impl Servers {
-    /// The configuration error, once two nodes were found to reach one
-    /// server.
-    pub(crate) fn clash(&self) -> Option<ConfigError> {
-        let &(first, second) = self.clash.get()?;
-        let label = |i: usize| self.labels.get(i).map(ToString::to_string);
-        Some(ConfigError::SameServer {
-            first: label(first)?,
-            second: label(second)?,
-            why: "same run_id",
-        })
-    }
-
-    /// Records that node `node` reaches the server `run_id`.
-    fn record(&self, node: usize, run_id: &str) -> Learned {
-        let mut run_ids = self.run_ids.lock().unwrap_or_else(|e| e.into_inner());
-        let other = run_ids
-            .iter()
-            .enumerate()
-            .find(|&(i, seen)| i != node && seen.as_deref() == Some(run_id))
-            .map(|(i, _)| i);
-        if let Some(first) = other {
-            let _ = self.clash.set((first, node));
-            let label = self.labels.get(first).cloned().unwrap_or_default();
-            return Learned::Refused(label);
-        }
-        let Some(slot) = run_ids.get_mut(node) else {
-            return Learned::Same;
-        };
-        let before = slot.replace(run_id.into());
-        match before {
-            Some(before) if *before != *run_id => Learned::Restarted,
-            _ => Learned::Same,
-        }
-    }
-}
-
-/// A node's identity on its current connection.
-#[derive(Debug, Default)]
-pub(super) struct Identity {
-    state: AtomicU8,
-    /// Its manager's table, and its place there; unset (a node of no
-    /// manager), nothing is compared.
-    servers: OnceLock<(Arc<Servers>, usize)>,
-    /// The other node, once refused.
-    refused_for: OnceLock<Arc<str>>,
-}
-
-impl Identity {
-    /// A cluster node's: its members are not compared by `run_id`.
-    pub(super) fn unchecked() -> Self {
-        Self {
-            state: AtomicU8::new(UNCHECKED),
-            ..Self::default()
-        }
-    }
-
-    /// Whether there is nothing left to learn on this connection.
-    pub(super) fn settled(&self) -> bool {
-        self.state.load(Ordering::Acquire) != UNKNOWN
-    }
-
-    /// The error for a request to a refused node; `None` otherwise.
-    pub(super) fn refusal(&self) -> Option<NodeError> {
-        if self.state.load(Ordering::Acquire) != REFUSED {
-            return None;
-        }
-        Some(NodeError::SameServer {
-            other: self
-                .refused_for
-                .get()
-                .map_or_else(String::new, ToString::to_string),
-        })
-    }
-
-    /// The connection dropped: the next one may reach another server.
-    pub(super) fn forget(&self) {
-        let _ = self
-            .state
-            .compare_exchange(KNOWN, UNKNOWN, Ordering::AcqRel, Ordering::Acquire);
-    }
-}
 
 /// Gives every node of `nodes` its place in one table of servers, and
 /// returns the table.
@@ -228,6 +125,7 @@ fn run_id(reply: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{ConfigError, NodeError};
 
     fn info(run_id: &str) -> Value {
         Value::BulkString(
@@ -263,6 +161,26 @@ mod tests {
         nodes[1].identity.forget();
         assert!(nodes[1].identity.refusal().is_some());
         assert!(nodes[0].identity.refusal().is_none());
+    }
+
+    /// The later node answered first (a loaded machine, a slower first
+    /// node): the earlier is refused, and the error still names them in
+    /// the configuration's order.
+    #[test]
+    fn the_error_names_the_nodes_in_their_order_whichever_answered_first() {
+        let nodes: Arc<[Node]> = crate::node::testing::nodes(2).into();
+        let servers = watch(&nodes);
+        assert_eq!(nodes[1].identified(&info("a")), Learned::Same);
+        let later = nodes[1].label().clone();
+        assert_eq!(nodes[0].identified(&info("a")), Learned::Refused(later));
+        assert_eq!(
+            servers.clash(),
+            Some(ConfigError::SameServer {
+                first: "127.0.0.1:1000".into(),
+                second: "127.0.0.1:1001".into(),
+                why: "same run_id",
+            })
+        );
     }
 
     #[test]

@@ -27,13 +27,22 @@
 //! before it is asked anything again.
 //! A held, auto-extended lock is put back on the node by its first renewal
 //! after the node answers again (an extension restores a missing key).
+//!
+//! Split in two, so that `Node` can hold its health without a circle of
+//! imports: the state (`state.rs`, which imports nothing of the node), and
+//! here, what is done with it (`impl Node`, and the prober).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+mod state;
+
+pub(super) use state::Health;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::state::{Fleet, StartProber, Watch};
 use crate::error::NodeError;
 use crate::metrics;
 use crate::node::Node;
@@ -47,52 +56,6 @@ pub(crate) const PROBE_CAP: Duration = Duration::from_secs(2);
 
 /// The shortest: a tiny node timeout does not make probes a busy loop.
 const PROBE_FLOOR: Duration = Duration::from_millis(10);
-
-/// Starts a node's prober; false where it cannot (no runtime).
-type StartProber = Box<dyn Fn() -> bool + Send + Sync>;
-
-/// What a manager's nodes share: how many are not asked, and how many may
-/// be — `N − Q`, the most a quorum can do without. More nodes silent at
-/// once than that looks like a loaded machine rather than frozen nodes,
-/// and asking them is the only way a call can still succeed.
-#[derive(Debug)]
-struct Fleet {
-    not_asked: AtomicUsize,
-    most: usize,
-}
-
-/// What a manager sets on each of its nodes (see [`watch`]).
-struct Watch {
-    fleet: Arc<Fleet>,
-    start: StartProber,
-}
-
-/// A node's health: its timeouts in a row, and while it is not asked,
-/// since when and whether a prober runs.
-#[derive(Default)]
-pub(super) struct Health {
-    /// Requests in a row that timed out, with no answer since.
-    timeouts: AtomicU32,
-    /// Whether it is not asked (holding one of its fleet's places).
-    not_asked: AtomicBool,
-    /// When it stopped being asked.
-    since: Mutex<Option<Instant>>,
-    /// Whether a prober task runs for it.
-    probing: AtomicBool,
-    /// Its fleet and prober, set by the manager that owns the node; unset
-    /// (a node of no manager), it is always asked.
-    watch: OnceLock<Watch>,
-}
-
-impl std::fmt::Debug for Health {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Health")
-            .field("timeouts", &self.timeouts)
-            .field("not_asked", &self.not_asked)
-            .field("probing", &self.probing)
-            .finish_non_exhaustive()
-    }
-}
 
 /// What a request's end says of its node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,22 +34,30 @@
 //! the keys, which the holding shares). Past that the oldest is dropped,
 //! counted (`quorumlock_owed_dropped_total`) and logged: its key expires
 //! by its ttl, as every key did before debts were kept.
+//!
+//! Split in two, so that `Node` can hold its debts without a circle of
+//! imports: the debts (`state.rs`, which imports nothing of the node), and
+//! here, owing and paying them (`impl Node`).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+mod state;
+
+pub(crate) use state::Debt;
+pub(super) use state::Owed;
+
+use std::sync::Arc;
+#[cfg(feature = "testkit")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::contract::ShapeRef;
+use self::state::{MOST, Taken};
 use crate::error::NodeError;
 use crate::metrics;
 use crate::node::run::{PAYING, paying};
 use crate::node::{Heard, Node};
-use crate::request::Keys;
-use crate::token::Token;
 
 /// Whether releases a node did not answer are kept as debts for it: off
 /// only in a test build's negative control (see
@@ -62,96 +70,6 @@ static KEPT: AtomicBool = AtomicBool::new(true);
 #[cfg(feature = "testkit")]
 pub(crate) fn keep_owed_releases(on: bool) {
     KEPT.store(on, Ordering::Release);
-}
-
-/// The most debts a node keeps.
-pub(crate) const MOST: usize = 10_000;
-
-/// The most debts paid in one pipeline: a node that owes more pays them
-/// in several, each bounded by the node timeout.
-const BATCH: usize = 512;
-
-/// One owed release: an ended holding's keys, token and shape.
-#[derive(Debug, Clone)]
-pub(crate) struct Debt {
-    pub(crate) keys: Keys,
-    pub(crate) token: Token,
-    pub(crate) shape: ShapeRef,
-}
-
-/// A node's debts.
-#[derive(Debug, Default)]
-pub(super) struct Owed {
-    /// Whether any debt is kept: the one load on a request's path.
-    any: AtomicBool,
-    debts: Mutex<VecDeque<Debt>>,
-    /// Wakes the node's prober to pay now (see [`Node::gate`]).
-    kicked: Arc<Notify>,
-    /// Debts were dropped since the node last paid all it owed.
-    overflowing: AtomicBool,
-}
-
-impl Owed {
-    /// Whether the node owes anything.
-    pub(super) fn any(&self) -> bool {
-        self.any.load(Ordering::Acquire)
-    }
-
-    fn debts(&self) -> std::sync::MutexGuard<'_, VecDeque<Debt>> {
-        self.debts.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Keeps `debt`; the oldest is dropped past [`MOST`] (returned).
-    fn keep(&self, debt: Debt) -> Option<Debt> {
-        let mut debts = self.debts();
-        let dropped = (debts.len() >= MOST).then(|| debts.pop_front()).flatten();
-        debts.push_back(debt);
-        self.any.store(true, Ordering::Release);
-        dropped
-    }
-
-    /// Takes up to [`BATCH`] debts, oldest first, for a payment.
-    fn take(&self) -> Vec<Debt> {
-        let mut debts = self.debts();
-        let n = debts.len().min(BATCH);
-        let taken: Vec<Debt> = debts.drain(..n).collect();
-        self.any.store(!debts.is_empty(), Ordering::Release);
-        taken
-    }
-
-    /// Keeps again what a payment did not get answered, ahead of what
-    /// came meanwhile.
-    fn restore(&self, unpaid: Vec<Debt>) {
-        if unpaid.is_empty() {
-            return;
-        }
-        let mut debts = self.debts();
-        for debt in unpaid.into_iter().rev() {
-            if debts.len() >= MOST {
-                break;
-            }
-            debts.push_front(debt);
-        }
-        self.any.store(true, Ordering::Release);
-    }
-
-    /// How many debts are kept.
-    fn len(&self) -> usize {
-        self.debts().len()
-    }
-}
-
-/// Debts taken for a payment: kept again if the payment is dropped before
-/// its answers (its caller gave up), so that none is lost.
-struct Taken<'a> {
-    owed: &'a Owed,
-    debts: Vec<Debt>,
-}
-
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        self.owed.restore(std::mem::take(&mut self.debts));
-    }
 }
 
 impl Node {
@@ -253,63 +171,5 @@ impl Node {
     /// What wakes this node's prober to pay now.
     pub(super) fn kicked(&self) -> Arc<Notify> {
         self.owed.kicked.clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn debt(n: usize) -> Debt {
-        Debt {
-            keys: std::sync::Arc::new([format!("k{n}").into()]),
-            token: Token::generate().expect("random source"),
-            shape: crate::contract::ShapeRef::LOCK,
-        }
-    }
-
-    fn first_key(debts: &[Debt]) -> Option<String> {
-        debts
-            .first()
-            .and_then(|d| d.keys.first())
-            .map(ToString::to_string)
-    }
-
-    #[test]
-    fn debts_are_bounded_oldest_dropped_and_taken_in_batches() {
-        let owed = Owed::default();
-        assert!(!owed.any());
-        for n in 0..MOST {
-            assert!(owed.keep(debt(n)).is_none());
-        }
-        assert!(owed.any());
-        // Past the bound, the oldest goes.
-        let dropped = owed.keep(debt(MOST)).expect("the oldest dropped");
-        assert_eq!(&*dropped.keys[0], "k0");
-        assert_eq!(owed.len(), MOST);
-        let taken = owed.take();
-        assert_eq!(taken.len(), BATCH);
-        assert_eq!(first_key(&taken).as_deref(), Some("k1"));
-        assert_eq!(owed.len(), MOST - BATCH);
-        // What a payment did not get answered goes back first.
-        owed.restore(taken);
-        assert_eq!(owed.len(), MOST);
-        assert_eq!(first_key(&owed.take()).as_deref(), Some("k1"));
-        while !owed.take().is_empty() {}
-        assert!(!owed.any());
-    }
-
-    #[test]
-    fn debts_taken_by_a_payment_that_is_dropped_are_kept() {
-        let owed = Owed::default();
-        owed.keep(debt(1));
-        let taken = Taken {
-            owed: &owed,
-            debts: owed.take(),
-        };
-        assert!(!owed.any());
-        drop(taken);
-        assert!(owed.any());
-        assert_eq!(owed.len(), 1);
     }
 }
