@@ -179,8 +179,42 @@ pub struct NodeReport {
     /// [`NativeCommands`](crate::NativeCommands)), `release script, extend
     /// script` where it has not; `None` if the node did not say.
     pub path: Option<String>,
+    /// Which primitives the node serves, as its access probe showed; `None`
+    /// without a probe (`probe_access` off, the node not asked, or a
+    /// cluster member given as a plain node).
+    pub serves: Option<Serves>,
     /// The findings, worst first.
     pub findings: Vec<Finding>,
+}
+
+/// Which primitives a node serves, as the access probe showed: what a
+/// user may build on it with this manager's settings (its user, its
+/// [`ScriptMode`](crate::ScriptMode)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Serves {
+    /// Every primitive: the probe's plain lock steps and its script ran.
+    Every,
+    /// Plain locks only — `lock`, `try_lock`, `with_lock`, auto-extension —
+    /// with the server's native commands: its script was refused or cannot
+    /// run (no scripting permission, no scripting engine, no Functions
+    /// library). Fenced and multi-resource locks, semaphores,
+    /// reader-writer locks, fair locks and elections need scripts.
+    PlainLocks,
+    /// No lock: a plain lock's own steps were refused (see the findings).
+    Nothing,
+}
+
+impl fmt::Display for Serves {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Serves::Every => "every primitive",
+            Serves::PlainLocks => {
+                "plain locks only (lock, with_lock, auto-extension): the other primitives need scripts, which did not run here"
+            }
+            Serves::Nothing => "no lock: a plain lock's own steps were refused (see above)",
+        })
+    }
 }
 
 impl NodeReport {
@@ -264,6 +298,11 @@ impl fmt::Display for Report {
         for node in &self.nodes {
             if let Some(path) = &node.path {
                 row(f, &node.node, "path", "-", path.clone())?;
+            }
+        }
+        for node in &self.nodes {
+            if let Some(serves) = node.serves {
+                row(f, &node.node, "serves", "-", serves.to_string())?;
             }
         }
         for finding in &self.fleet {

@@ -279,6 +279,21 @@ async fn a_user_denied_every_script_locks_renews_restores_and_releases() {
         .build()
         .expect("config");
     every_plain_step(&locks, "app").await;
+    // The node check says so: plain locks, natively, and nothing scripted
+    // (its probe key under the user's `app:`).
+    let checker = Redlock::builder()
+        .nodes(&urls)
+        .key_prefix("app:")
+        .build()
+        .expect("config");
+    let report = no_hang("check", checker.check()).await;
+    for node in &report.nodes {
+        assert_eq!(
+            node.serves,
+            Some(quorumlock::check::Serves::PlainLocks),
+            "{report}"
+        );
+    }
 
     // An auto-extended lock outlives a node that restarts empty: the
     // renewal sets the key there again, without a script.

@@ -9,6 +9,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use quorumlock::check::Serves;
 use quorumlock::testkit::RedisNodes;
 use quorumlock::{Error, NodeError, Redlock, Retry};
 use support::{conn, no_hang};
@@ -73,5 +74,15 @@ async fn plain_locks_work_and_scripted_primitives_fail_at_once_without_a_scripti
     } else {
         without_scripting(&permit.expect_err("a semaphore needs scripts"));
         without_scripting(&fenced.expect_err("a fenced lock needs scripts"));
+    }
+    // The node check says what each node serves.
+    let expected = if scripts {
+        Serves::Every
+    } else {
+        Serves::PlainLocks
+    };
+    let report = no_hang("check", locks.check()).await;
+    for node in &report.nodes {
+        assert_eq!(node.serves, Some(expected), "{report}");
     }
 }

@@ -5,7 +5,7 @@
 
 use super::cluster::plain_cluster_member;
 use super::facts::{Library, NodeFacts};
-use crate::check::{Aspect, Finding, Severity};
+use crate::check::{Aspect, Finding, Serves, Severity};
 use std::time::Duration;
 
 /// Too few nodes answering for a quorum: no lock can be taken. Whatever
@@ -119,6 +119,22 @@ pub(super) fn refusals(refused: &Result<Vec<(String, String)>, String>) -> Vec<F
         .collect()
 }
 
+/// Which primitives a node serves, from what its access probe was refused
+/// (`None`: the probe could not run). A plain lock's steps are its
+/// acquire, extension and release; the multi-resource acquire is the
+/// probe's script, which every other primitive needs too.
+pub(super) fn serves(refused: &Result<Vec<(String, String)>, String>) -> Option<Serves> {
+    let refused = refused.as_ref().ok()?;
+    let step = |prefix: &str| refused.iter().any(|(op, _)| op.starts_with(prefix));
+    Some(if step("acquire (") || step("extend") || step("release") {
+        Serves::Nothing
+    } else if step("acquire_many") {
+        Serves::PlainLocks
+    } else {
+        Serves::Every
+    })
+}
+
 /// The Functions library on a server, in Functions mode (`ours` is the
 /// library this version loads).
 pub(super) fn library(found: Option<&Library>, ours: &str) -> Option<Finding> {
@@ -151,6 +167,47 @@ mod tests {
     use crate::check::judge::{Library, NodeFacts, Settings, judge};
     use crate::check::{Aspect, FLEET, Severity};
     use std::time::Duration;
+
+    #[test]
+    fn what_a_node_serves_follows_its_probe() {
+        use super::serves;
+        use crate::check::Serves;
+        let refused = |ops: &[&str]| -> Result<Vec<(String, String)>, String> {
+            Ok(ops
+                .iter()
+                .map(|op| ((*op).to_owned(), "refused".to_owned()))
+                .collect())
+        };
+        assert_eq!(serves(&refused(&[])), Some(Serves::Every));
+        assert_eq!(
+            serves(&refused(&["acquire_many (script: GET, SET)"])),
+            Some(Serves::PlainLocks)
+        );
+        for step in [
+            "acquire (SET NX PX)",
+            "extend (script: GET, PEXPIRE, SET)",
+            "release (DELIFEQ, PUBLISH)",
+        ] {
+            assert_eq!(
+                serves(&refused(&[step, "acquire_many (script: GET, SET)"])),
+                Some(Serves::Nothing),
+                "{step}"
+            );
+        }
+        assert_eq!(serves(&Err("no answer".to_owned())), None);
+        // Not probed: nothing said.
+        let mut unprobed = options();
+        unprobed.probe_access = false;
+        let report = judge(&[node("a", healthy("1"))], settings(&unprobed));
+        assert_eq!(report.nodes[0].serves, None);
+        let report = judge(&[node("a", healthy("1"))], settings(&options()));
+        assert_eq!(report.nodes[0].serves, Some(Serves::Every));
+        // A node that did not answer: nothing said either.
+        let mut silent = node("b", healthy("2"));
+        silent.servers = vec![("h:2".into(), Err("none within 2s".into()))];
+        let report = judge(&[silent], settings(&options()));
+        assert_eq!(report.nodes[0].serves, None);
+    }
 
     #[test]
     fn a_node_the_manager_does_not_ask_is_reported_with_how_long() {

@@ -53,9 +53,14 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
     // it owns and redirects the rest (MOVED): whether the probe key lands
     // on it is chance. One finding, every time, instead of a verdict that
     // depends on the probe key (and its refusals are not judged).
+    let mut serves = None;
     if let Some(finding) = cluster::given_as_plain_node(facts) {
         findings.push(finding);
     } else if !servers.credentials_refused {
+        // Probed: the probe ran, on a node the manager asks, that answered.
+        let answered = facts.servers.iter().any(|(_, server)| server.is_ok());
+        let probed = settings.options.probe_access && facts.not_asked_for.is_none() && answered;
+        serves = probed.then(|| access::serves(&facts.refused)).flatten();
         // Credentials refused: one finding says it (above); every probe
         // operation failing for the same reason would only repeat it.
         findings.extend(access::refusals(&facts.refused));
@@ -66,6 +71,7 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
         server: servers.server,
         latency: servers.latency,
         path: facts.path.clone(),
+        serves,
         findings,
     }
 }
