@@ -101,6 +101,13 @@ pub(crate) struct Target {
     pub(crate) ttl: Ttl,
 }
 
+impl Target {
+    /// A call's tracing span for it, for operation `op`: its name and ttl.
+    pub(crate) fn span(&self, op: &'static str) -> tracing::Span {
+        tracing::debug_span!("quorumlock", op, resource = %self.resource, ttl_ms = self.ttl.ms())
+    }
+}
+
 /// A fenced lock's keys beside its own: its fence counter, and the
 /// counter's mark, which says which call last raised the counter to which
 /// value, so that a call's retries reuse the value its failed attempt took

@@ -325,8 +325,7 @@ impl Acquisition for Request {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        let target = &self.target;
-        tracing::debug_span!("quorumlock", op, resource = %target.resource, ttl_ms = target.ttl.ms())
+        self.target.span(op)
     }
 
     fn attempt(

@@ -250,8 +250,7 @@ impl Acquisition for Fair {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        let target = &self.target;
-        tracing::debug_span!("quorumlock", op, resource = %target.resource, ttl_ms = target.ttl.ms())
+        self.target.span(op)
     }
 
     fn attempt(
