@@ -296,21 +296,29 @@ async fn holds_are_restored_only_where_an_acquire_would_be_admitted() {
     .await;
     reader.release().await.expect("release");
 
-    // A writer, auto-extended; node 0 restarts empty and a reader shows up
-    // there (as if admitted while the writer's key was gone): the writer
-    // is not set again beside it, and keeps its majority elsewhere.
+    // A writer, auto-extended; node 0 loses the writer's key and a reader
+    // shows up there in the same step (as if admitted while the writer's
+    // key was gone, after a restart): the writer is not set again beside
+    // it, and keeps its majority elsewhere. One transaction, so that no
+    // renewal can restore the key between the loss and the reader (a
+    // restart, then the reader, left that window open under load).
     let writer = locks.rwlock("ww").try_write(ttl).await.expect("writer");
     writer.auto_extend();
-    nodes[0].restart().expect("restart");
     let mut c0 = conn(&nodes[0].url()).await;
     let far: u64 = 4_000_000_000_000;
-    let _: () = redis::cmd("ZADD")
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("ww:writer")
+        .ignore()
+        .cmd("ZADD")
         .arg("ww:readers")
         .arg(far)
         .arg("someone")
+        .ignore()
         .query_async(&mut c0)
         .await
-        .expect("ZADD");
+        .expect("MULTI DEL ZADD");
     tokio::time::sleep(2 * ttl).await;
     assert_eq!(writer.loss_reason(), None);
     let held: Option<String> = redis::cmd("GET")
