@@ -65,6 +65,10 @@ pub(crate) struct Primitive {
     /// key `<key>`, by suffix (`""`: the key itself). No two primitives
     /// keep the same, and `keys.rs`'s table lists each.
     pub(crate) keys: &'static [&'static str],
+    /// What a resource it keeps is reported as
+    /// ([`Inspection::kind`](crate::Inspection::kind)); a fair lock is a
+    /// lock.
+    pub(crate) kind: stored::ResourceKind,
     /// What `inspect` reads of it on a node.
     pub(crate) reads: &'static dyn Reads,
 }
@@ -74,6 +78,7 @@ impl fmt::Debug for Primitive {
         f.debug_struct("Primitive")
             .field("name", &self.name)
             .field("keys", &self.keys)
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
@@ -193,8 +198,8 @@ pub(crate) struct Release<'a> {
 /// One primitive's reads for an inspection: plain read commands (nothing
 /// is ever written), and their replies decoded into what the node keeps of
 /// the primitive, in the node's [`Stored`] (the public type `inspect`
-/// shows; a primitive that keeps something no primitive kept before adds
-/// a field there). `inspect` sends every primitive's [`reads`] at once,
+/// shows, in the roles the primitive plays there; one that keeps
+/// something no primitive kept before adds a role). `inspect` sends every primitive's [`reads`] at once,
 /// then every second step's at once, and each primitive decodes only its
 /// own replies.
 ///
@@ -219,6 +224,15 @@ pub(crate) trait Reads: Sync + fmt::Debug {
         let _ = (replies, stored);
         Ok(())
     }
+
+    /// Whether a node's `stored` keeps something of this primitive (so
+    /// the resource is used as its kind).
+    fn found(&self, stored: &Stored) -> bool;
+
+    /// The keys a resource of this primitive keeps on a node
+    /// ([`Inspection::keys_for`](crate::Inspection::keys_for)), given the
+    /// count most nodes keep ([`Stored`]'s count role), if any.
+    fn keys(&self, layout: &Layout, count: Option<u32>) -> Vec<String>;
 }
 
 /// One primitive's replies, taken in the order of its commands.

@@ -27,18 +27,45 @@ pub enum Verdict {
     Unknown,
 }
 
-/// What a resource name is used as ([`Inspection::kind`](crate::Inspection::kind)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ResourceKind {
-    /// A lock ([`Redlock::lock`](crate::Redlock::lock)), fenced or not.
-    Lock,
-    /// A [`Semaphore`](crate::Semaphore).
-    Semaphore,
-    /// A reader-writer lock ([`RwLock`](crate::RwLock)).
-    RwLock,
-    /// An [`Election`](crate::Election).
-    Election,
+/// What a resource name is used as ([`Inspection::kind`](crate::Inspection::kind)):
+/// [`ResourceKind::Lock`], [`Semaphore`](ResourceKind::Semaphore),
+/// [`RwLock`](ResourceKind::RwLock) or [`Election`](ResourceKind::Election).
+/// Each primitive declares its own kind beside its reads (a fair lock's is
+/// a lock's), so the kinds are constants rather than an enum's variants;
+/// compare and match them as before:
+///
+/// ```
+/// use quorumlock::ResourceKind;
+///
+/// fn what(kind: ResourceKind) -> &'static str {
+///     match kind {
+///         ResourceKind::Semaphore => "permits",
+///         ResourceKind::RwLock => "readers and a writer",
+///         _ => "one holder",
+///     }
+/// }
+/// assert_eq!(what(ResourceKind::Semaphore), "permits");
+/// assert_eq!(format!("{:?}", ResourceKind::Lock), "Lock");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResourceKind(&'static str);
+
+impl ResourceKind {
+    /// A kind named as its constant is.
+    pub(crate) const fn named(name: &'static str) -> Self {
+        Self(name)
+    }
+
+    /// Its name, as its constant's: `Lock`, `Semaphore`, `RwLock`, `Election`.
+    pub fn name(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl fmt::Debug for ResourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
 }
 
 /// One node of an [`Inspection`](crate::Inspection): its label and its answer.
@@ -86,18 +113,34 @@ pub enum NodeState {
 
 /// What one node keeps under a resource name. Plain reads, not atomic
 /// together: each as the node kept it at about the same moment.
+///
+/// Its fields are roles, not primitives: each primitive's reads keep what
+/// they find in the roles it plays (a semaphore's permits are slots and
+/// its permit count the count; a reader-writer lock's writer is the
+/// exclusive holder, its readers the shared ones), and each primitive
+/// names them in its own accessors ([`permits`](Self::permits),
+/// [`writer`](Self::writer), [`leader`](Self::leader), …), defined beside
+/// its reads. A new primitive that fits these roles changes nothing here.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stored {
+    /// The holder of the resource's own key (a lock's, an election's).
     pub(crate) lock: Option<Holder>,
     pub(crate) other_type: Option<String>,
     pub(crate) fence: Option<u64>,
-    pub(crate) leader: Option<Proclaimed>,
-    pub(crate) permit_count: Option<u32>,
-    pub(crate) permits: Vec<HeldPermit>,
-    pub(crate) writer: Option<Holder>,
-    pub(crate) readers: Vec<Holder>,
-    pub(crate) writer_waiting: bool,
+    /// A value kept beside the lock (an election's leader value).
+    pub(crate) value: Option<Proclaimed>,
+    /// A count the nodes keep while a slot is held (a semaphore's permits).
+    pub(crate) count: Option<u32>,
+    /// Numbered slots' holders (a semaphore's permits).
+    pub(crate) slots: Vec<HeldPermit>,
+    /// An exclusive holder beside shared ones (a reader-writer lock's writer).
+    pub(crate) exclusive: Option<Holder>,
+    /// Shared holders (a reader-writer lock's readers).
+    pub(crate) shared: Vec<Holder>,
+    /// A waiting exclusive holder's mark (a writer waiting for the readers).
+    pub(crate) waiting: bool,
+    /// How many waiters stand in a line (a fair lock's).
     pub(crate) in_line: usize,
 }
 
@@ -125,60 +168,18 @@ impl Stored {
         self.fence
     }
 
-    /// An election's leader value, as this node keeps it: the leader's (if
-    /// its token is the [lock](Self::lock)'s), or a former leader's until
-    /// it expires.
-    pub fn leader(&self) -> Option<&Proclaimed> {
-        self.leader.as_ref()
-    }
-
-    /// A semaphore's permit count, as this node keeps it while one of its
-    /// permits is held here.
-    pub fn permit_count(&self) -> Option<u32> {
-        self.permit_count
-    }
-
-    /// A semaphore's permits held on this node, by slot.
-    pub fn permits(&self) -> &[HeldPermit] {
-        &self.permits
-    }
-
-    /// A reader-writer lock's writer.
-    pub fn writer(&self) -> Option<&Holder> {
-        self.writer.as_ref()
-    }
-
-    /// A reader-writer lock's readers whose expiry has not passed (by the
-    /// node's clock).
-    pub fn readers(&self) -> &[Holder] {
-        &self.readers
-    }
-
-    /// Whether a writer waits for a reader-writer lock's readers to leave
-    /// (and holds new readers back).
-    pub fn writer_waiting(&self) -> bool {
-        self.writer_waiting
-    }
-
-    /// How many waiters stand in a fair lock's line on this node
-    /// ([`Redlock::fair_lock`](crate::Redlock::fair_lock)), those whose
-    /// lease has not ended by the node's clock.
-    pub fn in_line(&self) -> usize {
-        self.in_line
-    }
-
     /// Every token this node holds, by what it holds.
     pub(crate) fn claims(&self) -> impl Iterator<Item = (Claimed, &Holder)> {
         self.lock
             .iter()
             .map(|h| (Claimed::Lock, h))
             .chain(
-                self.permits
+                self.slots
                     .iter()
                     .map(|p| (Claimed::Permit(p.slot), &p.holder)),
             )
-            .chain(self.writer.iter().map(|h| (Claimed::Writer, h)))
-            .chain(self.readers.iter().map(|h| (Claimed::Reader, h)))
+            .chain(self.exclusive.iter().map(|h| (Claimed::Writer, h)))
+            .chain(self.shared.iter().map(|h| (Claimed::Reader, h)))
     }
 }
 
@@ -202,7 +203,7 @@ impl Holder {
     }
 }
 
-/// A semaphore's permit held on a node.
+/// A numbered slot held on a node: a semaphore's permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HeldPermit {

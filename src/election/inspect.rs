@@ -4,7 +4,7 @@
 
 use redis::{Cmd, Value};
 
-use crate::contract::stored::{Proclaimed, SeenToken, Stored};
+use crate::contract::stored::{Proclaimed, ResourceKind, SeenToken, Stored};
 use crate::contract::{Reads, Replies, command, ours, text, unexpected};
 use crate::error::NodeError;
 use crate::keys::Layout;
@@ -27,8 +27,31 @@ impl Reads for LeaderReads {
         mut replies: Replies,
         stored: &mut Stored,
     ) -> Result<Vec<Cmd>, NodeError> {
-        stored.leader = ours(replies.next())?.map(proclaimed).transpose()?.flatten();
+        stored.value = ours(replies.next())?.map(proclaimed).transpose()?.flatten();
         Ok(Vec::new())
+    }
+
+    fn found(&self, stored: &Stored) -> bool {
+        stored.value.is_some()
+    }
+
+    fn keys(&self, layout: &Layout, _count: Option<u32>) -> Vec<String> {
+        vec![layout.key.clone(), layout.fence(), layout.leader()]
+    }
+}
+
+#[expect(non_upper_case_globals, reason = "named as the enum's variant was")]
+impl ResourceKind {
+    /// An [`Election`](crate::Election).
+    pub const Election: Self = Self::named("Election");
+}
+
+impl Stored {
+    /// An election's leader value, as this node keeps it: the leader's (if
+    /// its token is the [lock](Self::lock)'s), or a former leader's until
+    /// it expires.
+    pub fn leader(&self) -> Option<&Proclaimed> {
+        self.value.as_ref()
     }
 }
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::error::{Error, NodeError, NodeFailure};
-use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::quorum::Rule;
 use crate::quorum::decide::{Decide, Standing, standing};
 use crate::quorum::quorum;

@@ -10,6 +10,7 @@
 //! [`Redlock::inspect`] reads of it is in `inspect.rs`.
 
 pub(crate) mod inspect;
+mod keys;
 mod leader;
 pub(crate) mod node;
 
@@ -21,12 +22,12 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::Notify;
 
+use self::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::contract::Primitive;
 use crate::error::{Error, LossReason};
 use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
-use crate::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::node::pubsub::Subscription;
 use crate::redlock::Redlock;
 use crate::request::{FenceKeys, Fencing, Keys, Request, Ttl, channel};
@@ -38,6 +39,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     name: "election",
     scripts: &[&node::ELECT_PROCLAIM, &node::ELECT_LEADER],
     keys: &[LEADER_SUFFIX, ELECTED_SUFFIX],
+    kind: crate::contract::stored::ResourceKind::Election,
     reads: &inspect::LeaderReads,
 };
 

@@ -37,6 +37,24 @@ impl Reads for LineReads {
             .count();
         Ok(Vec::new())
     }
+
+    fn found(&self, stored: &Stored) -> bool {
+        stored.in_line > 0
+    }
+
+    /// A fair lock's line beside its lock's keys (a fair lock is a lock).
+    fn keys(&self, layout: &Layout, _count: Option<u32>) -> Vec<String> {
+        vec![layout.queue(), layout.queue_leases(), layout.queue_ticket()]
+    }
+}
+
+impl Stored {
+    /// How many waiters stand in a fair lock's line on this node
+    /// ([`Redlock::fair_lock`](crate::Redlock::fair_lock)), those whose
+    /// lease has not ended by the node's clock.
+    pub fn in_line(&self) -> usize {
+        self.in_line
+    }
 }
 
 #[cfg(test)]

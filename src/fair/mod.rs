@@ -14,6 +14,7 @@
 //! `inspect.rs` what [`Redlock::inspect`] reads of its line.
 
 pub(crate) mod inspect;
+mod keys;
 pub(crate) mod node;
 pub(crate) mod turns;
 
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::keys::{QUEUE_LEASES_SUFFIX, QUEUE_SUFFIX, QUEUE_TICKET_SUFFIX, TURN_SUFFIX};
 use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::acquire::retry::{Next, Schedule, jitter_unit};
 use crate::contract::Primitive;
@@ -31,7 +33,6 @@ use crate::contract::ShapeRef;
 use crate::error::{Error, NodeError};
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
-use crate::keys::{QUEUE_LEASES_SUFFIX, QUEUE_SUFFIX, QUEUE_TICKET_SUFFIX, TURN_SUFFIX};
 use crate::node::Deadline;
 use crate::quorum::Rule;
 use crate::redlock::Redlock;
@@ -51,6 +52,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
         QUEUE_TICKET_SUFFIX,
         TURN_SUFFIX,
     ],
+    kind: crate::contract::stored::ResourceKind::Lock,
     reads: &inspect::LineReads,
 };
 

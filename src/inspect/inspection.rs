@@ -13,7 +13,6 @@ use crate::contract::stored::{
 use crate::error::NodeFailure;
 use crate::keys::Layout;
 use crate::round::Core;
-use crate::semaphore::Semaphore;
 
 use super::verdict::{Judgement, judge};
 
@@ -119,28 +118,17 @@ impl Inspection {
     /// keep); a reader-writer lock's writer, readers and waiting-writer
     /// keys.
     pub fn keys_for(&self, kind: ResourceKind) -> Vec<String> {
-        let layout = &self.layout;
-        match kind {
-            ResourceKind::Lock => vec![
-                layout.key.clone(),
-                layout.fence(),
-                layout.queue(),
-                layout.queue_leases(),
-                layout.queue_ticket(),
-            ],
-            ResourceKind::Election => {
-                vec![layout.key.clone(), layout.fence(), layout.leader()]
-            }
-            ResourceKind::Semaphore => {
-                let count = self.permit_count().unwrap_or(0).min(Semaphore::MAX_PERMITS);
-                std::iter::once(layout.permits())
-                    .chain((0..count).map(|slot| layout.permit(slot)))
-                    .collect()
-            }
-            ResourceKind::RwLock => {
-                vec![layout.writer(), layout.readers(), layout.writer_waiting()]
+        let mut keys: Vec<String> = Vec::new();
+        for primitive in crate::primitives::PRIMITIVES {
+            if primitive.kind == kind {
+                for key in primitive.reads.keys(&self.layout, self.judgement.count) {
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
+                }
             }
         }
+        keys
     }
 
     /// How many nodes must agree: `N / 2 + 1`.
@@ -192,18 +180,18 @@ impl Inspection {
     /// a holder, or when no node that answered keeps its value (not written
     /// yet).
     pub fn leader(&self) -> Option<&Proclaimed> {
-        self.judgement.leader.as_ref()
+        self.judgement.value.as_ref()
     }
 
     /// The value of the highest term any node that answered still keeps:
     /// the leader's, or a former leader's until it expires.
     pub fn last_leader(&self) -> Option<&Proclaimed> {
-        self.judgement.last_leader.as_ref()
+        self.judgement.last_value.as_ref()
     }
 
     /// A semaphore's permit count, as most nodes that keep one keep it.
     pub fn permit_count(&self) -> Option<u32> {
-        self.judgement.permit_count
+        self.judgement.count
     }
 
     /// The nodes that did not answer, with their errors (those

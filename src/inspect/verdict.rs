@@ -4,9 +4,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::contract::Primitive;
 use crate::contract::stored::{
     Claim, Claimed, NodeState, Proclaimed, ResourceKind, SeenToken, Stored, Verdict,
 };
+use crate::primitives::PRIMITIVES;
 use crate::quorum::decide::{Standing, standing};
 
 /// What the answers so far say.
@@ -17,15 +19,20 @@ pub(super) struct Judgement {
     pub(super) verdict: Verdict,
     pub(super) kind: Option<ResourceKind>,
     pub(super) claims: Vec<Claim>,
-    pub(super) leader: Option<Proclaimed>,
-    pub(super) last_leader: Option<Proclaimed>,
-    pub(super) permit_count: Option<u32>,
+    /// The newest value the confirmed lock holder keeps beside the lock
+    /// (an election's leader).
+    pub(super) value: Option<Proclaimed>,
+    /// The value of the highest term any node keeps.
+    pub(super) last_value: Option<Proclaimed>,
+    /// The count most nodes keep (a semaphore's permit count).
+    pub(super) count: Option<u32>,
 }
 
 /// Judges the nodes' answers so far. Every token is judged on its own
 /// ([`standing`]), and so is a token no node that answered holds (the
 /// others may). The verdict is decided once no token is open; a confirmed
-/// election's value is waited for too while nodes are pending. Once
+/// holder's value (an election's) is waited for too while nodes are
+/// pending. Once
 /// decided it stands, whatever the pending nodes say: a token's node
 /// count and pending nodes together only shrink, and its node count and
 /// failed nodes together only grow.
@@ -49,15 +56,16 @@ pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
     let holder = claims
         .iter()
         .find(|c| c.confirmed && c.what == Claimed::Lock);
-    let leader = holder.and_then(|holder| leader_of(&answered, &holder.token));
-    // An election's leader holds the lock; its value may be on a node yet
-    // to answer.
-    if kind == Some(ResourceKind::Election) && holder.is_some() && leader.is_none() && pending > 0 {
+    let value = holder.and_then(|holder| value_of(&answered, &holder.token));
+    // Where nodes keep values beside the lock (an election's leader), the
+    // holder's may be on a node yet to answer.
+    let values = answered.iter().any(|s| s.value.is_some());
+    if values && holder.is_some() && value.is_none() && pending > 0 {
         decided = false;
     }
-    let last_leader = answered
+    let last_value = answered
         .iter()
-        .filter_map(|s| s.leader.as_ref())
+        .filter_map(|s| s.value.as_ref())
         .max_by_key(|l| (l.term, l.revision))
         .cloned();
     let verdict = if claims.iter().any(|c| c.confirmed) {
@@ -72,9 +80,9 @@ pub(super) fn judge(states: &[NodeState], quorum: usize) -> Judgement {
         verdict,
         kind,
         claims,
-        leader,
-        last_leader,
-        permit_count: permit_count(&answered),
+        value,
+        last_value,
+        count: count_of(&answered),
     }
 }
 
@@ -133,20 +141,20 @@ fn tokens(answered: &[&Stored], pending: usize, failed: usize, quorum: usize) ->
 
 /// The newest value the lock's holder proclaimed, on a node that holds
 /// its token.
-fn leader_of(answered: &[&Stored], holder: &SeenToken) -> Option<Proclaimed> {
+fn value_of(answered: &[&Stored], holder: &SeenToken) -> Option<Proclaimed> {
     answered
         .iter()
         .filter(|s| s.lock.as_ref().is_some_and(|l| l.token == *holder))
-        .filter_map(|s| s.leader.as_ref())
+        .filter_map(|s| s.value.as_ref())
         .filter(|l| l.token == *holder)
         .max_by_key(|l| l.revision)
         .cloned()
 }
 
-/// The permit count most nodes keep (the larger on a tie).
-fn permit_count(answered: &[&Stored]) -> Option<u32> {
+/// The count most nodes keep (the larger on a tie).
+fn count_of(answered: &[&Stored]) -> Option<u32> {
     let mut counts: Vec<(u32, usize)> = Vec::new();
-    for count in answered.iter().filter_map(|s| s.permit_count) {
+    for count in answered.iter().filter_map(|s| s.count) {
         match counts.iter_mut().find(|(c, _)| *c == count) {
             Some((_, n)) => *n += 1,
             None => counts.push((count, 1)),
@@ -158,22 +166,20 @@ fn permit_count(answered: &[&Stored]) -> Option<u32> {
         .map(|(c, _)| c)
 }
 
-/// What the nodes that answered keep, the most telling first.
+/// What the nodes that answered keep, the most telling first: the first
+/// primitive in the list whose keys some node keeps, a lock's kind (a
+/// lock's key or fence, a fair lock's line) last, since an election keeps
+/// a lock too.
 pub(super) fn kind_of(answered: &[&Stored]) -> Option<ResourceKind> {
-    let any = |keeps: fn(&Stored) -> bool| answered.iter().any(|s| keeps(s));
-    if any(|s| s.leader.is_some()) {
-        Some(ResourceKind::Election)
-    } else if any(|s| s.permit_count.is_some() || !s.permits.is_empty()) {
-        Some(ResourceKind::Semaphore)
-    } else if any(|s| s.writer.is_some() || !s.readers.is_empty() || s.writer_waiting) {
-        Some(ResourceKind::RwLock)
-    } else if any(|s| {
-        s.lock.is_some() || s.fence.is_some() || s.other_type.is_some() || s.in_line > 0
-    }) {
-        Some(ResourceKind::Lock)
-    } else {
-        None
-    }
+    let (locks, others): (Vec<&Primitive>, Vec<&Primitive>) = PRIMITIVES
+        .iter()
+        .copied()
+        .partition(|p| p.kind == ResourceKind::Lock);
+    others
+        .into_iter()
+        .chain(locks)
+        .find(|primitive| answered.iter().any(|s| primitive.reads.found(s)))
+        .map(|primitive| primitive.kind)
 }
 
 /// How long a quorum keeps holding a token: the quorum-th longest ttl
@@ -214,7 +220,7 @@ mod tests {
     fn proclaimed(t: &str, term: u64, revision: u64, value: &str) -> NodeState {
         NodeState::Answered(Stored {
             lock: Some(held(t)),
-            leader: Some(Proclaimed {
+            value: Some(Proclaimed {
                 token: token(t),
                 term,
                 revision,
@@ -322,7 +328,7 @@ mod tests {
         assert_eq!(outcome(&led), Some((Verdict::Held, Some("a".to_owned()))));
         let judgement = judge(&led, 3);
         assert_eq!(judgement.kind, Some(ResourceKind::Election));
-        let leader = judgement.leader.expect("a leader");
+        let leader = judgement.value.expect("a leader");
         assert_eq!(
             (leader.term, leader.revision, leader.value.as_str()),
             (2, 1, "y")
@@ -342,7 +348,7 @@ mod tests {
     fn the_last_leader_is_the_highest_term_kept() {
         let states = [
             NodeState::Answered(Stored {
-                leader: Some(Proclaimed {
+                value: Some(Proclaimed {
                     token: token("old"),
                     term: 3,
                     revision: 4,
@@ -356,22 +362,22 @@ mod tests {
         let judgement = judge(&states, Q3);
         assert!(judgement.decided);
         assert_eq!(judgement.verdict, Verdict::Free);
-        assert_eq!(judgement.last_leader.map(|l| l.term), Some(4));
+        assert_eq!(judgement.last_value.map(|l| l.term), Some(4));
     }
 
     #[test]
     fn permits_and_readers_are_each_judged_on_their_own() {
         let node = |permits: &[(u32, &str)], readers: &[&str]| {
             NodeState::Answered(Stored {
-                permit_count: Some(3),
-                permits: permits
+                count: Some(3),
+                slots: permits
                     .iter()
                     .map(|&(slot, t)| HeldPermit {
                         slot,
                         holder: held(t),
                     })
                     .collect(),
-                readers: readers.iter().map(|t| held(t)).collect(),
+                shared: readers.iter().map(|t| held(t)).collect(),
                 ..Stored::default()
             })
         };
@@ -384,7 +390,7 @@ mod tests {
         assert!(judgement.decided);
         assert_eq!(judgement.verdict, Verdict::Held);
         assert_eq!(judgement.kind, Some(ResourceKind::Semaphore));
-        assert_eq!(judgement.permit_count, Some(3));
+        assert_eq!(judgement.count, Some(3));
         let confirmed: Vec<(Claimed, &str)> = judgement
             .claims
             .iter()

@@ -4,7 +4,7 @@
 use redis::Cmd;
 
 use crate::contract::replies::{command, held, integer, ours, text};
-use crate::contract::stored::Stored;
+use crate::contract::stored::{ResourceKind, Stored};
 use crate::contract::{Reads, Replies};
 use crate::error::NodeError;
 use crate::keys::Layout;
@@ -50,6 +50,21 @@ impl Reads for LockReads {
         stored.other_type = Some(text(&kind).unwrap_or_else(|| "value of another type".to_owned()));
         Ok(())
     }
+
+    fn found(&self, stored: &Stored) -> bool {
+        stored.lock.is_some() || stored.fence.is_some() || stored.other_type.is_some()
+    }
+
+    fn keys(&self, layout: &Layout, _count: Option<u32>) -> Vec<String> {
+        vec![layout.key.clone(), layout.fence()]
+    }
+}
+
+#[expect(non_upper_case_globals, reason = "named as the enum's variants were")]
+impl ResourceKind {
+    /// A lock ([`Redlock::lock`](crate::Redlock::lock)), fenced or not, or
+    /// a fair lock ([`Redlock::fair_lock`](crate::Redlock::fair_lock)).
+    pub const Lock: Self = Self::named("Lock");
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
         &node::FENCE_WRITEBACK,
     ],
     keys: &["", FENCE_SUFFIX, FENCE_MARK_SUFFIX, RELEASED_SUFFIX],
+    kind: crate::contract::stored::ResourceKind::Lock,
     reads: &inspect::LockReads,
 };
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use crate::contract::stored::{Holder, SeenToken, Stored};
+use crate::contract::stored::{Holder, ResourceKind, SeenToken, Stored};
 use crate::contract::{Reads, Replies, clock, command, held, integer, ours, scored};
 use crate::error::NodeError;
 use crate::keys::Layout;
@@ -37,12 +37,12 @@ impl Reads for RwLockReads {
     ) -> Result<Vec<Cmd>, NodeError> {
         let (writer, ttl) = (ours(replies.next())?, integer(replies.next()?, "PTTL")?);
         let readers = ours(replies.next())?.map(scored).transpose()?;
-        stored.writer_waiting = integer(replies.next()?, "EXISTS")? > 0;
+        stored.waiting = integer(replies.next()?, "EXISTS")? > 0;
         let now_ms = clock(replies.next()?)? as f64;
         if let Some(writer) = writer {
-            stored.writer = held(&writer, ttl)?;
+            stored.exclusive = held(&writer, ttl)?;
         }
-        stored.readers = readers
+        stored.shared = readers
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(token, expiry)| {
@@ -54,6 +54,39 @@ impl Reads for RwLockReads {
             })
             .collect();
         Ok(Vec::new())
+    }
+
+    fn found(&self, stored: &Stored) -> bool {
+        stored.exclusive.is_some() || !stored.shared.is_empty() || stored.waiting
+    }
+
+    fn keys(&self, layout: &Layout, _count: Option<u32>) -> Vec<String> {
+        vec![layout.writer(), layout.readers(), layout.writer_waiting()]
+    }
+}
+
+#[expect(non_upper_case_globals, reason = "named as the enum's variant was")]
+impl ResourceKind {
+    /// A reader-writer lock ([`RwLock`](crate::RwLock)).
+    pub const RwLock: Self = Self::named("RwLock");
+}
+
+impl Stored {
+    /// A reader-writer lock's writer.
+    pub fn writer(&self) -> Option<&Holder> {
+        self.exclusive.as_ref()
+    }
+
+    /// A reader-writer lock's readers whose expiry has not passed (by the
+    /// node's clock).
+    pub fn readers(&self) -> &[Holder] {
+        &self.shared
+    }
+
+    /// Whether a writer waits for a reader-writer lock's readers to leave
+    /// (and holds new readers back).
+    pub fn writer_waiting(&self) -> bool {
+        self.waiting
     }
 }
 

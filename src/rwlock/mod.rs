@@ -11,6 +11,7 @@
 //! it.
 
 pub(crate) mod inspect;
+mod keys;
 pub(crate) mod node;
 
 use std::future::Future;
@@ -21,11 +22,11 @@ use crate::contract::Primitive;
 use crate::error::{Error, NodeError};
 use futures::FutureExt;
 
+use self::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::contract::ShapeRef;
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
-use crate::keys::{READERS_SUFFIX, WRITER_SUFFIX, WRITER_WAITING_SUFFIX};
 use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};
 use crate::round::{Acquire, NodeCall};
@@ -36,6 +37,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     name: "reader-writer lock",
     scripts: &[&node::ACQUIRE, &node::EXTEND, &node::RELEASE],
     keys: &[WRITER_SUFFIX, READERS_SUFFIX, WRITER_WAITING_SUFFIX],
+    kind: crate::contract::stored::ResourceKind::RwLock,
     reads: &inspect::RwLockReads,
 };
 

@@ -4,7 +4,7 @@
 
 use redis::Cmd;
 
-use crate::contract::stored::{HeldPermit, Stored};
+use crate::contract::stored::{HeldPermit, ResourceKind, Stored};
 use crate::contract::{Reads, Replies, command, held, integer, ours, text};
 use crate::error::NodeError;
 use crate::keys::Layout;
@@ -34,7 +34,7 @@ impl Reads for PermitReads {
             .and_then(text)
             .and_then(|t| t.parse::<u32>().ok())
             .filter(|&count| count > 0);
-        stored.permit_count = count;
+        stored.count = count;
         Ok((0..count.map_or(0, |count| count.min(self.most)))
             .flat_map(|slot| {
                 let key = layout.permit(slot);
@@ -51,10 +51,42 @@ impl Reads for PermitReads {
             if let Some(value) = ours(value)?
                 && let Some(holder) = held(&value, integer(ttl?, "PTTL")?)?
             {
-                stored.permits.push(HeldPermit { slot, holder });
+                stored.slots.push(HeldPermit { slot, holder });
             }
         }
         Ok(())
+    }
+
+    fn found(&self, stored: &Stored) -> bool {
+        stored.count.is_some() || !stored.slots.is_empty()
+    }
+
+    /// The limit key and the permits' keys, as many as the permit count
+    /// most nodes keep (at most `most`).
+    fn keys(&self, layout: &Layout, count: Option<u32>) -> Vec<String> {
+        let count = count.unwrap_or(0).min(self.most);
+        std::iter::once(layout.permits())
+            .chain((0..count).map(|slot| layout.permit(slot)))
+            .collect()
+    }
+}
+
+#[expect(non_upper_case_globals, reason = "named as the enum's variant was")]
+impl ResourceKind {
+    /// A [`Semaphore`](crate::Semaphore).
+    pub const Semaphore: Self = Self::named("Semaphore");
+}
+
+impl Stored {
+    /// A semaphore's permit count, as this node keeps it while one of its
+    /// permits is held here.
+    pub fn permit_count(&self) -> Option<u32> {
+        self.count
+    }
+
+    /// A semaphore's permits held on this node, by slot.
+    pub fn permits(&self) -> &[HeldPermit] {
+        &self.slots
     }
 }
 

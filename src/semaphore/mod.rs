@@ -12,6 +12,7 @@
 //! [`Redlock::inspect`] reads of it.
 
 pub(crate) mod inspect;
+mod keys;
 pub(crate) mod node;
 
 use std::future::Future;
@@ -25,11 +26,11 @@ use crate::contract::Primitive;
 use crate::error::{ArgumentError, Error, NodeError};
 use futures::FutureExt;
 
+use self::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::acquire::call::{Acquisition, Attempts, Manager};
 use crate::contract::ShapeRef;
 use crate::holding::guard::LockGuard;
 use crate::holding::lease::Lease;
-use crate::keys::{PERMIT_INFIX, PERMITS_SUFFIX};
 use crate::quorum::{Answer, Vote};
 use crate::redlock::Redlock;
 use crate::request::{Keys, Target, Ttl};
@@ -40,6 +41,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     name: "semaphore",
     scripts: &[&node::ACQUIRE, &node::EXTEND, &node::RELEASE],
     keys: &[PERMITS_SUFFIX, PERMIT_INFIX],
+    kind: crate::contract::stored::ResourceKind::Semaphore,
     reads: &inspect::PermitReads {
         most: Semaphore::MAX_PERMITS,
     },
