@@ -13,8 +13,7 @@ use redis::{AsyncConnectionConfig, Value};
 use tokio::time::Instant;
 
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
-use crate::contract::Extension;
-use crate::lock::node::LockShape;
+use crate::contract::{Extension, ShapeRef};
 use crate::node::Node;
 use crate::request::Ttl;
 use crate::scripts::ScriptMode;
@@ -402,13 +401,13 @@ async fn access(
         keys,
         token,
         ttl: PROBE_TTL,
-        shape: &LockShape,
+        shape: &*ShapeRef::LOCK,
     };
     if let Err(e) = node.extend(extension, deadline()).await {
         note(extend, e);
     }
     if let Err(e) = node
-        .release(keys, &LockShape, token, None, deadline())
+        .release(keys, &*ShapeRef::LOCK, token, None, deadline())
         .await
     {
         note(release, e);
@@ -416,7 +415,7 @@ async fn access(
     match node.acquire_many(keys, token, PROBE_TTL, deadline()).await {
         Ok(_) => {
             if let Err(e) = node
-                .release(keys, &LockShape, token, None, deadline())
+                .release(keys, &*ShapeRef::LOCK, token, None, deadline())
                 .await
             {
                 note(release, e);

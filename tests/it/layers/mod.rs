@@ -124,13 +124,62 @@ const ON_TOP: [&str; 1] = ["testkit"];
 /// so they import nothing from [`PRIMITIVES`]' folders, whatever level a
 /// part of one stands on (`lock::node` is on the wire, below `round`, and
 /// still a primitive's). The check reads paths: what a primitive's file
-/// adds to an engine type is not seen (`impl ShapeRef { const LOCK }` in
-/// `lock/node.rs`, which `round/attempt.rs` uses as `ShapeRef::LOCK`).
+/// adds to a contract type is not seen (`impl ShapeRef { const LOCK }` in
+/// `lock/node.rs`, which the engine's unit tests use as `ShapeRef::LOCK`).
 const ENGINE: [&str; 4] = ["holding", "node", "quorum", "round"];
 
 /// The primitives' folders: each describes what it asks a node and how an
 /// answer votes, on the engine.
 const PRIMITIVES: [&str; 5] = ["election", "fair", "lock", "rwlock", "semaphore"];
+
+/// Each primitive's folder, with the names of its types: how the library
+/// outside the folder names it (see [`MOST_NAMING_FILES`]). A type's name
+/// counts as a prefix (`Semaphore` names `SemaphoreGuard` too).
+const PRIMITIVE_NAMES: [(&str, &[&str]); 5] = [
+    (
+        "election",
+        &[
+            "Election",
+            "Leadership",
+            "LeaderRead",
+            "Proclamation",
+            "Campaign",
+            "Observer",
+        ],
+    ),
+    (
+        "fair",
+        &[
+            "Fair",
+            "LineReads",
+            "TryTurn",
+            "Turns",
+            "TurnWaiter",
+            "InLine",
+        ],
+    ),
+    ("lock", &["LockShape", "FencedShape", "LockReads"]),
+    ("rwlock", &["RwLock", "RwShape", "RwKeys", "RwAttempt"]),
+    (
+        "semaphore",
+        &[
+            "Semaphore",
+            "Permits",
+            "PermitRe",
+            "SlotVote",
+            "SlotAttempt",
+        ],
+    ),
+];
+
+/// The most library files outside its folder that may name a primitive
+/// (its folder's path or a type of its, in code: not comments, strings or
+/// tests; the test kit aside): the list of primitives, its `pub use` in
+/// lib.rs, and one more (the semaphore's own errors in error.rs; the lock
+/// is used by the fair lock and the node check). The generated Functions
+/// library (`scripts/functions.lua`) is not Rust and is regenerated from
+/// the list.
+const MOST_NAMING_FILES: usize = 3;
 
 /// Imports of a primitive's folder by an engine folder allowed for now:
 /// (importing file, imported file), by module path. Each must still be
@@ -166,8 +215,8 @@ mod tests {
         paths_after, rust_files, src_dir, sub_entries,
     };
     use super::{
-        CLI_CIRCLE_EXCEPTIONS, ENGINE, ENGINE_EXCEPTIONS, FILE_CIRCLE_EXCEPTIONS, LAYERS, ON_TOP,
-        PRIMITIVES,
+        CLI_CIRCLE_EXCEPTIONS, ENGINE, ENGINE_EXCEPTIONS, FILE_CIRCLE_EXCEPTIONS, LAYERS,
+        MOST_NAMING_FILES, ON_TOP, PRIMITIVE_NAMES, PRIMITIVES,
     };
 
     #[test]
@@ -179,6 +228,60 @@ mod tests {
             "imports against the layers:\n{}",
             wrong.join("\n")
         );
+    }
+
+    /// A new primitive is its folder, a line in the list and its `pub
+    /// use`: the rest of the library names each primitive in few files.
+    #[test]
+    fn each_primitive_is_named_in_few_files_outside_its_folder() {
+        let (lib, mut files) = library();
+        files.insert("lib".to_owned(), code(&lib));
+        for (folder, types) in PRIMITIVE_NAMES {
+            let naming: Vec<&String> = files
+                .iter()
+                .filter(|(module, _)| {
+                    first_segment(module) != folder && first_segment(module) != "testkit"
+                })
+                .filter(|(_, text)| {
+                    paths_to(text, folder)
+                        || identifiers(text).any(|w| types.iter().any(|t| w.starts_with(t)))
+                })
+                .map(|(module, _)| module)
+                .collect();
+            assert!(
+                naming.len() <= MOST_NAMING_FILES,
+                "{folder} is named in {} library files outside its folder (at most \
+                 {MOST_NAMING_FILES}): {naming:?}",
+                naming.len()
+            );
+        }
+    }
+
+    /// Whether `code` names the folder `folder` in a path (`folder::…`,
+    /// `crate::folder`) or a `mod` line.
+    fn paths_to(code: &str, folder: &str) -> bool {
+        code.match_indices(folder).any(|(at, _)| {
+            let before = code[..at].chars().next_back();
+            let after = &code[at + folder.len()..];
+            let starts = !before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            let head = &code[..at];
+            let rooted = head.ends_with("crate::") || head.ends_with("super::");
+            let path = rooted || (after.starts_with("::") && !head.ends_with("::"));
+            let whole = !after.starts_with(|c: char| c.is_alphanumeric() || c == '_');
+            starts && whole && (path || head.ends_with("mod "))
+        })
+    }
+
+    /// The identifiers of `code`, outside string literals.
+    fn identifiers(code: &str) -> impl Iterator<Item = &str> {
+        let mut in_string = false;
+        code.split(move |c: char| {
+            if c == '"' {
+                in_string = !in_string;
+            }
+            in_string || !(c.is_alphanumeric() || c == '_')
+        })
+        .filter(|word| !word.is_empty())
     }
 
     #[test]
