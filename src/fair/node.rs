@@ -10,7 +10,7 @@ use redis::{Cmd, Value};
 use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
 use crate::keys::Layout;
-use crate::lock::node::EXTEND;
+use crate::lock::node::{EXTEND, LockShape};
 use crate::node::{Deadline, Node, unexpected};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
@@ -230,10 +230,7 @@ impl Shape for Line {
 
     /// As a plain lock's: token, ttl, one key, no fence.
     fn extend_args(&self, lock: &Extension<'_>, cmd: &mut Cmd) {
-        cmd.arg(lock.token)
-            .arg(lock.ttl.ms())
-            .arg(lock.keys.len())
-            .arg(0);
+        LockShape.extend_args(lock, cmd);
     }
 
     /// `release.lua` of this folder.

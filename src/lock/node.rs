@@ -213,16 +213,17 @@ impl Shape for FencedShape {
         extend_args(lock, self.fence, cmd);
     }
 
+    /// Released as any lock is.
     fn release_script(&self) -> &'static Lua {
-        &RELEASE
+        LockShape.release_script()
     }
 
     fn release_call(&self, release: &Release<'_>, cmd: &mut Cmd) {
-        release_call(cmd, release.keys, release.token, release.announce);
+        LockShape.release_call(release, cmd);
     }
 
     fn released(&self, release: &Release<'_>, reply: &Value) -> Result<bool, NodeError> {
-        released(reply, release.keys.len())
+        LockShape.released(release, reply)
     }
 }
 

@@ -23,26 +23,6 @@ pub(crate) use release::{InFlight, OnNodes, release, release_again, release_in_b
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use crate::node::{Node, NodeOptions};
-
-    /// `n` nodes that are never connected to: the tests' fan-outs run fake
-    /// requests.
-    pub(crate) fn nodes(n: usize) -> Vec<Node> {
-        (0..n)
-            .map(|i| {
-                Node::parse(
-                    &format!("redis://127.0.0.1:{}", 1000 + i),
-                    &NodeOptions::default(),
-                )
-                .expect("a node URL")
-            })
-            .collect()
-    }
-
-    /// Makes `node` unresponsive: its last requests timed out.
-    pub(crate) fn freeze(node: &Node) {
-        while !node.unresponsive() {
-            node.note(crate::node::Heard::Timeout);
-        }
-    }
+    //! The engine's tests use the node's test helpers.
+    pub(crate) use crate::node::testing::{freeze, nodes};
 }
