@@ -26,7 +26,7 @@ Links inside code (fenced blocks, `code spans`) and absolute URLs
 Run from anywhere: python3 docs/check.py. Exits non-zero with one line per
 problem. `python3 docs/check.py --render benches/NAME.json KIND` prints a
 benchmark table (KIND: run, speed, more, native, degraded, memory, fair,
-killed) as a page holds it. `python3 docs/check.py --self-test` runs the checker on a small
+killed, replica) as a page holds it. `python3 docs/check.py --self-test` runs the checker on a small
 tree with known mistakes and fails unless it reports exactly those.
 """
 
@@ -382,6 +382,25 @@ def render_killed(run):
     return header, 1, rows
 
 
+REPLICA_NOTE = re.compile(
+    r"replica sync, .*?: lock\+release p50 ([\d.]+) → ([\d.]+) µs, p99 ([\d.]+) → ([\d.]+) µs "
+    r"\(1 task\); ([\d.]+) → ([\d.]+) cycles/s \(16 tasks\); failed cycles (\d+) → (\d+)")
+
+
+def render_replica(run):
+    """Replica sync's cost: lock+release without and with it (the run's
+    note, `--only replica`)."""
+    note = next((n for n in run.get("notes", []) if REPLICA_NOTE.match(n)), None)
+    if note is None:
+        raise KeyError("no replica sync note")
+    f = [float(x) for x in REPLICA_NOTE.match(note).groups()]
+    header = ["replica_sync", "lock+release p50, µs (1 task)", "p99, µs (1 task)",
+              "cycles/s (16 tasks)", "failed cycles"]
+    rows = [["off", num(f[0]), num(f[2]), num(f[4]), f"{f[6]:.0f}"],
+            ["1 replica, 100 ms", num(f[1]), num(f[3]), num(f[5]), f"{f[7]:.0f}"]]
+    return header, 1, rows
+
+
 def server_name(run):
     """`redis 7.0.15` or `valkey 9.1.2` (the bench names Valkey's only)."""
     server = run["machine"]["redis"]
@@ -413,7 +432,7 @@ def render_runs(runs):
 
 RENDER = {"run": render_run, "speed": render_speed, "more": render_more, "native": render_native,
           "degraded": render_degraded, "memory": render_memory, "fair": render_fair,
-          "killed": render_killed}
+          "killed": render_killed, "replica": render_replica}
 
 
 def markdown_table(header, rows):

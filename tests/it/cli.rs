@@ -1143,3 +1143,43 @@ fn until_in_line(nodes: &RedisNodes, resource: &str, n: usize) {
         }
     }
 }
+
+/// docs/cli.md's times for giving up on unreachable nodes follow from the
+/// policy `exec` and `elect` use: the default attempts in a row, the
+/// default pause between attempts (its fixed part and its jitter), and the
+/// default node timeout.
+#[test]
+fn the_give_up_times_of_docs_cli_follow_from_the_defaults() {
+    use quorumlock::{RedlockBuilder, Retry};
+    let attempts = Retry::DEFAULT_ATTEMPTS;
+    let pauses = attempts - 1;
+    let (least, most) = (
+        Retry::DEFAULT_DELAY,
+        Retry::DEFAULT_DELAY + Retry::DEFAULT_JITTER,
+    );
+    let seconds = |d: std::time::Duration| format!("{}", d.as_secs_f64());
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
+        .expect("docs/cli.md");
+    let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    for quote in [
+        format!("after {attempts} attempts in a row that find too few nodes reachable, `exec` exits 69"),
+        format!(
+            "{pauses} pauses of {} to {} ms between them, so {} to {} s where the nodes refuse connections",
+            least.as_millis(),
+            most.as_millis(),
+            seconds(least * pauses),
+            seconds(most * pauses),
+        ),
+        format!(
+            "up to two `--node-timeout`s more ({} s by default)",
+            seconds(RedlockBuilder::DEFAULT_NODE_TIMEOUT * 2)
+        ),
+        format!(
+            "after {attempts} attempts in a row that find too few nodes reachable ({} to {} s, and up to two node timeouts more, as for `exec`)",
+            seconds(least * pauses),
+            seconds(most * pauses),
+        ),
+    ] {
+        assert!(page.contains(&quote), "docs/cli.md should say: {quote}");
+    }
+}
