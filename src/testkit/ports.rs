@@ -1,12 +1,17 @@
 //! Loopback ports for servers and proxies: free ones from the OS, never
 //! one this process handed out before.
 
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::net::TcpListener;
 use std::sync::Mutex;
 
+use nix::fcntl::{Flock, FlockArg};
+
 use super::TestkitError;
 
-/// Every loopback port this process has handed to a server or a proxy.
+/// Every loopback port this process has handed to a server or a proxy,
+/// each with its lock file held (see [`claim_across_processes`]).
 ///
 /// A killed server's port is free for anyone until it restarts, and a
 /// SIGKILLed redis-server with a request unread on every connection (a
@@ -15,25 +20,59 @@ use super::TestkitError;
 /// could then start there, and this test's clients, reconnecting to their
 /// "dead" node, would be answered by a stranger: a grant with a majority
 /// down. No port is handed out twice in one process, which rules that out
-/// for the tests of one binary (they share a process; cargo runs test
-/// binaries one after another).
-static CLAIMED: Mutex<std::collections::BTreeSet<u16>> =
-    Mutex::new(std::collections::BTreeSet::new());
+/// for the tests of one binary (they share a process), and the lock files
+/// rule it out between processes that use the test kit at once (cargo
+/// runs doctests side by side, and CI runs examples beside tests).
+static CLAIMED: Mutex<BTreeMap<u16, Option<Flock<File>>>> = Mutex::new(BTreeMap::new());
 
-/// Claims `port` for this process; false if it was claimed before.
+/// Claims `port` for this process; false if it was claimed before, by this
+/// process or by another that is still running.
 pub(super) fn claim(port: u16) -> bool {
-    CLAIMED
+    let mut claimed = CLAIMED
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(port)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if claimed.contains_key(&port) {
+        return false;
+    }
+    match claim_across_processes(port) {
+        Some(lock) => {
+            claimed.insert(port, lock);
+            true
+        }
+        None => false,
+    }
 }
 
-/// Whether `port` was claimed before.
+/// Takes `port`'s lock file (`quorumlock-ports/<port>.lock` in the
+/// temporary directory), held until this process exits, when the OS
+/// drops it, however the process ends: `Some(None)` where the file cannot
+/// be made (the claim in this process still holds), `None` when another
+/// running process holds it.
+fn claim_across_processes(port: u16) -> Option<Option<Flock<File>>> {
+    let dir = std::env::temp_dir().join("quorumlock-ports");
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{port}.lock")))
+    });
+    let Ok(file) = file else {
+        return Some(None);
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Some(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => None,
+        Err(_) => Some(None),
+    }
+}
+
+/// Whether `port` was claimed before by this process.
 fn claimed(port: u16) -> bool {
     CLAIMED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .contains(&port)
+        .contains_key(&port)
 }
 
 /// The first socket `bind` gives whose port this process never handed out,
@@ -113,5 +152,23 @@ mod tests {
         assert!(
             matches!(refused, Err(TestkitError::Io(e)) if e.kind() == std::io::ErrorKind::AddrInUse)
         );
+    }
+
+    /// A port another running process claimed (its lock file held: here a
+    /// second open file of this process, which `flock` treats alike) is
+    /// refused, and free again once that process lets go.
+    #[test]
+    fn a_port_another_process_claimed_is_refused() {
+        let port = (20_000..u16::MAX)
+            .find(|&p| !claimed(p))
+            .expect("an unclaimed port number");
+        let held = claim_across_processes(port)
+            .expect("nobody holds it")
+            .expect("a lock file");
+        assert!(!claim(port), "claimed while another holds it");
+        assert!(!claimed(port));
+        drop(held);
+        assert!(claim(port), "free once let go");
+        assert!(!claim(port), "and claimed once");
     }
 }

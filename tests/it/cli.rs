@@ -1162,7 +1162,9 @@ fn the_give_up_times_of_docs_cli_follow_from_the_defaults() {
         .expect("docs/cli.md");
     let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
     for quote in [
-        format!("after {attempts} attempts in a row that find too few nodes reachable, `exec` exits 69"),
+        format!(
+            "after {attempts} attempts in a row that find too few nodes reachable, `exec` exits 69"
+        ),
         format!(
             "{pauses} pauses of {} to {} ms between them, so {} to {} s where the nodes refuse connections",
             least.as_millis(),
