@@ -560,6 +560,7 @@ impl Logs {
     /// This thread's `tracing` events from INFO up, in a new buffer, until
     /// the guard is dropped.
     fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        crate::support::scoped_subscribers();
         let logs = Self::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()

@@ -8,7 +8,7 @@
 use crate::support;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
@@ -58,17 +58,9 @@ impl Capture {
 /// (and, once per process, the `log` bridge). The tests run on a
 /// current-thread runtime, so all they start runs on this thread and is
 /// captured; the other tests of this binary run on other threads.
-///
-/// Before it, once per process, a second subscriber is registered that
-/// stays: with only one registered, `tracing` computes a callsite's
-/// interest from the default of whichever thread reaches it first, and a
-/// callsite first reached by another test's thread (no subscriber) was
-/// cached as never enabled, so this test's own events there went
-/// uncaptured (half the runs beside `tokens::`, which release as early).
-/// With two, every callsite's interest counts each subscriber.
+/// (See [`support::scoped_subscribers`] for why it is reliable.)
 fn capture() -> (Capture, DefaultGuard) {
-    static SECOND: OnceLock<tracing::Dispatch> = OnceLock::new();
-    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    support::scoped_subscribers();
     let capture = Capture::default();
     let scope = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)

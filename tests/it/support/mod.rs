@@ -443,3 +443,17 @@ pub async fn proxies<'a>(
     }
     proxies
 }
+
+/// Makes `tracing`'s thread-scoped subscribers (`set_default`) reliable in
+/// this process of many tests: registers, once, a second subscriber that
+/// stays. With only one registered, `tracing` computes a callsite's
+/// interest from the default of whichever thread reaches it first, and a
+/// callsite first reached by another test's thread (no subscriber) is
+/// cached as never enabled: the scoped capture then misses its own
+/// test's events there (secrets:: failed in 5 of 10 runs beside two
+/// tokens:: tests, which release as early). With two registered, every
+/// callsite's interest counts each. Call before `set_default`.
+pub fn scoped_subscribers() {
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+}
