@@ -273,7 +273,10 @@ async fn holds_are_restored_only_where_an_acquire_would_be_admitted() {
         .node_timeout(Duration::from_secs(1))
         .build()
         .expect("config");
-    let ttl = Duration::from_secs(2);
+    // Long beside the node timeout: a renewal round held up by the load
+    // for a node timeout still leaves time for another before the lease
+    // ends (2 s left the writer to expire under load in CI).
+    let ttl = Duration::from_secs(5);
     // A reader, auto-extended: restored on a node that restarted empty.
     let reader = locks.rwlock("rr").try_read(ttl).await.expect("reader");
     reader.auto_extend();
@@ -319,7 +322,20 @@ async fn holds_are_restored_only_where_an_acquire_would_be_admitted() {
         .query_async(&mut c0)
         .await
         .expect("MULTI DEL ZADD");
-    tokio::time::sleep(2 * ttl).await;
+    // Two renewals that began after it, each confirmed by a quorum.
+    let mut since = Instant::now();
+    for _ in 0..2 {
+        since = no_hang("a renewal", async {
+            loop {
+                let lease = writer.lease();
+                if lease.started() > since || writer.loss_reason().is_some() {
+                    break lease.started();
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
     assert_eq!(writer.loss_reason(), None);
     let held: Option<String> = redis::cmd("GET")
         .arg("ww:writer")

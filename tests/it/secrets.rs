@@ -359,7 +359,10 @@ fn broken_servers(broken: Broken) -> RedisNodes {
 /// token's start cut short (8 to 39; a script's SHA1 has 40): for errors
 /// of calls whose token the test never learns (a failed acquisition).
 fn token_like(text: &str) -> Option<&str> {
-    text.split(|c: char| !c.is_ascii_hexdigit())
+    text.split(|c: char| !(c.is_ascii_hexdigit() || c == '.'))
+        // A decimal fraction (a duration's `1.401128959s`) is no token.
+        .filter(|run| !(run.contains('.') && run.chars().all(|c| c.is_ascii_digit() || c == '.')))
+        .flat_map(|run| run.split('.'))
         .find(|run| (8..40).contains(&run.len()))
 }
 
