@@ -47,10 +47,16 @@ impl Pacing {
         small_batch: 2,
     };
 
+    /// A node without native commands whose batches are pipelines of the
+    /// holdings' own commands and scripts (see `scripted.rs`): as cheap
+    /// per command at every depth as a native pipeline.
+    const PIPELINED: Self = Self::NATIVE;
+
     /// The pacing for `target` as its commands are known now.
     pub(super) fn of(target: &Node) -> Self {
         match target.capabilities() {
             Some(caps) if caps.extend() && caps.delete().is_some() => Self::NATIVE,
+            caps if target.pipelines_scripts(caps).is_some() => Self::PIPELINED,
             _ => Self::SCRIPTED,
         }
     }

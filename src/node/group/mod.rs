@@ -1,11 +1,14 @@
 //! Group commit per node: concurrent requests of plain (one-key, unfenced)
-//! locks bound for the same node go out as one script call
-//! (`batch.lua`), with an answer per request.
+//! locks bound for the same node go out in one call, with an answer per
+//! request: a pipeline of native commands on a node that has them, a
+//! pipeline of the holdings' own commands and scripts on a standalone node
+//! that does not (`scripted.rs`), else one `batch.lua` call.
 //!
 //! Split by job: here the lanes (every node's queue and its flusher, and
 //! whether a request goes alone or queues); one node's queue and when it
 //! batches (`lane.rs`); a request as the lanes see it (`request.rs`);
-//! sending one request alone, or a batch in one call (`send.rs`). The
+//! sending one request alone, or a batch in one call (`send.rs`, and on
+//! a script-path node `scripted.rs`). The
 //! `batch.lua` encoding, which auto-extension's batches use too, is
 //! `node/batch.rs`.
 //!
@@ -38,6 +41,7 @@
 
 mod lane;
 mod request;
+mod scripted;
 mod send;
 
 pub(crate) use request::{OnNode, Op, Status};
