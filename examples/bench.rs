@@ -36,6 +36,11 @@
 //!
 //!     cargo run --release --example bench --features testkit -- [--json] [--quick] [--only PART,PART..]
 //!
+//! The speed part's node counts and concurrencies can be narrowed while
+//! working on one row: `BENCH_SPEED_NODES=1,5` (default `1,3,5`) and
+//! `BENCH_SPEED_TASKS=1,2,4,8,16,64,256` (default `1,16,64,256`); with
+//! `BENCH_SPEED_NO_CEILING=1` the `redis-benchmark` ceiling is skipped.
+//!
 //! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`;
 //! the degraded and fair parts always start their own, since they pause one).
 //! Quote the ratios: absolute numbers drift on a shared machine, so floor and
@@ -206,7 +211,7 @@ async fn run() -> Result<(), BoxError> {
     if urls.len() >= 3 && runs("held") {
         report.held = Some(held_locks(&urls[..3], plan).await?);
     }
-    for n in [1, 3, 5] {
+    for n in env_list("BENCH_SPEED_NODES", &[1, 3, 5]) {
         if n > urls.len() || !runs("speed") {
             continue;
         }
@@ -563,7 +568,7 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
         Better::Lower,
     );
 
-    for tasks in CONCURRENCY {
+    for tasks in env_list("BENCH_SPEED_TASKS", &CONCURRENCY) {
         // Medians: a burst of load from elsewhere on a shared machine skews
         // one round, not the result. A ratio is the median of the rounds'
         // ratios, each between runs one right after the other.
@@ -609,7 +614,11 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
             Better::Lower,
         );
     }
-    if let Some(ceiling) = ceiling(urls, plan, CeilingRelease::Script).await {
+    let ceiling = match std::env::var_os("BENCH_SPEED_NO_CEILING") {
+        Some(_) => None,
+        None => ceiling(urls, plan, CeilingRelease::Script).await,
+    };
+    if let Some(ceiling) = ceiling {
         let ours = report
             .rows
             .iter()
@@ -632,6 +641,23 @@ async fn speed_rows(urls: &[String], plan: Plan, report: &mut Report) -> Result<
         locks.settle().await;
     }
     Ok(())
+}
+
+/// The numbers in environment variable `name` (comma-separated), or
+/// `default` when it is unset or holds none: the speed part's knobs
+/// (`BENCH_SPEED_NODES`, `BENCH_SPEED_TASKS`), to measure the rows one is
+/// working on without the rest.
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    let listed: Vec<usize> = std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    if listed.is_empty() {
+        default.to_vec()
+    } else {
+        listed
+    }
 }
 
 /// CPU spent by a side over its throughput runs at one concurrency.

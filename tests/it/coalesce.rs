@@ -1,11 +1,10 @@
 //! Group commit: concurrent plain-lock requests bound for one node go out
-//! together as one script call, and every request still behaves as if it
+//! together in one call, and every request still behaves as if it
 //! had gone alone — granted or refused on its own, in order, with its own
 //! errors, and nothing left behind by callers that gave up.
 
 use crate::support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -17,27 +16,6 @@ use support::{builder, conn, keys_left, keys_on, no_hang, until_no_keys_left, va
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// Calls per command on `url` since the last `CONFIG RESETSTAT`.
-async fn command_calls(url: &str) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn(url).await)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
-}
-
 async fn reset_stats(nodes: &RedisNodes) {
     for url in nodes.urls() {
         let _: () = redis::cmd("CONFIG")
@@ -48,15 +26,18 @@ async fn reset_stats(nodes: &RedisNodes) {
     }
 }
 
-/// Script calls (EVALSHA, EVAL, FCALL) a node received. (Commands a
-/// script runs are counted under their own names, so SET calls count every
-/// acquire, alone or batched.)
-async fn script_calls(url: &str) -> u64 {
-    let calls = command_calls(url).await;
-    ["evalsha", "eval", "fcall"]
-        .iter()
-        .map(|c| calls.get(*c).copied().unwrap_or(0))
-        .sum()
+/// Read events a node processed since the last `CONFIG RESETSTAT` (one
+/// per request sent alone; one for many in a pipeline or a script call).
+async fn reads_processed(url: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_reads_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_reads_processed in INFO stats")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,14 +90,24 @@ async fn concurrent_locks_share_calls_and_every_one_holds_and_releases() {
         }
     }
 
-    // Every node was sent one release per cycle: alone, each is a script
-    // call of its own. Sixty-four tasks at once must have shared calls.
-    let releases = (TASKS * CYCLES) as u64;
+    // Every node was sent an acquire and a release per cycle: alone, each
+    // is a read of its own on the node (and with `batch.lua`, a script
+    // call of its own). Sixty-four tasks at once must have shared them.
+    let requests = 2 * (TASKS * CYCLES) as u64;
     for url in nodes.urls() {
-        let calls = script_calls(&url).await;
+        // A script-path node's batches are pipelines of the holdings' own
+        // commands and scripts: `batch.lua` (which only a plain lock's
+        // extension runs, alone or batched) never ran.
+        if crate::native::best_path_here().starts_with("release script") {
+            assert!(
+                !batch_script_cached(&url).await,
+                "{url}: a script-path node ran batch.lua: its batches were not pipelined"
+            );
+        }
+        let reads = reads_processed(&url).await;
         assert!(
-            calls < releases,
-            "{url}: {calls} script calls for {releases} releases (and as many acquires): nothing was coalesced"
+            reads < requests,
+            "{url}: {reads} reads for {requests} acquires and releases: nothing was coalesced"
         );
     }
 }
@@ -346,4 +337,175 @@ async fn a_refused_attempt_does_not_wait_for_its_stragglers() {
     }
     held.release().await.expect("release");
     b.settle().await;
+}
+
+/// Whether `batch.lua` is cached on `url`: a node whose batches are
+/// pipelines of the holdings' own commands never runs it.
+async fn batch_script_cached(url: &str) -> bool {
+    let hash = redis::Script::new(include_str!("../../src/node/batch.lua"))
+        .get_hash()
+        .to_owned();
+    let exists: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(hash)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("SCRIPT EXISTS");
+    exists.first().copied().unwrap_or(false)
+}
+
+/// On one node, acquires, releases and extensions in the same batches,
+/// each answered as if it had gone alone: a held key's contender refused,
+/// its holder's extension granted — restoring the key where the node lost
+/// it — and every passing lock granted and released. On a node without
+/// native commands (Redis 7.0, the default server) the batches are
+/// pipelines of `SET NX PX GET` and the lock's own scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_requests_in_one_nodes_batches_are_each_answered() {
+    let server = RedisServer::start().expect("server");
+    let url = server.url();
+    if !crate::native::scripting_or_skip(
+        "coalesce::mixed_requests_in_one_nodes_batches_are_each_answered",
+        &url,
+    )
+    .await
+    {
+        return;
+    }
+    let locks = Redlock::builder()
+        .node(url.clone())
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    support::warm(&locks, TTL).await;
+    const HOLDERS: usize = 16;
+    const ROUNDS: usize = 20;
+    let holders = (0..HOLDERS).map(|h| {
+        let (locks, url) = (locks.clone(), url.clone());
+        tokio::spawn(async move {
+            let key = format!("mixed:held:{h}");
+            let guard = locks.try_lock(&key, TTL).await.expect("lock");
+            let token = guard.token().as_str().to_owned();
+            for c in 0..ROUNDS {
+                if c % 5 == h % 5 {
+                    // The node loses the key: the extension restores it.
+                    let _: () = redis::cmd("DEL")
+                        .arg(&key)
+                        .query_async(&mut conn(&url).await)
+                        .await
+                        .expect("DEL");
+                }
+                let (extended, contended, passing) = tokio::join!(
+                    guard.extend(TTL),
+                    locks.try_lock(&key, TTL),
+                    locks.try_lock(&format!("mixed:passing:{h}:{c}"), TTL),
+                );
+                extended.expect("extend");
+                assert!(
+                    matches!(contended, Err(Error::Contended { .. })),
+                    "{key}: a contender was not refused: {:?}",
+                    contended.map(|g| g.token().as_str().to_owned())
+                );
+                let passing = passing.expect("a free key");
+                assert_eq!(support::release_settled(passing).await, 1);
+                let held: Option<String> = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut conn(&url).await)
+                    .await
+                    .expect("GET");
+                assert_eq!(held.as_deref(), Some(token.as_str()), "{key} round {c}");
+            }
+            assert_eq!(guard.loss_reason(), None);
+            support::release_settled(guard).await
+        })
+    });
+    for released in no_hang("holders", join_all(holders)).await {
+        assert_eq!(released.expect("task"), 1);
+    }
+    locks.settle().await;
+    for prefix in ["mixed:held:", "mixed:passing:"] {
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn(&url).await)
+            .await
+            .expect("KEYS");
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+}
+
+/// A script-path node's cache flushed (`SCRIPT FLUSH`) again and again
+/// while batches of releases and extensions go to it: an `EVALSHA` that
+/// finds no script goes again alone, and every request is answered right —
+/// every lock granted, extended, and released, nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_survive_a_flushed_script_cache() {
+    let server = RedisServer::start().expect("server");
+    let url = server.url();
+    if !crate::native::scripting_or_skip("coalesce::batches_survive_a_flushed_script_cache", &url)
+        .await
+    {
+        return;
+    }
+    let locks = Redlock::builder()
+        .node(url.clone())
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    support::warm(&locks, TTL).await;
+    // In waves: the cache is flushed between two, while nothing is in
+    // flight, so every wave's batches find their scripts gone from a
+    // connection that knows them cached. (A flush at any moment could also
+    // land between a lone call's `SCRIPT LOAD` and its `EVALSHA`, which
+    // fails that call alone as it always has.)
+    const TASKS: usize = 32;
+    const WAVES: usize = 10;
+    let wave = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
+    let tasks = (0..TASKS).map(|t| {
+        let (locks, wave) = (locks.clone(), wave.clone());
+        tokio::spawn(async move {
+            for c in 0..WAVES {
+                wave.wait().await;
+                let key = format!("flushed:{t}:{c}");
+                let guard = locks.try_lock(&key, TTL).await.expect("a free key");
+                guard.extend(TTL).await.expect("extend");
+                assert_eq!(guard.loss_reason(), None);
+                assert_eq!(support::release_settled(guard).await, 1, "{key}");
+                wave.wait().await;
+            }
+        })
+    });
+    let tasks: Vec<_> = tasks.collect();
+    let mut admin = conn(&url).await;
+    for _ in 0..WAVES {
+        no_hang("a wave", async {
+            wave.wait().await;
+            wave.wait().await;
+        })
+        .await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .expect("SCRIPT FLUSH");
+    }
+    for task in no_hang("tasks", join_all(tasks)).await {
+        task.expect("task");
+    }
+    // The flushes were felt: calls answered NOSCRIPT, and went again.
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut admin)
+        .await
+        .expect("INFO errorstats");
+    assert!(
+        errors.contains("errorstat_NOSCRIPT"),
+        "no call found its script flushed: {errors}"
+    );
+    locks.settle().await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("flushed:*")
+        .query_async(&mut conn(&url).await)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -1,11 +1,14 @@
 //! Group commit per node: concurrent requests of plain (one-key, unfenced)
-//! locks bound for the same node go out as one script call
-//! (`batch.lua`), with an answer per request.
+//! locks bound for the same node go out in one call, with an answer per
+//! request: a pipeline of native commands on a node that has them, a
+//! pipeline of the holdings' own commands and scripts on a standalone node
+//! that does not (`scripted.rs`), else one `batch.lua` call.
 //!
 //! Split by job: here the lanes (every node's queue and its flusher, and
 //! whether a request goes alone or queues); one node's queue and when it
 //! batches (`lane.rs`); a request as the lanes see it (`request.rs`);
-//! sending one request alone, or a batch in one call (`send.rs`). The
+//! sending one request alone, or a batch in one call (`send.rs`, and on
+//! a script-path node `scripted.rs`). The
 //! `batch.lua` encoding, which auto-extension's batches use too, is
 //! `node/batch.rs`.
 //!
@@ -38,6 +41,7 @@
 
 mod lane;
 mod request;
+mod scripted;
 mod send;
 
 pub(crate) use request::{OnNode, Op, Status};
@@ -163,15 +167,34 @@ impl Lanes {
     /// caller sends it at once. Either way it goes out after every request
     /// that came before it.
     fn queue(
-        &self,
+        self: &Arc<Self>,
         node: usize,
         op: &Op,
         key: &Arc<str>,
         holding: &OnNode<'_>,
         deadline: Deadline,
     ) -> Option<Reply> {
-        let pacing = Pacing::of(self.nodes.get(node)?);
-        let mut lane = self.lane(node)?;
+        let pacing = Pacing::of(self.nodes.get(node)?, self.nodes.len());
+        let (answer, second) = {
+            let mut lane = self.lane(node)?;
+            let answer = Self::queue_in(&mut lane, pacing, op, key, holding, deadline)?;
+            (answer, Self::second_batch(&mut lane))
+        };
+        if let Some(batch) = second {
+            self.spawn_flusher(node, batch);
+        }
+        Some(answer)
+    }
+
+    /// [`queue`](Self::queue) in node's lane `lane`.
+    fn queue_in(
+        lane: &mut Lane,
+        pacing: Pacing,
+        op: &Op,
+        key: &Arc<str>,
+        holding: &OnNode<'_>,
+        deadline: Deadline,
+    ) -> Option<Reply> {
         lane.pacing = pacing;
         let limit = if lane.batching { 1 } else { pacing.pipelined };
         if lane.in_flight < limit && lane.waiting.is_empty() && !lane.dispatching {
@@ -191,6 +214,28 @@ impl Lanes {
         Some(answer)
     }
 
+    /// A batch for another flusher, beside the one whose batch is in
+    /// flight, where the node's [`Pacing`] allows more than one batch in
+    /// flight (and none is being handed to the connection: the next
+    /// batch must not overtake it). Counted in flight.
+    ///
+    /// Why: with one batch in flight the client and a lone node take
+    /// turns, each idle while the other works; see [`Pacing`] for where
+    /// it is allowed and the figures.
+    fn second_batch(lane: &mut Lane) -> Option<Vec<Waiting>> {
+        if lane.flushers == 0
+            || lane.flushers >= lane.pacing.batches
+            || lane.dispatching
+            || lane.waiting.is_empty()
+        {
+            return None;
+        }
+        lane.flushers += 1;
+        lane.in_flight += 1;
+        // However small: the batches in flight share the load from now.
+        Some(lane.take(false))
+    }
+
     /// Sends `batch`, then whatever queued meanwhile, one batch at a time,
     /// until the node's queue is empty.
     async fn flush(self: Arc<Self>, node: usize, mut batch: Vec<Waiting>) {
@@ -198,6 +243,7 @@ impl Lanes {
             lanes: self.clone(),
             node,
             done: false,
+            dispatching: true,
         };
         let Some(target) = self.nodes.get(node) else {
             return;
@@ -221,8 +267,9 @@ impl Lanes {
                     let answers = call.as_mut().poll(cx);
                     if !sent {
                         // Handed to the connection on its first poll: a lone
-                        // request may go out behind it now.
+                        // request, or another batch, may go out behind it now.
                         sent = true;
+                        flusher.dispatching = false;
                         if let Some(mut lane) = self.lane(node) {
                             lane.dispatching = false;
                         }
@@ -246,25 +293,30 @@ impl Lanes {
     /// A batch for a new flusher, if requests wait and none runs; the
     /// batch is counted in flight.
     fn hand_over(lane: &mut Lane) -> Option<Vec<Waiting>> {
-        if lane.waiting.is_empty() || lane.flushing {
+        // A batch being handed to the connection: its flusher takes what
+        // waits next, in order.
+        if lane.waiting.is_empty() || lane.flushers >= lane.pacing.batches || lane.dispatching {
             return None;
         }
-        lane.flushing = true;
+        lane.flushers += 1;
         lane.in_flight += 1;
-        Some(lane.take())
+        Some(lane.take(true))
     }
 
     /// A call of node `node` ended without taking the next batch: a lone
-    /// request answered or dropped, or a flusher dropped mid-way (`flusher`).
+    /// request answered or dropped (`None`), or a flusher dropped mid-way
+    /// (whether its batch was still being handed to the connection).
     /// Whatever waits goes to a new flusher.
-    fn call_ended(self: &Arc<Self>, node: usize, flusher: bool) {
+    fn call_ended(self: &Arc<Self>, node: usize, flusher: Option<bool>) {
         let batch = {
             let Some(mut lane) = self.lane(node) else {
                 return;
             };
-            if flusher {
-                lane.flushing = false;
-                lane.dispatching = false;
+            if let Some(dispatching) = flusher {
+                lane.flushers = lane.flushers.saturating_sub(1);
+                if dispatching {
+                    lane.dispatching = false;
+                }
             }
             lane.in_flight = lane.in_flight.saturating_sub(1);
             Self::hand_over(&mut lane)
@@ -283,7 +335,7 @@ impl Lanes {
             // No runtime to send them: their callers get an error (the
             // senders are dropped with the batch).
             if let Some(mut lane) = self.lane(node) {
-                lane.flushing = false;
+                lane.flushers = lane.flushers.saturating_sub(1);
                 lane.dispatching = false;
                 lane.in_flight = lane.in_flight.saturating_sub(1);
             }
@@ -336,7 +388,7 @@ struct Lone {
 
 impl Drop for Lone {
     fn drop(&mut self) {
-        self.lanes.call_ended(self.node, false);
+        self.lanes.call_ended(self.node, None);
     }
 }
 
@@ -348,6 +400,8 @@ struct Flusher {
     node: usize,
     /// The queue was found empty and the flusher stopped.
     done: bool,
+    /// Its batch was taken and not yet handed to the connection.
+    dispatching: bool,
 }
 
 impl Flusher {
@@ -358,20 +412,23 @@ impl Flusher {
         if sent.capacity() > lane.spare.capacity() && sent.capacity() <= 2 * MOST {
             lane.spare = sent;
         }
-        if lane.waiting.is_empty() {
-            lane.flushing = false;
+        // Another flusher handing its batch to the connection takes what
+        // waits when it is done (in order); this one stops.
+        if lane.waiting.is_empty() || lane.dispatching {
+            lane.flushers = lane.flushers.saturating_sub(1);
             lane.in_flight = lane.in_flight.saturating_sub(1);
             self.done = true;
             return None;
         }
-        Some(lane.take())
+        self.dispatching = true;
+        Some(lane.take(true))
     }
 }
 
 impl Drop for Flusher {
     fn drop(&mut self) {
         if !self.done {
-            self.lanes.call_ended(self.node, true);
+            self.lanes.call_ended(self.node, Some(self.dispatching));
         }
     }
 }

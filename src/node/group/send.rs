@@ -1,6 +1,8 @@
 //! Sending group-commit requests to a node: one alone (`SET NX PX`, or
 //! the holding's own release and extension), or a batch in one call, as a
-//! pipeline of native commands where the node has them, else `batch.lua`.
+//! pipeline of native commands where the node has them, else as a
+//! pipeline of the holdings' own commands and scripts (`scripted.rs`), or
+//! `batch.lua` (a cluster, Functions, or the node's commands not known).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -133,14 +135,29 @@ impl Node {
         let replies = self
             .with_capabilities(deadline, async |caps| {
                 let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
-                let entries: Vec<Entry<'_>> = match native {
-                    Some(_) => Vec::new(),
-                    None => requests.iter().map(|r| Entry::from(*r)).collect(),
+                // Else the holdings' own commands in a pipeline, where the
+                // node can (see `scripted.rs`), at every batch size: at 256
+                // tasks (batches of up to a few hundred) one `batch.lua`
+                // call measured no cheaper (Redis 7.0, five nodes, 2.12x
+                // rslock's cycles/s with it, 2.14x without; one node 1.34x,
+                // 1.36x).
+                let pipelined = match native {
+                    None => self.pipelines_scripts(caps),
+                    Some(_) => None,
+                };
+                let entries: Vec<Entry<'_>> = match (native, pipelined) {
+                    (None, None) => requests.iter().map(|r| Entry::from(*r)).collect(),
+                    _ => Vec::new(),
                 };
                 let entries = &entries;
                 let calls = groups.iter().map(|group| async move {
                     if let Some(delete) = native {
                         return self.batch_native(delete, requests, group, deadline).await;
+                    }
+                    if let Some(ordered) = pipelined {
+                        return self
+                            .batch_pipelined(ordered, requests, group, deadline)
+                            .await;
                     }
                     match self.batch_call(entries, group, deadline).await {
                         // Refused as a script before the node's commands were known.

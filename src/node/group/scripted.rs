@@ -1,0 +1,345 @@
+//! A batch on a node without native compare-and-delete (Redis 6.2–8.0,
+//! Valkey 7.2–8.1: the "script path") as a pipeline of the commands each
+//! request would send alone: an acquire `SET key token NX PX ttl GET`, a
+//! release `EVALSHA` of the holding's own release script (the one
+//! [`Node::release`] runs), an extension `EVALSHA` of `batch.lua` with
+//! that one entry (what [`Node::extend`] runs for a plain lock alone),
+//! instead of one `batch.lua` call for them all.
+//!
+//! Why (issue #55): a `batch.lua` call runs its entries one after another
+//! in one script, and a script call costs the node a Lua entry and exit
+//! and the client a second encoding; below 24 requests in flight the lane
+//! sent every request alone rather than pay that, each costing the node a
+//! read, a reply and an event-loop turn of its own. A pipeline of plain
+//! commands costs the node about what the same commands cost alone, minus
+//! the per-call reads and writes, at every depth — so the lane batches
+//! from a light load, as on a native node (see `Pacing`).
+//!
+//! Scripts a batch runs that the connection does not know its server
+//! caches are loaded (`SCRIPT LOAD`) at the head of the same pipeline: the
+//! server runs a connection's commands in order, so each `EVALSHA` finds
+//! its script, and nothing is reordered. An `EVALSHA` answered `NOSCRIPT`
+//! anyway (the cache flushed under an established connection, between two
+//! batches or in the middle of one), or refused as a script (the user may
+//! not run it, or the server has no Lua), did not run: that entry goes out
+//! again on its own through the one script path ([`Node::run_script`]),
+//! which loads the script or names the error as a lone request would. An
+//! entry is never answered for a command that did not run.
+
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+
+use super::request::Single;
+use crate::contract::Release;
+use crate::error::NodeError;
+use crate::node::batch::{BATCH, SingleOp};
+use crate::node::ordered::Ordered;
+use crate::node::run::{is_script_refusal, is_unknown_command};
+use crate::node::{Backend, Deadline, Node, Resend, unexpected};
+use crate::request::Ttl;
+use crate::scripts::{Lua, ScriptMode};
+
+/// What one entry of a pipelined batch got.
+enum Got {
+    /// Its answer (or its own error), in its place.
+    Answer(Result<u8, NodeError>),
+    /// Its script did not run (`NOSCRIPT`, or refused as a script): it
+    /// goes out again alone.
+    Again,
+}
+
+impl Node {
+    /// The node's connection, if its batches go as pipelines of the
+    /// holdings' own commands (see the module's docs): a standalone node
+    /// (a cluster pipeline is routed by its keys, and a `SCRIPT LOAD` at
+    /// its head would go to any member) whose scripts run by `EVALSHA`
+    /// (not as Functions), and whose commands are known (until they are,
+    /// a batch does not know which path its node takes).
+    pub(super) fn pipelines_scripts(
+        &self,
+        caps: Option<crate::node::caps::Capabilities>,
+    ) -> Option<&Ordered> {
+        match &self.backend {
+            Backend::Standalone(ordered)
+                if caps.is_some() && self.script_mode == ScriptMode::Eval =>
+            {
+                Some(ordered)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the server takes `SET … NX … GET` (Redis 7.0 on; every
+    /// Valkey): as its `INFO server` said when its commands were learnt.
+    /// A server that did not say (an ACL without `INFO`), or Redis 6.2,
+    /// gets `SET NX PX` then `GET` instead: one command more per acquire,
+    /// and still idempotent for a resend.
+    fn sets_nx_get(&self) -> bool {
+        let Some(server) = self.server.get() else {
+            return false;
+        };
+        match server.split_once(' ') {
+            Some(("valkey", _)) => true,
+            Some(("redis", version)) => version
+                .split('.')
+                .next()
+                .and_then(|major| major.parse::<u32>().ok())
+                .is_some_and(|major| major >= 7),
+            _ => false,
+        }
+    }
+
+    /// `group` of `requests` in one pipeline of the holdings' own commands
+    /// (see the module's docs), on the standalone connection `ordered`:
+    /// one answer per request, in order, as [`batch_call`](Self::batch_call)
+    /// answers them; a request's own error in its place. Every command in
+    /// it is idempotent for its token, so a pipeline whose connection
+    /// dropped goes out once more.
+    pub(super) async fn batch_pipelined(
+        &self,
+        ordered: &Ordered,
+        requests: &[Single<'_>],
+        group: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+        let nx_get = self.sets_nx_get();
+        // The scripts this batch runs (a lock's release and extension, a
+        // fenced lock's release: two or three at most).
+        let mut scripts: Vec<&'static Lua> = Vec::new();
+        for &i in group {
+            if let Some(lua) = script_of(&requests[i])
+                && !scripts.iter().any(|s| s.index == lua.index)
+            {
+                scripts.push(lua);
+            }
+        }
+        // Taken before the pipeline goes out: what it finds cached counts
+        // for this connection only (see `Ordered::note_cached`).
+        let known = ordered.cached();
+        // All of them if any is not known cached: a script known cached
+        // but flushed since would answer NOSCRIPT behind one loaded here,
+        // and going again alone it would run after entries it came before.
+        let load = scripts
+            .iter()
+            .any(|lua| !Ordered::is_cached(known, lua.cache_bit()));
+        let loads = if load { scripts.len() } else { 0 };
+        // Room for replica sync's `WAIT` too.
+        let mut commands = redis::Pipeline::with_capacity(loads + 2 * group.len() + 1);
+        if load {
+            for lua in &scripts {
+                commands.cmd("SCRIPT").arg("LOAD").arg(lua.source);
+            }
+        }
+        let mut writes = false;
+        for &i in group {
+            writes |= push_scripted(&mut commands, requests[i], nx_get);
+        }
+        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        let replies = self
+            .pipeline(commands, writes, &tokens, Resend::IfDropped, deadline)
+            .await?;
+        let mut replies = replies.iter();
+        for lua in scripts.iter().take(loads) {
+            // A load refused (an ACL without `SCRIPT`) leaves the script
+            // unknown: its entries answer NOSCRIPT, and go again alone.
+            if let Some(Value::BulkString(_) | Value::SimpleString(_)) = replies.next() {
+                ordered.note_cached(known, lua.cache_bit());
+            }
+        }
+        let mut answers = Vec::with_capacity(group.len());
+        let mut again = Vec::new();
+        for &i in group {
+            match self.scripted_answer(requests[i], &mut replies, nx_get) {
+                Got::Answer(answer) => answers.push(answer),
+                Got::Again => {
+                    if let Some(lua) = script_of(&requests[i]) {
+                        ordered.forget_cached(lua.cache_bit());
+                    }
+                    again.push(answers.len());
+                    answers.push(Err(unexpected(&Value::Nil)));
+                }
+            }
+        }
+        // In order, each alone, through the one script path (which sends
+        // the script's text now that it is not known cached).
+        for n in again {
+            if let (Some(&i), Some(answer)) = (group.get(n), answers.get_mut(n)) {
+                *answer = self.single(requests[i], deadline).await;
+            }
+        }
+        Ok(answers)
+    }
+
+    /// `request`'s answer from its replies, taken from `replies` (as many
+    /// as [`push_scripted`] sent for it).
+    fn scripted_answer(
+        &self,
+        request: Single<'_>,
+        replies: &mut std::slice::Iter<'_, Value>,
+        nx_get: bool,
+    ) -> Got {
+        let Single {
+            op,
+            key,
+            token,
+            shape,
+        } = request;
+        let Some(reply) = replies.next() else {
+            return Got::Answer(Err(unexpected(&Value::Nil)));
+        };
+        match op {
+            SingleOp::Acquire { .. } if nx_get => Got::Answer(match reply {
+                // Nil: set now; our token: set by this request before its
+                // connection dropped and it went out again.
+                Value::Nil => Ok(1),
+                Value::BulkString(value) => Ok(u8::from(value == token.as_bytes())),
+                reply => self.native_status(reply, token).map(|_| 0),
+            }),
+            SingleOp::Acquire { .. } => {
+                // `SET NX PX`, then `GET`: refused by the first, the key
+                // holding our token means this request set it before its
+                // connection dropped (no one else writes our token).
+                let get = replies.next();
+                Got::Answer(match (self.native_status(reply, token), get) {
+                    (Ok(1), _) => Ok(1),
+                    (Ok(_), Some(Value::BulkString(value))) => {
+                        Ok(u8::from(value == token.as_bytes()))
+                    }
+                    (Ok(_), _) => Ok(0),
+                    (Err(error), _) => Err(error),
+                })
+            }
+            SingleOp::Release { announce } => {
+                if let Some(again) = not_run(reply) {
+                    return again;
+                }
+                let keys = std::slice::from_ref(key);
+                let release = Release {
+                    keys,
+                    token,
+                    announce,
+                };
+                Got::Answer(match reply {
+                    Value::ServerError(error) => Err(self.own_error(error, token)),
+                    reply => shape.released(&release, reply).map(u8::from),
+                })
+            }
+            SingleOp::Extend { .. } => {
+                if let Some(again) = not_run(reply) {
+                    return again;
+                }
+                Got::Answer(match reply {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Int(status @ 0..=2)] => Ok(*status as u8),
+                        // The entry's own error, as `batch.lua` answers it.
+                        [Value::ServerError(error)] => Err(self.own_error(error, token)),
+                        _ => Err(unexpected(reply)),
+                    },
+                    Value::ServerError(error) => Err(self.own_error(error, token)),
+                    reply => Err(unexpected(reply)),
+                })
+            }
+        }
+    }
+
+    /// An entry's own error (e.g. `NOPERM` on its key), its token and the
+    /// node's passwords scrubbed out, as it would fail alone.
+    fn own_error(&self, error: &redis::ServerError, token: &str) -> NodeError {
+        self.redact(NodeError::Redis(error.clone().into()), &[token])
+    }
+}
+
+/// The script `request` runs, if any: a release's as its holding's shape
+/// says; an extension's, `batch.lua` (see [`push_scripted`]).
+fn script_of(request: &Single<'_>) -> Option<&'static Lua> {
+    match request.op {
+        SingleOp::Acquire { .. } => None,
+        SingleOp::Release { .. } => Some(request.shape.release_script()),
+        SingleOp::Extend { .. } => Some(&BATCH),
+    }
+}
+
+/// [`Got::Again`] if `reply` says a script did not run: `NOSCRIPT`, or
+/// refused as a script (a user that may not run `EVALSHA`, a server
+/// without Lua, or with `EVALSHA` renamed away). Alone, the one script
+/// path loads it, or names the error as it does for any request.
+fn not_run(reply: &Value) -> Option<Got> {
+    let Value::ServerError(error) = reply else {
+        return None;
+    };
+    let error = redis::RedisError::from(error.clone());
+    let again = error.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+        || is_script_refusal(&error)
+        || is_unknown_command(&error, "EVALSHA")
+        || error
+            .detail()
+            .is_some_and(|detail| detail.contains("Could not find scripting engine"));
+    again.then_some(Got::Again)
+}
+
+/// Appends `request`'s commands (see the module's docs); whether they
+/// write a lock (for replica sync's `WAIT`).
+fn push_scripted(commands: &mut redis::Pipeline, request: Single<'_>, nx_get: bool) -> bool {
+    let Single {
+        op,
+        key,
+        token,
+        shape,
+    } = request;
+    match op {
+        SingleOp::Acquire { ttl } => {
+            push_acquire(commands, key, token, ttl, nx_get);
+            true
+        }
+        SingleOp::Release { announce } => {
+            let lua = shape.release_script();
+            let release = Release {
+                keys: std::slice::from_ref(key),
+                token,
+                announce,
+            };
+            let size = 2 * key.len() + token.len() + 96;
+            let mut cmd = Cmd::with_capacity(8, size);
+            cmd.arg("EVALSHA").arg(lua.script.get_hash());
+            shape.release_call(&release, &mut cmd);
+            commands.add_command(cmd);
+            false
+        }
+        SingleOp::Extend { ttl } => {
+            // As `Node::extend` sends a plain lock's extension alone: one
+            // entry of `batch.lua` (an extension batched goes only where
+            // the shape's extension touches its key alone, see
+            // `Op::batched`).
+            let mut cmd = Cmd::with_capacity(8, key.len() + token.len() + 64);
+            cmd.arg("EVALSHA")
+                .arg(BATCH.script.get_hash())
+                .arg(1)
+                .arg(&**key)
+                .arg("e")
+                .arg(token)
+                .arg(ttl.ms())
+                .arg("");
+            commands.add_command(cmd);
+            true
+        }
+    }
+}
+
+/// An acquire: `SET key token NX PX ttl GET` where the server takes it,
+/// else `SET key token NX PX ttl` then `GET key`.
+fn push_acquire(commands: &mut redis::Pipeline, key: &str, token: &str, ttl: Ttl, nx_get: bool) {
+    let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
+    cmd.arg("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl.ms());
+    if nx_get {
+        cmd.arg("GET");
+        commands.add_command(cmd);
+    } else {
+        let mut get = Cmd::with_capacity(2, key.len() + 4);
+        get.arg("GET").arg(key);
+        commands.add_command(cmd).add_command(get);
+    }
+}
