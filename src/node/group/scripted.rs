@@ -23,8 +23,13 @@
 //! batches or in the middle of one), or refused as a script (the user may
 //! not run it, or the server has no Lua), did not run: that entry goes out
 //! again on its own through the one script path ([`Node::run_script`]),
-//! which loads the script or names the error as a lone request would. An
-//! entry is never answered for a command that did not run.
+//! which loads the script or names the error as a lone request would
+//! (after the entries behind it: a cache flushed in the middle of a
+//! pipeline may refuse a later acquire of a key whose release goes again,
+//! a spurious "no"; an extension whose release ran behind it is not sent
+//! again, so that it cannot restore a released key: it answers "not
+//! extended"). An entry is never answered as done for a command that did
+//! not run.
 
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
@@ -160,10 +165,25 @@ impl Node {
             }
         }
         // In order, each alone, through the one script path (which sends
-        // the script's text now that it is not known cached).
+        // the script's text now that it is not known cached). An
+        // extension whose holding a later entry of this pipeline released
+        // is not sent again: run after that release, a restoring extension
+        // would put the released key back.
         for n in again {
-            if let (Some(&i), Some(answer)) = (group.get(n), answers.get_mut(n)) {
-                *answer = self.single(requests[i], deadline).await;
+            let Some(&i) = group.get(n) else { continue };
+            let released_later = matches!(requests[i].op, SingleOp::Extend { .. })
+                && group.iter().enumerate().skip(n + 1).any(|(m, &j)| {
+                    matches!(requests[j].op, SingleOp::Release { .. })
+                        && requests[j].key == requests[i].key
+                        && requests[j].token == requests[i].token
+                        && matches!(answers.get(m), Some(Ok(_)))
+                });
+            if let Some(answer) = answers.get_mut(n) {
+                *answer = if released_later {
+                    Ok(0)
+                } else {
+                    self.single(requests[i], deadline).await
+                };
             }
         }
         Ok(answers)
