@@ -169,6 +169,7 @@
 //! | `quorumlock_locks_lost_total` | counter | `reason` | held locks lost: `expired`, `token_gone`, `unreachable`, `incompatible` |
 //! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release`, `renew`, `proclaim`, `leader` (a leader read) or `inspect`; `kind` is `timeout` or `error` |
 //! | `quorumlock_wakeups_total` | counter | — | waiters woken by an announced release (with `WakeOnRelease::Subscribe`) |
+//! | `quorumlock_renewals_woken_total` | counter | — | an auto-extended lock renewed at once because a node told it its key changed (see [`HeldKeyTracking`]) |
 //! | `quorumlock_followed_total` | counter | `op`, `outcome` | a request answered (`answered`) or failed (`failed`) after its call had returned: followed in the background; `op` as for node errors |
 //! | `quorumlock_releases_resent_total` | counter | — | a release sent once more to a node where a late grant may have overtaken it |
 //! | `quorumlock_shed_total` | counter | `node`, `op` | background work dropped unsent behind a node far behind: a release queued past its node timeout (its key expires by ttl) |
@@ -366,6 +367,7 @@ pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,
 };
+pub use node::HeldKeyTracking;
 pub use redlock::Redlock;
 pub use rwlock::RwLock;
 pub use rwlock::{ReadGuard, WriteGuard};
