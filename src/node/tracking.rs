@@ -52,8 +52,13 @@ use crate::node::pubsub::Nodes;
 use crate::node::{Node, install_crypto_provider};
 
 /// How long a node's tracking connection waits before connecting again
-/// after losing its connection or failing to make one.
+/// after losing its connection or failing to make one; doubled after each
+/// failure in a row, up to [`MAX_RECONNECT_DELAY`]: a paused node accepts
+/// connections into its backlog without answering, and should not find
+/// hundreds of them when it thaws.
 const RECONNECT_DELAY: Duration = Duration::from_millis(500);
+/// See [`RECONNECT_DELAY`].
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(8);
 
 /// The most keys read by one `MGET`.
 const MAX_READ: usize = 1000;
@@ -103,6 +108,8 @@ struct NodeWatch {
     wake: Notify,
     started: AtomicBool,
     closed: AtomicBool,
+    /// Wakes a task waiting to reconnect when the manager is gone.
+    closing: Notify,
 }
 
 /// The keys watched on one node: each with its watchers (id and the token
@@ -237,6 +244,7 @@ impl Drop for Tracking {
         for node in self.nodes.iter() {
             node.closed.store(true, Ordering::Release);
             node.wake.notify_one();
+            node.closing.notify_one();
         }
     }
 }
@@ -247,13 +255,15 @@ enum Ended {
     Closed,
     /// The node cannot or will not track: give up on it.
     Refused(String),
-    /// The connection failed or dropped: connect again.
-    Dropped(NodeError),
+    /// The connection failed or dropped: connect again (at once if it had
+    /// been tracking: the first failure in a row waits least).
+    Dropped { error: NodeError, tracked: bool },
 }
 
 /// Node `i`'s task: keeps a tracking connection to it, reconnecting after
 /// [`RECONNECT_DELAY`], until the manager is gone or the node refuses.
 async fn run(watch: Arc<NodeWatch>, core: Weak<dyn Nodes>, i: usize, on_change: OnChange) {
+    let mut delay = RECONNECT_DELAY;
     loop {
         if watch.closed.load(Ordering::Acquire) {
             return;
@@ -295,13 +305,16 @@ async fn run(watch: Arc<NodeWatch>, core: Weak<dyn Nodes>, i: usize, on_change: 
                 );
                 return;
             }
-            Ended::Dropped(error) => {
-                tracing::debug!(node = %label, error = %redacted(error), "tracking connection lost");
-                let woken = watch.wake.notified();
-                tokio::select! {
-                    _ = tokio::time::sleep(RECONNECT_DELAY) => {}
-                    _ = woken, if watch.closed.load(Ordering::Acquire) => {}
+            Ended::Dropped { error, tracked } => {
+                if tracked {
+                    delay = RECONNECT_DELAY;
                 }
+                tracing::debug!(node = %label, error = %redacted(error), "tracking connection lost");
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = watch.closing.notified() => {}
+                }
+                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
             }
         }
     }
@@ -345,7 +358,12 @@ async fn session(
     {
         Ok(conn) => conn,
         Err(e) if is_refusal(&e) => return Ended::Refused(e.to_string()),
-        Err(e) => return Ended::Dropped(e.into()),
+        Err(e) => {
+            return Ended::Dropped {
+                error: e.into(),
+                tracked: false,
+            };
+        }
     };
     // No NOLOOP: this connection never writes, so nothing it does would
     // invalidate a key anyway.
@@ -357,7 +375,12 @@ async fn session(
     match on {
         Ok(()) => {}
         Err(e) if is_refusal(&e) => return Ended::Refused(e.to_string()),
-        Err(e) => return Ended::Dropped(e.into()),
+        Err(e) => {
+            return Ended::Dropped {
+                error: e.into(),
+                tracked: false,
+            };
+        }
     }
     tracing::debug!("tracking held keys");
     {
@@ -380,16 +403,19 @@ async fn session(
                 // An ACL that allows tracking but not `MGET`.
                 return match e {
                     NodeError::Redis(e) if is_refusal(&e) => Ended::Refused(e.to_string()),
-                    e => Ended::Dropped(e),
+                    error => Ended::Dropped {
+                        error,
+                        tracked: true,
+                    },
                 };
             }
             continue;
         }
         tokio::select! {
             push = pushes.recv() => match push {
-                None => return Ended::Dropped(NodeError::UnexpectedReply("tracking connection closed".into())),
-                Some(PushInfo { kind: PushKind::Disconnection, .. }) => {
-                    return Ended::Dropped(NodeError::UnexpectedReply("tracking connection closed".into()));
+                None | Some(PushInfo { kind: PushKind::Disconnection, .. }) => {
+                    let error = NodeError::UnexpectedReply("tracking connection closed".into());
+                    return Ended::Dropped { error, tracked: true };
                 }
                 Some(PushInfo { kind: PushKind::Invalidate, data }) => {
                     let keys = match data.first() {
