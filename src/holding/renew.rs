@@ -127,6 +127,11 @@ impl Renewer {
         }
     }
 
+    /// Whether it watches held keys where the nodes can.
+    pub(crate) fn setting(&self) -> HeldKeyTracking {
+        self.setting
+    }
+
     fn registry(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         // Entries stay consistent even if a holder of the lock panicked.
         self.registry.lock().unwrap_or_else(|e| e.into_inner())

@@ -461,6 +461,36 @@ async fn read(
 }
 
 impl Node {
+    /// Whether this node would track held keys for a manager, for the node
+    /// check: a tracking connection made, tracking turned on and `key` read
+    /// within `timeout`, as the manager's own tracking does; or why not.
+    pub(crate) async fn tracking_probe(&self, key: &str, timeout: Duration) -> Result<(), String> {
+        let client = self.tracking_client().map_err(str::to_owned)?;
+        let probe = async {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout));
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("ON")
+                .query_async::<()>(&mut conn)
+                .await?;
+            redis::cmd("MGET")
+                .arg(key)
+                .query_async::<Value>(&mut conn)
+                .await?;
+            Ok::<(), redis::RedisError>(())
+        };
+        match tokio::time::timeout(timeout, probe).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.redact(e.into(), &[]).to_string()),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
+    }
+
     /// A client for this node's tracking connection: its own client, in
     /// RESP3 (push messages). A cluster node has none (see the module's
     /// doc).
@@ -511,6 +541,28 @@ mod tests {
         // A flush: every watched key.
         w.invalidated(None);
         assert_eq!(w.take_pending(10).len(), 2);
+    }
+
+    #[test]
+    fn refusals_are_told_from_passing_trouble() {
+        use crate::node::server_error;
+        for refusal in [
+            "-NOPERM this user has no permissions to run the 'client|tracking' command\r\n",
+            "-ERR unknown command 'HELLO', with args beginning with: '3' \r\n",
+            "-ERR unknown subcommand 'TRACKING'. Try CLIENT HELP.\r\n",
+            "-NOPROTO unsupported protocol version\r\n",
+            "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+        ] {
+            assert!(is_refusal(&server_error(refusal)), "{refusal}");
+        }
+        for passing in [
+            "-LOADING Redis is loading the dataset in memory\r\n",
+            "-BUSY Redis is busy running a script\r\n",
+        ] {
+            assert!(!is_refusal(&server_error(passing)), "{passing}");
+        }
+        let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!is_refusal(&io));
     }
 
     #[test]

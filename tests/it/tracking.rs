@@ -234,4 +234,15 @@ async fn a_node_refusing_tracking_still_serves_and_renews_on_schedule() {
     // Short cycles are unaffected.
     let short = locks.lock("short", ttl).await.expect("lock");
     short.release().await.expect("release");
+
+    // The node check says which nodes watch, and why these do not.
+    let report = locks.check().await;
+    for node in &report.nodes {
+        let watches = node.watches.as_deref().unwrap_or_default();
+        assert!(
+            watches.starts_with("no: ") && watches.contains("client|tracking"),
+            "{}: {watches}",
+            node.node
+        );
+    }
 }
