@@ -68,7 +68,11 @@
 //! Because extensions restore the lock where it went missing, an
 //! auto-extended lock ([`LockGuard::auto_extend`]) also lives through a
 //! rolling restart of every node, one at a time, each down for longer than
-//! the ttl or persisting its data.
+//! the ttl or persisting its data. Where the nodes offer it, they also
+//! watch an auto-extended lock's keys ([`HeldKeyTracking`]): a key deleted
+//! or taken on a node makes the holder renew at once, so a lock taken over
+//! on a majority resolves [`Lease::lost`] within a round trip, not at its
+//! next renewal.
 //!
 //! # Guarantees and their limits
 //!
@@ -218,7 +222,9 @@
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
 //!      with their fallbacks), the release and extension of any holding by
-//!      its `Shape` (the contract's trait a primitive implements), and the
+//!      its `Shape` (the contract's trait a primitive implements), the
+//!      tracking of held keys on a connection of its own
+//!      (`node/tracking.rs`, [`HeldKeyTracking`]), and the
 //!      manager's pub/sub connection per node (`node/pubsub.rs`),
 //!      subscribed to the channels anyone listens on (waiters, election
 //!      observers), handing each message to the channel's listeners; and

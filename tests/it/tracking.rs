@@ -157,8 +157,8 @@ fn tracks(client: &str) -> bool {
 }
 
 /// Three servers whose user `locker` may run only what the lock needs (the
-/// ACL line of docs/security.md) and `HELLO`, but not `CLIENT`: tracking is
-/// refused on every node.
+/// ACL line of docs/security.md), not `CLIENT`: tracking is refused on
+/// every node.
 fn nodes_refusing_tracking() -> (RedisNodes, Vec<String>) {
     const PASSWORD: &str = "locker-pw-5e1a";
     let mut options = ServerOptions::new()
@@ -167,8 +167,7 @@ fn nodes_refusing_tracking() -> (RedisNodes, Vec<String>) {
         .arg("on")
         .arg(format!(">{PASSWORD}"))
         .arg("~*")
-        .arg("-@all")
-        .arg("+hello");
+        .arg("-@all");
     for command in LOCK_COMMANDS {
         options = options.arg(command);
     }
