@@ -480,7 +480,8 @@ impl RedlockBuilder {
     }
 
     /// Whether auto-extended locks (and [`Redlock::with_lock`], elections'
-    /// leadership) have their keys watched by the nodes themselves
+    /// leadership, fair locks, semaphore permits, a reader-writer lock's
+    /// writer) have their keys watched by the nodes themselves
     /// (`CLIENT TRACKING`), so that a holder learns within a round trip
     /// that its key was deleted, expired early, evicted or overwritten on a
     /// node — instead of at its next renewal, up to a third of its ttl
@@ -492,12 +493,12 @@ impl RedlockBuilder {
     /// node whose server offers it (Redis ≥ 6, every Valkey), over one more
     /// connection per node, opened when the first lock is auto-extended;
     /// locks that are taken and released without auto-extension never use
-    /// it. A node that refuses it (an older server, an ACL without the
-    /// `client` command or `HELLO 3`) and Redis Cluster nodes fall back to
+    /// it. A node that refuses it (an older server, an ACL without
+    /// `+client|tracking` or `+mget`) and Redis Cluster nodes fall back to
     /// detection at renewal time, and say so once at `info` level through
     /// `tracing`; `quorumlock doctor` shows which nodes can be watched.
-    /// Semaphore permits and reader-writer holds are renewed on schedule
-    /// only, for now. [`HeldKeyTracking::Off`] turns it off.
+    /// Readers' holds of a reader-writer lock are renewed on schedule
+    /// only. [`HeldKeyTracking::Off`] turns it off.
     ///
     /// Defaults to [`HeldKeyTracking::WhereAvailable`].
     ///

@@ -152,9 +152,10 @@ impl Renewer {
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // Only holdings whose keys hold just the token can be checked by
-        // reading them (a lock's, a fenced lock's: elections too).
+        // reading them: locks (fenced ones, so elections, too), fair
+        // locks, permits, a writer's hold; not a reader's.
         let watched =
-            self.setting == HeldKeyTracking::WhereAvailable && held.holding.shape.token_keys();
+            self.setting == HeldKeyTracking::WhereAvailable && held.holding.shape.keys_hold_token();
         let keys = held.holding.keys.clone();
         let token = held.token().as_str().to_owned();
         self.registry().insert(

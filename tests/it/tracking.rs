@@ -15,7 +15,7 @@ use crate::support;
 use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
-use quorumlock::{HeldKeyTracking, LockGuard, LossReason, Redlock, Retry};
+use quorumlock::{HeldKeyTracking, Lease, LossReason, Redlock, Retry};
 use support::{LOCK_COMMANDS, builder, conn, no_hang, values};
 use tokio::time::Instant;
 
@@ -23,9 +23,9 @@ const LONG_TTL: Duration = Duration::from_secs(600);
 
 /// The first instant the renewer would take `guard` for a scheduled
 /// renewal: half its validity window before its deadline.
-fn first_scheduled_renewal(guard: &LockGuard) -> Instant {
-    let window = guard.deadline() - guard.started();
-    guard.deadline() - window / 2
+fn first_scheduled_renewal(lease: &Lease) -> Instant {
+    let window = lease.deadline() - lease.started();
+    lease.deadline() - window / 2
 }
 
 /// Another owner takes `key` on `servers`: its value deleted and another
@@ -53,7 +53,7 @@ async fn a_held_lock_taken_on_a_majority_is_lost_before_its_renewal_was_due() {
     let locks = builder(&nodes).build().expect("config");
     let guard = locks.lock("tracked", LONG_TTL).await.expect("lock");
     guard.auto_extend();
-    let scheduled = first_scheduled_renewal(&guard);
+    let scheduled = first_scheduled_renewal(&guard.lease());
 
     // (Node 0 is taken before node 1: a renewal heard of node 0 may still
     // succeed on nodes 1 and 2 in between; node 1's change ends it.)
@@ -79,7 +79,7 @@ async fn a_held_lock_whose_keys_were_deleted_but_not_taken_is_restored_at_once()
     let guard = locks.lock("restored", LONG_TTL).await.expect("lock");
     guard.auto_extend();
     let granted = guard.started();
-    let scheduled = first_scheduled_renewal(&guard);
+    let scheduled = first_scheduled_renewal(&guard.lease());
     let token = guard.token().as_str().to_owned();
 
     for i in [0, 1] {
@@ -138,7 +138,7 @@ async fn turned_off_a_held_lock_hears_nothing_until_its_renewal() {
         .await
         .expect("lock");
     guard.auto_extend();
-    let scheduled = first_scheduled_renewal(&guard);
+    let scheduled = first_scheduled_renewal(&guard.lease());
     taken(&nodes, &[0, 1], "untracked", "another-owner").await;
     let reason = no_hang("lost() at the renewal", guard.lost()).await;
     assert_eq!(reason, LossReason::TokenGone);
@@ -146,6 +146,56 @@ async fn turned_off_a_held_lock_hears_nothing_until_its_renewal() {
         Instant::now() >= scheduled,
         "found by the scheduled renewal, not before it"
     );
+}
+
+/// The key on node `i` whose value is `token`: where a holding of another
+/// primitive keeps it.
+async fn key_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
+    let mut c = conn(&nodes[i].url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut c)
+        .await
+        .expect("KEYS");
+    for key in keys {
+        let value: redis::RedisResult<Option<String>> =
+            redis::cmd("GET").arg(&key).query_async(&mut c).await;
+        if value.ok().flatten().as_deref() == Some(token) {
+            return key;
+        }
+    }
+    panic!("no key holds the token on node {i}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_permit_and_a_held_writer_taken_on_a_majority_are_lost_before_their_renewal() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+
+    let permit = locks
+        .semaphore("pool", 2)
+        .try_acquire(LONG_TTL)
+        .await
+        .expect("permit");
+    permit.auto_extend();
+    let writer = locks
+        .rwlock("table")
+        .try_write(LONG_TTL)
+        .await
+        .expect("writer");
+    writer.auto_extend();
+
+    for (lease, what) in [(permit.lease(), "permit"), (writer.lease(), "writer")] {
+        let scheduled = first_scheduled_renewal(&lease);
+        let key = key_holding(&nodes, 0, lease.token().as_str()).await;
+        taken(&nodes, &[0, 1], &key, "another-owner").await;
+        let reason = no_hang(what, lease.lost()).await;
+        assert_eq!(reason, LossReason::TokenGone, "{what}");
+        assert!(
+            Instant::now() < scheduled,
+            "{what}: found before any scheduled renewal could run"
+        );
+    }
 }
 
 /// Whether a `CLIENT LIST` line is a connection with tracking on (flag `t`).
@@ -221,7 +271,7 @@ async fn a_node_refusing_tracking_still_serves_and_renews_on_schedule() {
     );
 
     // Taken on a majority: lost at the next renewal.
-    let scheduled = first_scheduled_renewal(&guard);
+    let scheduled = first_scheduled_renewal(&guard.lease());
     taken(&nodes, &[0, 1], "refused", "another-owner").await;
     let reason = no_hang("lost() at the renewal", guard.lost()).await;
     assert_eq!(reason, LossReason::TokenGone);
