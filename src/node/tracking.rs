@@ -411,13 +411,26 @@ async fn session(
             }
             continue;
         }
-        tokio::select! {
-            push = pushes.recv() => match push {
-                None | Some(PushInfo { kind: PushKind::Disconnection, .. }) => {
-                    let error = NodeError::UnexpectedReply("tracking connection closed".into());
-                    return Ended::Dropped { error, tracked: true };
-                }
-                Some(PushInfo { kind: PushKind::Invalidate, data }) => {
+        let push = tokio::select! {
+            push = pushes.recv() => push,
+            _ = &mut woken => continue,
+        };
+        let Some(push) = push else {
+            return closed();
+        };
+        // A renewal of many locks invalidates all of their keys at once:
+        // take every push already here, so that one read serves them all.
+        let mut next = Some(push);
+        while let Some(push) = next.take() {
+            match push {
+                PushInfo {
+                    kind: PushKind::Disconnection,
+                    ..
+                } => return closed(),
+                PushInfo {
+                    kind: PushKind::Invalidate,
+                    data,
+                } => {
                     let keys = match data.first() {
                         Some(Value::Array(keys)) => Some(&keys[..]),
                         Some(Value::Set(keys)) => Some(&keys[..]),
@@ -426,10 +439,19 @@ async fn session(
                     };
                     watch.watched().invalidated(keys);
                 }
-                Some(_) => {}
-            },
-            _ = &mut woken => {}
+                _ => {}
+            }
+            next = pushes.try_recv().ok();
         }
+    }
+}
+
+/// How a session ends when its connection closed.
+fn closed() -> Ended {
+    let error = NodeError::UnexpectedReply("tracking connection closed".into());
+    Ended::Dropped {
+        error,
+        tracked: true,
     }
 }
 
