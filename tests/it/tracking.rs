@@ -134,7 +134,7 @@ async fn turned_off_a_held_lock_hears_nothing_until_its_renewal() {
         .expect("config");
     // A short ttl: the scheduled renewal finds the loss.
     let guard = locks
-        .lock("untracked", Duration::from_secs(2))
+        .lock("untracked", Duration::from_secs(3))
         .await
         .expect("lock");
     guard.auto_extend();
@@ -237,7 +237,7 @@ async fn a_node_refusing_tracking_still_serves_and_renews_on_schedule() {
         .retry(Retry::none())
         .build()
         .expect("config");
-    let ttl = Duration::from_secs(2);
+    let ttl = Duration::from_secs(3);
 
     // Held through renewals, although no node tracks.
     let guard = locks.lock("refused", ttl).await.expect("lock");
