@@ -15,9 +15,10 @@
 //!   release. RESP3 lets the invalidations arrive on the same connection as
 //!   push messages, with no second connection to redirect to and no
 //!   `CLIENT ID` to keep in step across reconnections. Redis ≥ 6 and every
-//!   Valkey speak it; a server that refuses `HELLO 3` or `CLIENT TRACKING`
-//!   (an older server, an ACL without `client`) is left alone: its holders
-//!   learn of changes at their renewals, as before.
+//!   Valkey speak it; a server that refuses `HELLO 3`, `CLIENT TRACKING`
+//!   or `MGET` (an older server, an ACL without `+client|tracking` or
+//!   `+mget`) is left alone: its holders learn of changes at their
+//!   renewals, as before.
 //! - **The default mode, not `BCAST … PREFIX`.** Broadcasting would push
 //!   every change under the prefix — every other client's lock and release —
 //!   to every manager; the default mode pushes only changes to keys read
@@ -256,12 +257,12 @@ enum Ended {
     /// The node cannot or will not track: give up on it.
     Refused(String),
     /// The connection failed or dropped: connect again (at once if it had
-    /// been tracking: the first failure in a row waits least).
+    /// been tracking, then after a delay growing with each failure).
     Dropped { error: NodeError, tracked: bool },
 }
 
-/// Node `i`'s task: keeps a tracking connection to it, reconnecting after
-/// [`RECONNECT_DELAY`], until the manager is gone or the node refuses.
+/// Node `i`'s task: keeps a tracking connection to it, reconnecting (see
+/// [`RECONNECT_DELAY`]), until the manager is gone or the node refuses.
 async fn run(watch: Arc<NodeWatch>, core: Weak<dyn Nodes>, i: usize, on_change: OnChange) {
     let mut delay = RECONNECT_DELAY;
     loop {
@@ -307,14 +308,15 @@ async fn run(watch: Arc<NodeWatch>, core: Weak<dyn Nodes>, i: usize, on_change: 
             }
             Ended::Dropped { error, tracked } => {
                 if tracked {
-                    delay = RECONNECT_DELAY;
+                    // Changes go unheard until it is back: try at once.
+                    delay = Duration::ZERO;
                 }
                 tracing::debug!(node = %label, error = %redacted(error), "tracking connection lost");
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
                     _ = watch.closing.notified() => {}
                 }
-                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+                delay = (delay * 2).clamp(RECONNECT_DELAY, MAX_RECONNECT_DELAY);
             }
         }
     }
