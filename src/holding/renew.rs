@@ -201,17 +201,22 @@ impl Renewer {
         let Some(entry) = registry.get_mut(&id) else {
             return;
         };
+        let now = Instant::now();
+        // A released lock's own delete is heard too: it is not renewed, but
+        // woken all the same, the renewer forgets it (and its watch) now.
+        let held = entry.held.status().trusted_at(now);
         if entry.in_flight {
             entry.again = true;
         } else {
-            let now = Instant::now();
             entry.plan = Plan {
                 earliest: now,
                 due: now,
             };
         }
         drop(registry);
-        metrics::renewal_woken();
+        if held {
+            metrics::renewal_woken();
+        }
         self.wake.notify_one();
     }
 
