@@ -12,8 +12,9 @@ use crate::acquire::retry::Retry;
 use crate::acquire::wakeup::{WakeOnRelease, Wakeups};
 use crate::check::StartupCheck;
 use crate::error::{ConfigError, Error};
+use crate::holding::renew::Renewer;
 use crate::node::pubsub::PubSub;
-use crate::node::{Node, NodeOptions, ReplicaSync, redact_url};
+use crate::node::{HeldKeyTracking, Node, NodeOptions, ReplicaSync, redact_url};
 use crate::redlock::Redlock;
 use crate::round::Core;
 use crate::scripts::{NativeCommands, ScriptMode};
@@ -59,6 +60,7 @@ pub struct RedlockBuilder {
     wake_on_release: WakeOnRelease,
     startup_check: StartupCheck,
     replica_sync: Option<ReplicaSync>,
+    held_key_tracking: HeldKeyTracking,
 }
 
 impl Default for RedlockBuilder {
@@ -76,6 +78,7 @@ impl Default for RedlockBuilder {
             wake_on_release: WakeOnRelease::default(),
             startup_check: StartupCheck::default(),
             replica_sync: None,
+            held_key_tracking: HeldKeyTracking::default(),
         }
     }
 }
@@ -92,7 +95,8 @@ impl fmt::Debug for RedlockBuilder {
             .field("native_commands", &self.native_commands)
             .field("wake_on_release", &self.wake_on_release)
             .field("startup_check", &self.startup_check)
-            .field("replica_sync", &self.replica_sync);
+            .field("replica_sync", &self.replica_sync)
+            .field("held_key_tracking", &self.held_key_tracking);
         #[cfg(feature = "tls")]
         f.field("tls_root_certificate", &self.tls_roots.is_some());
         f.finish()
@@ -475,6 +479,48 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether auto-extended locks (and [`Redlock::with_lock`], elections'
+    /// leadership, fair locks, semaphore permits, a reader-writer lock's
+    /// writer) have their keys watched by the nodes themselves
+    /// (`CLIENT TRACKING`), so that a holder learns within a round trip
+    /// that its key was deleted, expired early, evicted or overwritten on a
+    /// node — instead of at its next renewal, up to a third of its ttl
+    /// later. The change makes it renew at once: the renewal puts a deleted
+    /// key back, or finds another owner there and reports the lock
+    /// [`lost`](crate::Lease::lost).
+    ///
+    /// [`HeldKeyTracking::WhereAvailable`] watches on every standalone
+    /// node whose server offers it (Redis ≥ 6, every Valkey), over one more
+    /// connection per node, opened when the first lock is auto-extended;
+    /// locks that are taken and released without auto-extension never use
+    /// it. A node that refuses it (an older server, an ACL without
+    /// `+client|tracking` or `+mget`) and Redis Cluster nodes fall back to
+    /// detection at renewal time, and say so once at `info` level through
+    /// `tracing`; `quorumlock doctor` shows which nodes can be watched.
+    /// Readers' holds of a reader-writer lock are renewed on schedule
+    /// only. [`HeldKeyTracking::Off`] turns it off.
+    ///
+    /// Defaults to [`HeldKeyTracking::WhereAvailable`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use quorumlock::{HeldKeyTracking, Redlock};
+    ///
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// // One connection per node fewer; losses are found at renewal time.
+    /// let locks = Redlock::builder()
+    ///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .held_key_tracking(HeldKeyTracking::Off)
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn held_key_tracking(mut self, tracking: HeldKeyTracking) -> Self {
+        self.held_key_tracking = tracking;
+        self
+    }
+
     /// Validates the configuration and builds the manager. No I/O.
     ///
     /// # Errors
@@ -516,7 +562,7 @@ impl RedlockBuilder {
             retry: self.retry,
             key_prefix: self.key_prefix,
             script_mode: self.script_mode,
-            renewer: Default::default(),
+            renewer: Arc::new(Renewer::new(self.held_key_tracking)),
             wakeups: announce.then(|| Arc::new(Wakeups::new(pubsub.clone()))),
             singletons: Default::default(),
             pubsub,

@@ -68,7 +68,11 @@
 //! Because extensions restore the lock where it went missing, an
 //! auto-extended lock ([`LockGuard::auto_extend`]) also lives through a
 //! rolling restart of every node, one at a time, each down for longer than
-//! the ttl or persisting its data.
+//! the ttl or persisting its data. Where the nodes offer it, they also
+//! watch an auto-extended lock's keys ([`HeldKeyTracking`]): a key deleted
+//! or taken on a node makes the holder renew at once, so a lock taken over
+//! on a majority resolves [`Lease::lost`] within a round trip, not at its
+//! next renewal.
 //!
 //! # Guarantees and their limits
 //!
@@ -169,6 +173,7 @@
 //! | `quorumlock_locks_lost_total` | counter | `reason` | held locks lost: `expired`, `token_gone`, `unreachable`, `incompatible` |
 //! | `quorumlock_node_errors_total` | counter | `node`, `op`, `kind` | a node failed a request; `op` is `acquire`, `fence`, `extend`, `release`, `renew`, `proclaim`, `leader` (a leader read) or `inspect`; `kind` is `timeout` or `error` |
 //! | `quorumlock_wakeups_total` | counter | — | waiters woken by an announced release (with `WakeOnRelease::Subscribe`) |
+//! | `quorumlock_renewals_woken_total` | counter | — | an auto-extended lock renewed at once because a node told it its key changed (see [`HeldKeyTracking`]) |
 //! | `quorumlock_followed_total` | counter | `op`, `outcome` | a request answered (`answered`) or failed (`failed`) after its call had returned: followed in the background; `op` as for node errors |
 //! | `quorumlock_releases_resent_total` | counter | — | a release sent once more to a node where a late grant may have overtaken it |
 //! | `quorumlock_shed_total` | counter | `node`, `op` | background work dropped unsent behind a node far behind: a release queued past its node timeout (its key expires by ttl) |
@@ -217,7 +222,9 @@
 //!    - `node` — one node, split by job: its shared connection, URLs and
 //!      TLS, redaction, per-call deadlines, the request runner (scripts
 //!      with their fallbacks), the release and extension of any holding by
-//!      its `Shape` (the contract's trait a primitive implements), and the
+//!      its `Shape` (the contract's trait a primitive implements), the
+//!      tracking of held keys on a connection of its own
+//!      (`node/tracking.rs`, [`HeldKeyTracking`]), and the
 //!      manager's pub/sub connection per node (`node/pubsub.rs`),
 //!      subscribed to the channels anyone listens on (waiters, election
 //!      observers), handing each message to the channel's listeners; and
@@ -366,6 +373,7 @@ pub use inspect::{
     Claim, Claimed, HeldPermit, Holder, InspectedNode, Inspection, NodeState, Proclaimed,
     ResourceKind, SeenToken, Stored, Verdict,
 };
+pub use node::HeldKeyTracking;
 pub use redlock::Redlock;
 pub use rwlock::RwLock;
 pub use rwlock::{ReadGuard, WriteGuard};

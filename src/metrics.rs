@@ -124,6 +124,12 @@ pub(crate) fn wakeup() {
     imp::counter0("quorumlock_wakeups_total");
 }
 
+/// A held key changed on a node under its holder (seen through key
+/// tracking): the holder renews at once.
+pub(crate) fn renewal_woken() {
+    imp::counter0("quorumlock_renewals_woken_total");
+}
+
 #[cfg(feature = "metrics")]
 mod imp {
     use std::time::Duration;

@@ -72,7 +72,15 @@ impl Manager {
 
     /// The node check over the manager's nodes (see `Redlock::check_with`).
     pub(crate) async fn check(&self, options: &CheckOptions) -> Report {
-        check::run::run(&self.core, &self.key_prefix, self.script_mode, options).await
+        let tracking = self.renewer.setting();
+        check::run::run(
+            &self.core,
+            &self.key_prefix,
+            self.script_mode,
+            tracking,
+            options,
+        )
+        .await
     }
 
     /// One attempt of a lock-like request on the round engine; a grant

@@ -183,6 +183,12 @@ pub struct NodeReport {
     /// without a probe (`probe_access` off, the node not asked, or a
     /// cluster member given as a plain node).
     pub serves: Option<Serves>,
+    /// Whether the node watches the keys of held locks for the manager
+    /// (see [`HeldKeyTracking`](crate::HeldKeyTracking)): `held keys:
+    /// changes heard at once`, or `no: …` with the reason (a server
+    /// without `CLIENT TRACKING`, an ACL refusing it, a cluster node, the
+    /// setting turned off); `None` if the node was not asked.
+    pub watches: Option<String>,
     /// The findings, worst first.
     pub findings: Vec<Finding>,
 }
@@ -303,6 +309,11 @@ impl fmt::Display for Report {
         for node in &self.nodes {
             if let Some(serves) = node.serves {
                 row(f, &node.node, "serves", "-", serves.to_string())?;
+            }
+        }
+        for node in &self.nodes {
+            if let Some(watches) = &node.watches {
+                row(f, &node.node, "watches", "-", watches.clone())?;
             }
         }
         for finding in &self.fleet {

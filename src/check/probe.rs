@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::check::{CheckOptions, ClockSample, Library, NodeFacts, ServerFacts, SlotMap};
 use crate::contract::{Extension, ShapeRef};
-use crate::node::Node;
+use crate::node::{HeldKeyTracking, Node};
 use crate::request::Ttl;
 use crate::scripts::ScriptMode;
 use crate::token::Token;
@@ -35,6 +35,7 @@ pub(crate) async fn node_facts(
     prefix: &str,
     options: &CheckOptions,
     mode: ScriptMode,
+    tracking: HeldKeyTracking,
 ) -> NodeFacts {
     let functions = mode == ScriptMode::Functions;
     let (servers, slots) = if node.is_cluster() {
@@ -73,6 +74,15 @@ pub(crate) async fn node_facts(
     } else {
         None
     };
+    // Its own connection, as the manager's tracking makes one.
+    let tracking = match (asked, tracking) {
+        (false, _) => None,
+        (true, HeldKeyTracking::Off) => Some(Err("turned off (held_key_tracking)".to_owned())),
+        (true, _) => {
+            let key = format!("{prefix}quorumlock:doctor:tracking");
+            Some(node.tracking_probe(&key, options.probe_timeout).await)
+        }
+    };
     let refused = if asked && options.probe_access {
         access(node, prefix, options, path.as_deref()).await
     } else {
@@ -85,6 +95,7 @@ pub(crate) async fn node_facts(
         refused,
         path,
         not_asked_for: node.not_asked_for(),
+        tracking,
     }
 }
 

@@ -6,6 +6,7 @@
 
 use crate::check::probe::node_facts;
 use crate::check::{CheckOptions, Report, Settings, Severity, judge};
+use crate::node::HeldKeyTracking;
 use crate::round::{Core, shallow};
 use crate::scripts::{FUNCTIONS_LIBRARY, ScriptMode};
 
@@ -16,12 +17,13 @@ pub(crate) async fn run(
     core: &Core,
     key_prefix: &str,
     script_mode: ScriptMode,
+    tracking: HeldKeyTracking,
     options: &CheckOptions,
 ) -> Report {
     let probes = core
         .nodes()
         .iter()
-        .map(|node| node_facts(node, key_prefix, options, script_mode));
+        .map(|node| node_facts(node, key_prefix, options, script_mode, tracking));
     let facts = shallow(futures::future::join_all(probes)).await;
     judge(
         &facts,

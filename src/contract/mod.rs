@@ -105,6 +105,16 @@ pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
         false
     }
 
+    /// Whether each of a holding's keys holds just its token, as a string,
+    /// so that reading the keys tells whether it is still held there —
+    /// whatever its release and extension touch besides. Then the nodes
+    /// may watch an auto-extended holding's keys (`node::Tracking`), and a
+    /// change to one renews it at once. Every holding of
+    /// [`token_keys`](Self::token_keys); others say so themselves.
+    fn keys_hold_token(&self) -> bool {
+        self.token_keys()
+    }
+
     /// Whether extending (or restoring) a holding touches its keys alone:
     /// then one of [`token_keys`](Self::token_keys) may be extended in the
     /// group commit's `batch.lua` or natively. A fenced lock's is not: its

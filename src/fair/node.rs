@@ -218,6 +218,11 @@ fn ints(reply: &Value) -> Result<Vec<i64>, NodeError> {
 /// A fair lock: its lock key holds the token and extends as a plain
 /// lock's (`extend.lua`); its release hands the turn on.
 impl Shape for Line {
+    /// Its lock key holds the token.
+    fn keys_hold_token(&self) -> bool {
+        true
+    }
+
     /// The lock's `extend.lua`.
     fn extend_script(&self) -> &'static Lua {
         &EXTEND

@@ -197,6 +197,13 @@ impl LockGuard {
     /// that lost its key (restarted empty, evicted it), so the lock lives
     /// through rolling restarts of its nodes.
     ///
+    /// Where the nodes offer it (see
+    /// [`HeldKeyTracking`](crate::HeldKeyTracking), on by default), they
+    /// also watch the lock's keys: when anybody else deletes, evicts or
+    /// overwrites one, the lock is renewed at once rather than on schedule,
+    /// so a key nobody took is set again, and a lock another owner took
+    /// resolves [`lost`](Lease::lost) within a round trip.
+    ///
     /// Renewals of all auto-extended locks of a manager are batched: one
     /// script call per node per round, however many locks are due, and one
     /// background task per manager. Calling it again has no effect. Needs a

@@ -3,10 +3,17 @@
 //! renewal window is open, and renews them all with one script call per
 //! node (in chunks of `MAX_BATCH`). No timer or task per lock or per node.
 //! It holds the [`Core`] weakly, and knows locks only by their [`LockState`].
+//!
+//! Where the nodes track keys for us ([`Tracking`]), a lock whose keys hold
+//! just its token is watched as well: a change to one of its keys by
+//! anyone else makes it due at once ([`Renewer::renew_now`]), so the
+//! restoring renewal puts a deleted key back, or finds another owner and
+//! reports the loss, within a round trip instead of at the next scheduled
+//! renewal.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -16,7 +23,7 @@ use crate::contract::Extension;
 use crate::error::{LossReason, NodeError, NodeFailure};
 use crate::holding::lease::{Extended, LockState, RoundId};
 use crate::metrics;
-use crate::node::ExtendReply;
+use crate::node::{ExtendReply, HeldKeyTracking, OnChange, Tracking};
 use crate::quorum::decide::{Batch, Decide};
 use crate::quorum::{Answer, Vote};
 use crate::request::Ttl;
@@ -33,6 +40,10 @@ pub(crate) struct Renewer {
     next_id: std::sync::atomic::AtomicU64,
     wake: Notify,
     started: AtomicBool,
+    /// Whether to watch held keys where the nodes can.
+    setting: HeldKeyTracking,
+    /// The watch over held keys, made with the first watched lock.
+    tracking: OnceLock<Arc<Tracking>>,
 }
 
 #[derive(Debug)]
@@ -43,6 +54,11 @@ struct Entry {
     w: Duration,
     plan: Plan,
     in_flight: bool,
+    /// A key changed while a round was in flight for it: renew again as
+    /// soon as it ends (the round may have passed that node before).
+    again: bool,
+    /// Whether its keys are watched (see [`Tracking`]).
+    watched: bool,
 }
 
 /// When to renew a lock, relative to its validity window `W = ttl - drift`.
@@ -103,6 +119,19 @@ enum Outcome {
 }
 
 impl Renewer {
+    /// A renewer that watches held keys as `setting` says.
+    pub(crate) fn new(setting: HeldKeyTracking) -> Self {
+        Self {
+            setting,
+            ..Self::default()
+        }
+    }
+
+    /// Whether it watches held keys where the nodes can.
+    pub(crate) fn setting(&self) -> HeldKeyTracking {
+        self.setting
+    }
+
     fn registry(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         // Entries stay consistent even if a holder of the lock panicked.
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
@@ -122,6 +151,13 @@ impl Renewer {
         let w = core.validity(ttl);
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Only holdings whose keys hold just the token can be checked by
+        // reading them: locks (fenced ones, so elections, too), fair
+        // locks, permits, a writer's hold; not a reader's.
+        let watched =
+            self.setting == HeldKeyTracking::WhereAvailable && held.holding.shape.keys_hold_token();
+        let keys = held.holding.keys.clone();
+        let token = held.token().as_str().to_owned();
         self.registry().insert(
             id,
             Entry {
@@ -130,9 +166,65 @@ impl Renewer {
                 w,
                 plan,
                 in_flight: false,
+                again: false,
+                watched,
             },
         );
+        if watched {
+            self.tracking(core).watch(id, &keys, &token);
+        }
         self.wake.notify_one();
+    }
+
+    /// The manager's watch over held keys, made on first use.
+    fn tracking(self: &Arc<Self>, core: &Arc<Core>) -> &Arc<Tracking> {
+        self.tracking.get_or_init(|| {
+            let renewer = Arc::downgrade(self);
+            let on_change: OnChange = Arc::new(move |id| {
+                if let Some(renewer) = renewer.upgrade() {
+                    renewer.renew_now(id);
+                }
+            });
+            Arc::new(Tracking::new(
+                Arc::<Core>::downgrade(core),
+                core.len(),
+                on_change,
+            ))
+        })
+    }
+
+    /// A key of lock `id` changed on a node under it (deleted, expired,
+    /// evicted, overwritten): renews it now, or again right after the round
+    /// in flight, which may have passed that node before the change.
+    pub(crate) fn renew_now(&self, id: u64) {
+        let mut registry = self.registry();
+        let Some(entry) = registry.get_mut(&id) else {
+            return;
+        };
+        let now = Instant::now();
+        // A released lock's own delete is heard too: it is not renewed, but
+        // woken all the same, the renewer forgets it (and its watch) now.
+        let held = entry.held.status().trusted_at(now);
+        if entry.in_flight {
+            entry.again = true;
+        } else {
+            entry.plan = Plan {
+                earliest: now,
+                due: now,
+            };
+        }
+        drop(registry);
+        if held {
+            metrics::renewal_woken();
+        }
+        self.wake.notify_one();
+    }
+
+    /// Stops watching a forgotten lock's keys.
+    fn forget(&self, id: u64, entry: &Entry) {
+        if let (true, Some(tracking)) = (entry.watched, self.tracking.get()) {
+            tracking.forget(id, &entry.held.holding.keys);
+        }
     }
 
     /// Wakes the renewer so that it notices its manager is gone.
@@ -144,7 +236,13 @@ impl Renewer {
     /// Returns the batch and when the next lock falls due.
     fn take_due(&self, now: Instant) -> (Vec<Due>, Option<Instant>) {
         let mut registry = self.registry();
-        registry.retain(|_, e| e.held.status().trusted_at(now));
+        registry.retain(|&id, e| {
+            let keep = e.held.status().trusted_at(now);
+            if !keep {
+                self.forget(id, e);
+            }
+            keep
+        });
         let mut batch = Vec::new();
         let mut next: Option<Instant> = None;
         for (&id, entry) in registry.iter_mut() {
@@ -175,7 +273,12 @@ impl Renewer {
             };
             let deadline = entry.held.status().deadline;
             let w = entry.w;
+            let again = std::mem::take(&mut entry.again);
             let next = match outcome {
+                Outcome::Renewed if again => Some(Plan {
+                    earliest: now,
+                    due: now,
+                }),
                 Outcome::Renewed => Some(Plan::for_deadline(deadline, w)),
                 Outcome::Failed => {
                     let next = Plan::after_failure(now, deadline, w);
@@ -196,7 +299,9 @@ impl Renewer {
                     entry.in_flight = false;
                 }
                 None => {
-                    registry.remove(&id);
+                    if let Some(entry) = registry.remove(&id) {
+                        self.forget(id, &entry);
+                    }
                 }
             }
         }
@@ -481,6 +586,8 @@ mod tests {
                     w: W,
                     plan,
                     in_flight: false,
+                    again: false,
+                    watched: false,
                 },
             );
         };
@@ -508,5 +615,48 @@ mod tests {
         assert_eq!(renewer.len(), 3, "the released lock is forgotten");
         let (again, _) = renewer.take_due(now);
         assert!(again.is_empty(), "in-flight locks are not taken twice");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_key_makes_its_lock_due_now_or_right_after_the_round_in_flight() {
+        let renewer = Renewer::default();
+        let now = Instant::now();
+        let far = now + Duration::from_secs(60);
+        let later = Plan::for_deadline(far, W);
+        for id in [1, 2] {
+            renewer.registry().insert(
+                id,
+                Entry {
+                    held: crate::holding::lease::tests::held(far),
+                    ttl: Ttl::from_millis(900),
+                    w: W,
+                    plan: later,
+                    in_flight: false,
+                    again: false,
+                    watched: true,
+                },
+            );
+        }
+        let (batch, _) = renewer.take_due(now);
+        assert!(batch.is_empty(), "nothing due yet");
+
+        renewer.renew_now(1);
+        renewer.renew_now(7); // forgotten meanwhile: nothing to do
+        let (batch, next) = renewer.take_due(now);
+        assert_eq!(batch.iter().map(|d| d.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(next, Some(later.due), "the other keeps its plan");
+
+        // Changed again while its round is in flight: that round may have
+        // passed the node before the change, so another follows at once.
+        renewer.renew_now(1);
+        let (batch, _) = renewer.take_due(now);
+        assert!(batch.is_empty(), "not taken twice");
+        renewer.finish(vec![(1, Outcome::Renewed)]);
+        let (batch, _) = renewer.take_due(Instant::now());
+        assert_eq!(batch.iter().map(|d| d.id).collect::<Vec<_>>(), [1]);
+        // Then back on schedule.
+        renewer.finish(vec![(1, Outcome::Renewed)]);
+        let (batch, _) = renewer.take_due(Instant::now());
+        assert!(batch.is_empty());
     }
 }

@@ -29,7 +29,10 @@
 //!   in one call, for group commit and auto-extension alike;
 //! - `group`: group commit — one-key holdings' requests that meet a call
 //!   in flight go out together in one call once it answers, for any
-//!   [`Shape`] that allows it.
+//!   [`Shape`] that allows it;
+//! - `tracking`: the keys of auto-extended holdings watched through the
+//!   server's `CLIENT TRACKING`, on a connection of their own, so that a
+//!   change by anyone else calls for a renewal at once.
 //!
 //! `caps`, `health`, `identity` and `owed` are folders of two files each:
 //! the state `Node` keeps in a field (`state.rs`, which imports nothing
@@ -54,6 +57,7 @@ mod owed;
 mod redact;
 mod replies;
 mod run;
+mod tracking;
 mod url;
 
 pub(crate) mod pubsub;
@@ -77,6 +81,8 @@ pub(crate) use owed::Debt;
 pub(crate) use owed::keep_owed_releases;
 pub(crate) use redact::redact;
 pub(crate) use run::Resend;
+pub use tracking::HeldKeyTracking;
+pub(crate) use tracking::{OnChange, Tracking};
 pub(crate) use url::install_crypto_provider;
 pub(crate) use url::redact_url;
 

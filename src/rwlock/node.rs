@@ -98,6 +98,12 @@ pub(crate) async fn acquire_hold(
 }
 
 impl Shape for RwShape {
+    /// The writer's key holds its token; readers share a sorted set, which
+    /// every other reader's arrival and departure changes.
+    fn keys_hold_token(&self) -> bool {
+        !self.read
+    }
+
     /// `extend.lua`.
     fn extend_script(&self) -> &'static Lua {
         &EXTEND

@@ -112,6 +112,11 @@ pub(crate) async fn acquire_permit(
 
 /// A permit: a holding whose one key is its slot's.
 impl Shape for Permits {
+    /// The slot's key holds the permit's token, as a lock's key does.
+    fn keys_hold_token(&self) -> bool {
+        true
+    }
+
     /// `extend.lua`.
     fn extend_script(&self) -> &'static Lua {
         &EXTEND

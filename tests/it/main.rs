@@ -53,4 +53,5 @@ mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;
 mod tokens;
+mod tracking;
 mod wakeup;

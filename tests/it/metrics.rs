@@ -204,3 +204,40 @@ async fn a_campaign_is_counted_as_an_acquisition() {
         );
     }
 }
+
+// Current-thread runtime, as above: the tracking connection's task runs
+// here and is counted.
+#[tokio::test]
+async fn a_held_lock_taken_on_a_majority_is_renewed_at_once_and_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _recording = ::metrics::set_default_local_recorder(&recorder);
+
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    // Ten minutes: no scheduled renewal runs during the test.
+    let guard = locks
+        .lock("watched", Duration::from_secs(600))
+        .await
+        .expect("lock");
+    guard.auto_extend();
+    for i in [0, 1] {
+        let mut c = support::conn(&nodes[i].url()).await;
+        let () = redis::pipe()
+            .atomic()
+            .del("watched")
+            .ignore()
+            .set("watched", "another-owner")
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .expect("take the key");
+    }
+    assert_eq!(no_hang("lost", guard.lost()).await, LossReason::TokenGone);
+    let metrics = snapshot(&snapshotter);
+    assert!(counter(&metrics, "quorumlock_renewals_woken_total{}") >= 1);
+    assert_eq!(
+        counter(&metrics, "quorumlock_renewals_total{outcome=lost}"),
+        1
+    );
+}

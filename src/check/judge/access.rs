@@ -258,6 +258,7 @@ mod tests {
             refused: Err("connection refused".into()),
             path: None,
             not_asked_for: None,
+            tracking: None,
         };
         let report = judge(&[n, unreachable], settings(&options()));
         assert_eq!(report.worst(), Some(Severity::Degraded));
@@ -289,6 +290,7 @@ mod tests {
             refused: Err(error.into()),
             path: None,
             not_asked_for: None,
+            tracking: None,
         };
         let facts = [
             node("a", healthy("r1")),

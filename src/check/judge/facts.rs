@@ -70,6 +70,10 @@ pub(crate) struct NodeFacts {
     /// How long the manager has not asked the node, if it does not (its
     /// last requests timed out; see `node::health`).
     pub(crate) not_asked_for: Option<Duration>,
+    /// Whether the node would track held keys for the manager
+    /// (`CLIENT TRACKING` on a connection of its own), or why not; `None`
+    /// if it was not asked.
+    pub(crate) tracking: Option<Result<(), String>>,
 }
 
 /// What the judgement needs besides the facts: the manager's settings.

@@ -72,6 +72,10 @@ fn judge_node(facts: &NodeFacts, settings: Settings<'_>) -> NodeReport {
         latency: servers.latency,
         path: facts.path.clone(),
         serves,
+        watches: facts.tracking.as_ref().map(|tracking| match tracking {
+            Ok(()) => "held keys: changes heard at once (CLIENT TRACKING)".to_owned(),
+            Err(why) => format!("no: {why}; held locks learn of changes at renewal"),
+        }),
         findings,
     }
 }

@@ -59,6 +59,7 @@ pub(super) fn node(name: &str, server: ServerFacts) -> NodeFacts {
         refused: Ok(Vec::new()),
         path: Some("release DELIFEQ, extend SET IFEQ".into()),
         not_asked_for: None,
+        tracking: None,
     }
 }
 
