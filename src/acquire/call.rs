@@ -280,10 +280,11 @@ pub(crate) enum Attempts {
     Once,
     /// As the manager's [`Retry`] policy allows: `lock` and its kin.
     PerPolicy,
-    /// A campaign's, with the policy's delays: without limit or deadline
-    /// while another candidate leads, as the policy allows while too few
-    /// nodes are reachable (see [`Retry::campaign`]).
-    Campaign,
+    /// Without limit or deadline while the resource is held by another,
+    /// with the policy's delays, and as the policy allows while too few
+    /// nodes are reachable (see [`Retry::campaign`]): an election's
+    /// campaign.
+    WhileContended,
 }
 
 impl Attempts {
@@ -292,7 +293,7 @@ impl Attempts {
         match self {
             Attempts::Once => Retry::none().schedule(started),
             Attempts::PerPolicy => policy.schedule(started),
-            Attempts::Campaign => policy.campaign(started),
+            Attempts::WhileContended => policy.campaign(started),
         }
     }
 }

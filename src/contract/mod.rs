@@ -71,6 +71,26 @@ pub(crate) struct Primitive {
     pub(crate) kind: stored::ResourceKind,
     /// What `inspect` reads of it on a node.
     pub(crate) reads: &'static dyn Reads,
+    /// A script of its that only reads, if it has one: `Redlock::serves`
+    /// runs the first in the list to learn, without writing, whether a
+    /// node runs scripts.
+    pub(crate) reads_only: Option<ReadOnlyScript>,
+}
+
+/// A primitive's script that writes nothing, and the keys it reads for a
+/// resource.
+#[derive(Clone, Copy)]
+pub(crate) struct ReadOnlyScript {
+    pub(crate) lua: &'static LazyLock<Lua>,
+    pub(crate) keys: fn(&Layout) -> Vec<String>,
+}
+
+impl fmt::Debug for ReadOnlyScript {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadOnlyScript")
+            .field("function", &self.lua.function)
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for Primitive {

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use self::keys::{ELECTED_SUFFIX, LEADER_SUFFIX};
 use crate::acquire::call::{Acquisition, Attempts, Manager};
-use crate::contract::Primitive;
+use crate::contract::{Primitive, ReadOnlyScript};
 use crate::error::{Error, LossReason};
 use crate::holding::guard::{LockGuard, ReleaseSummary};
 use crate::holding::lease::Lease;
@@ -41,6 +41,11 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     keys: &[LEADER_SUFFIX, ELECTED_SUFFIX],
     kind: crate::contract::stored::ResourceKind::Election,
     reads: &inspect::LeaderReads,
+    // Its leader read: who holds the lock key, and what it proclaimed.
+    reads_only: Some(ReadOnlyScript {
+        lua: &node::ELECT_LEADER,
+        keys: |layout| vec![layout.key.clone(), layout.leader()],
+    }),
 };
 
 impl Redlock {
@@ -288,7 +293,7 @@ impl Election {
     ) -> impl Future<Output = Result<Leadership, Error>> + Send + use<> {
         self.locks.acquire(
             self.campaign_request(value, ttl),
-            Attempts::Campaign,
+            Attempts::WhileContended,
             "campaign",
         )
     }

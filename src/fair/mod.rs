@@ -54,6 +54,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     ],
     kind: crate::contract::stored::ResourceKind::Lock,
     reads: &inspect::LineReads,
+    reads_only: None,
 };
 
 use self::node::{Attempt, Entered, Line, Tried, enter, leave, try_turn};

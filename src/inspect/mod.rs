@@ -32,6 +32,7 @@ use crate::round::{Core, Traced, fan_out_with, follow, shallow};
 mod answers;
 mod inspection;
 mod read;
+mod serves;
 mod verdict;
 
 pub use crate::contract::stored::{

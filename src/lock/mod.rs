@@ -50,6 +50,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     keys: &["", FENCE_SUFFIX, FENCE_MARK_SUFFIX, RELEASED_SUFFIX],
     kind: crate::contract::stored::ResourceKind::Lock,
     reads: &inspect::LockReads,
+    reads_only: None,
 };
 
 /// A node's answer to a lock's acquire request.

@@ -39,6 +39,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     keys: &[WRITER_SUFFIX, READERS_SUFFIX, WRITER_WAITING_SUFFIX],
     kind: crate::contract::stored::ResourceKind::RwLock,
     reads: &inspect::RwLockReads,
+    reads_only: None,
 };
 
 use self::node::{RwKeys, RwShape, acquire_hold};

@@ -45,6 +45,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     reads: &inspect::PermitReads {
         most: Semaphore::MAX_PERMITS,
     },
+    reads_only: None,
 };
 
 use self::node::{PermitReply, Permits, acquire_permit};

@@ -294,6 +294,12 @@ async fn a_user_denied_every_script_locks_renews_restores_and_releases() {
             "{report}"
         );
     }
+    // And so does the read-only check `status` shows (a script refused).
+    let served = no_hang("serves", checker.serves()).await;
+    assert_eq!(
+        served,
+        vec![Some(quorumlock::check::Serves::PlainLocks); urls.len()]
+    );
 
     // An auto-extended lock outlives a node that restarts empty: the
     // renewal sets the key there again, without a script.

@@ -85,4 +85,32 @@ async fn plain_locks_work_and_scripted_primitives_fail_at_once_without_a_scripti
     for node in &report.nodes {
         assert_eq!(node.serves, Some(expected), "{report}");
     }
+    // So does the read-only check `status` shows.
+    let served = no_hang("serves", locks.serves()).await;
+    assert_eq!(served, vec![Some(expected); 3]);
+}
+
+/// `quorumlock status` says, beside each node, when it serves plain locks
+/// only, and says nothing of it where scripts run.
+#[cfg(feature = "cli")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_where_only_plain_locks_are_served() {
+    use crate::cli_support::{output, quorumlock, stdout};
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let scripts = runs_scripts(&nodes[0].url()).await;
+    let mut cmd = quorumlock();
+    cmd.args(["status", "--nodes", &nodes.urls().join(","), "jobs"]);
+    let out = tokio::task::spawn_blocking(move || output(cmd))
+        .await
+        .expect("status");
+    let shown = stdout(&out);
+    let node_lines: Vec<&str> = shown.lines().filter(|l| l.contains("127.0.0.1:")).collect();
+    assert_eq!(node_lines.len(), 3, "{shown}");
+    for line in node_lines {
+        assert_eq!(
+            line.contains("(plain locks only: no script runs here)"),
+            !scripts,
+            "{shown}"
+        );
+    }
 }

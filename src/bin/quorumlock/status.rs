@@ -72,21 +72,36 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     // Validates the URLs exactly as `exec` would.
     let locks = nodes.manager("status", Retry::none())?;
     let started = Instant::now();
-    let inspection = locks
-        .inspect(&args.resource)
+    // What each node serves, asked beside the reads (it reads only), and
+    // shown if every node said by the time they are shown.
+    let mut serves = Box::pin(locks.serves());
+    let mut served = None;
+    let inspection = beside(locks.inspect(&args.resource), &mut serves, &mut served)
         .await
         .map_err(|e| usage_error("status", e.to_string()))?;
     // The verdict is decided; the other nodes are shown as far as they
     // answer in about as long again (every node, with --every-node).
     let inspection = if args.every_node {
-        inspection.settled().await
+        beside(inspection.settled(), &mut serves, &mut served).await
     } else {
         let grace = straggler_grace(started.elapsed());
-        inspection.settled_within(grace).await
+        beside(inspection.settled_within(grace), &mut serves, &mut served).await
+    };
+    // Every node answered: what they serve comes as soon (a script, and
+    // on a server without Lua, its version asked to name it).
+    let served = match served {
+        Some(served) => served,
+        None if unreachable(&inspection) == 0 => {
+            tokio::time::timeout(straggler_grace(started.elapsed()), serves)
+                .await
+                .unwrap_or_default()
+        }
+        None => Vec::new(),
     };
     let waits = Waits {
         node_timeout: timeout,
         waited: started.elapsed(),
+        serves: &served,
     };
     let view = match (args.semaphore, args.rwlock, inspection.kind()) {
         (Some(permits), _, _) => View::Semaphore(Some(permits)),
@@ -105,8 +120,23 @@ pub(crate) async fn run(args: StatusArgs) -> Result<u8, clap::Error> {
     Ok(status_of(&inspection))
 }
 
+/// Awaits `main`, polling `side` meanwhile until it is done (into `done`).
+async fn beside<T, S>(
+    main: impl Future<Output = T>,
+    side: &mut std::pin::Pin<Box<impl Future<Output = S>>>,
+    done: &mut Option<S>,
+) -> T {
+    tokio::pin!(main);
+    loop {
+        tokio::select! {
+            out = &mut main => return out,
+            answer = side.as_mut(), if done.is_none() => *done = Some(answer),
+        }
+    }
+}
+
 /// A lock, or an election (a lock with its leader's value beside it).
-fn lock(inspection: &Inspection, waits: Waits, election: bool) {
+fn lock(inspection: &Inspection, waits: Waits<'_>, election: bool) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     if election {
         println!(

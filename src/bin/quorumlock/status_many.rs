@@ -13,7 +13,7 @@ fn confirmed(inspection: &Inspection, what: impl Fn(Claimed) -> bool) -> Vec<&Cl
 }
 
 /// A semaphore of `permits` permits, or of as many as the nodes keep.
-pub(crate) fn semaphore(inspection: &Inspection, waits: Waits, permits: Option<u32>) {
+pub(crate) fn semaphore(inspection: &Inspection, waits: Waits<'_>, permits: Option<u32>) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     let count = permits.or(inspection.permit_count());
     let of = count
@@ -64,7 +64,7 @@ pub(crate) fn semaphore(inspection: &Inspection, waits: Waits, permits: Option<u
 }
 
 /// A reader-writer lock.
-pub(crate) fn rwlock(inspection: &Inspection, waits: Waits) {
+pub(crate) fn rwlock(inspection: &Inspection, waits: Waits<'_>) {
     let (quorum, nodes) = (inspection.quorum(), inspection.nodes().len());
     println!(
         "reader-writer lock `{}` (keys {}) on {nodes} nodes, quorum {quorum}",

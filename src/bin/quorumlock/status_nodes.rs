@@ -3,26 +3,30 @@
 
 use std::time::Duration;
 
+use quorumlock::check::Serves;
 use quorumlock::{Claimed, Inspection, NodeError, NodeState, Stored, Verdict};
 
 use crate::duration::show;
 use crate::exit;
 
-/// How long `status` waited for the nodes.
+/// How long `status` waited for the nodes, and what they serve.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Waits {
+pub(crate) struct Waits<'a> {
     /// The node timeout each read was given.
     pub(crate) node_timeout: Duration,
     /// How long the inspection had run when it was shown: a node still
     /// pending then had not answered in that time.
     pub(crate) waited: Duration,
+    /// What each node serves (`Redlock::serves`), by node; empty if that
+    /// had not answered in time.
+    pub(crate) serves: &'a [Option<Serves>],
 }
 
 /// Prints one line per node: `describe` of what it keeps, or why it did
 /// not answer.
 pub(crate) fn print_nodes(
     inspection: &Inspection,
-    waits: Waits,
+    waits: Waits<'_>,
     describe: impl Fn(&Stored) -> String,
 ) {
     let width = inspection
@@ -31,7 +35,7 @@ pub(crate) fn print_nodes(
         .map(|n| n.node().len())
         .max()
         .unwrap_or(0);
-    for node in inspection.nodes() {
+    for (i, node) in inspection.nodes().iter().enumerate() {
         let label = node.node();
         let mut line = match node.state() {
             NodeState::Answered(stored) => describe(stored),
@@ -45,6 +49,16 @@ pub(crate) fn print_nodes(
         };
         if let Some(path) = node.path() {
             line.push_str(&format!("  [{path}]"));
+        }
+        // Said only where it is not every primitive.
+        match waits.serves.get(i).copied().flatten() {
+            Some(Serves::PlainLocks) => {
+                line.push_str("  (plain locks only: no script runs here)");
+            }
+            Some(Serves::Nothing) => {
+                line.push_str("  (no lock: no script runs here, and no native commands)");
+            }
+            _ => {}
         }
         println!("  {label:<width$}  {line}");
     }
