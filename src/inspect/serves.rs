@@ -41,7 +41,7 @@ impl Redlock {
     /// use quorumlock::check::Serves;
     ///
     /// let locks = quorumlock::Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
-    /// for (node, serves) in locks.nodes().iter().zip(locks.serves().await) {
+    /// for (node, serves) in locks.nodes().zip(locks.serves().await) {
     ///     if serves != Some(Serves::Every) {
     ///         println!("{node}: {serves:?}");
     ///     }
