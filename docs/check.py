@@ -114,14 +114,17 @@ SOAK_QUOTED_IN = ["README.md", "docs/safety.md"]
 
 def soak_runs(path):
     """The soak runs recorded in `path`, oldest first: a run is the lines
-    from its "before" controls to its "after" controls. Each run's totals:
-    commit, seeds, grants, violations, failed seeds."""
+    from its "before" controls to its "after" controls; a run stopped
+    before its "after" controls ends where the next run's "before"
+    controls, at another commit, begin. Each run's totals: commit, seeds,
+    grants, violations, failed seeds."""
     runs, run = [], None
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         record = json.loads(line)
-        if record.get("when") == "before" and (run is None or run["ended"]):
+        if record.get("when") == "before" and (
+                run is None or run["ended"] or record.get("commit") != run["commit"]):
             run = {"commit": record.get("commit"), "seeds": 0, "grants": 0,
                    "violations": 0, "failed": 0, "ended": False}
             runs.append(run)
