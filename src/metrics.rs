@@ -27,17 +27,17 @@ pub(crate) fn acquisition(result: Result<(), &Error>, attempts: u32, elapsed: Du
 
 /// A held lock was released (explicitly, or its guard dropped).
 pub(crate) fn release(outcome: &'static str) {
-    imp::counter("quorumlock_releases_total", "outcome", outcome);
+    imp::counter_static("quorumlock_releases_total", "outcome", outcome);
 }
 
 /// An explicit `extend` ended.
 pub(crate) fn extension(outcome: &'static str) {
-    imp::counter("quorumlock_extensions_total", "outcome", outcome);
+    imp::counter_static("quorumlock_extensions_total", "outcome", outcome);
 }
 
 /// A renewal of one auto-extended lock was decided.
 pub(crate) fn renewal(outcome: &'static str) {
-    imp::counter("quorumlock_renewals_total", "outcome", outcome);
+    imp::counter_static("quorumlock_renewals_total", "outcome", outcome);
 }
 
 /// A renewal round sent one call to a node (however many locks it carried).
@@ -67,7 +67,7 @@ pub(crate) fn ended(reason: LossReason, deadline: tokio::time::Instant) {
         LossReason::Unreachable => "unreachable",
         LossReason::Incompatible => "incompatible",
     };
-    imp::counter("quorumlock_locks_lost_total", "reason", reason);
+    imp::counter_static("quorumlock_locks_lost_total", "reason", reason);
 }
 
 /// A node failed a request of `op`: timed out, or any other error.
@@ -132,18 +132,67 @@ pub(crate) fn renewal_woken() {
 
 #[cfg(feature = "metrics")]
 mod imp {
+    use std::sync::{Mutex, PoisonError};
     use std::time::Duration;
 
+    use metrics::{Key, Label, Level, Metadata};
+
+    /// What the `metrics` macros would say of where a metric comes from.
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// The labels `pairs`, all of them `'static` strings (an outcome, an
+    /// operation), built once and kept for the process's life, so that a
+    /// metric's key borrows them and recording one allocates nothing: the
+    /// per-call metrics (an acquisition's outcome, a straggler followed, a
+    /// release) are on every lock cycle's path. The set is closed (the
+    /// outcomes and operations this crate names, a few dozen), so what is
+    /// kept is bounded. Labels that carry a node's name are built per call.
+    fn interned(pairs: &[(&'static str, &'static str)]) -> &'static [Label] {
+        type Seen = Vec<(Vec<(&'static str, &'static str)>, &'static [Label])>;
+        static SEEN: Mutex<Seen> = Mutex::new(Vec::new());
+        let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, labels)) = seen.iter().find(|(known, _)| known.as_slice() == pairs) {
+            return labels;
+        }
+        let labels: &'static [Label] = Box::leak(
+            pairs
+                .iter()
+                .map(|&(label, value)| Label::from_static_parts(label, value))
+                .collect(),
+        );
+        seen.push((pairs.to_vec(), labels));
+        labels
+    }
+
+    fn key(name: &'static str, pairs: &[(&'static str, &'static str)]) -> Key {
+        Key::from_static_labels(name, interned(pairs))
+    }
+
+    fn count(name: &'static str, pairs: &[(&'static str, &'static str)]) {
+        let key = key(name, pairs);
+        metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA)).increment(1);
+    }
+
+    fn record(name: &'static str, pairs: &[(&'static str, &'static str)], value: f64) {
+        let key = key(name, pairs);
+        metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA))
+            .record(value);
+    }
+
     pub(super) fn acquisition(outcome: &'static str, attempts: u32, elapsed: Duration) {
-        metrics::counter!("quorumlock_acquisitions_total", "outcome" => outcome).increment(1);
-        metrics::histogram!("quorumlock_acquire_attempts", "outcome" => outcome)
-            .record(f64::from(attempts));
-        metrics::histogram!("quorumlock_acquire_seconds", "outcome" => outcome)
-            .record(elapsed.as_secs_f64());
+        let labels = [("outcome", outcome)];
+        count("quorumlock_acquisitions_total", &labels);
+        record("quorumlock_acquire_attempts", &labels, f64::from(attempts));
+        record("quorumlock_acquire_seconds", &labels, elapsed.as_secs_f64());
     }
 
     pub(super) fn counter(name: &'static str, label: &'static str, value: &str) {
         metrics::counter!(name, label => value.to_owned()).increment(1);
+    }
+
+    pub(super) fn counter_static(name: &'static str, label: &'static str, value: &'static str) {
+        count(name, &[(label, value)]);
     }
 
     pub(super) fn counter0(name: &'static str) {
@@ -160,8 +209,10 @@ mod imp {
     }
 
     pub(super) fn followed(op: &'static str, outcome: &'static str) {
-        metrics::counter!("quorumlock_followed_total", "op" => op, "outcome" => outcome)
-            .increment(1);
+        count(
+            "quorumlock_followed_total",
+            &[("op", op), ("outcome", outcome)],
+        );
     }
 
     pub(super) fn shed(node: &str, op: &'static str) {
@@ -202,6 +253,7 @@ mod imp {
 
     pub(super) fn acquisition(_: &'static str, _: u32, _: Duration) {}
     pub(super) fn counter(_: &'static str, _: &'static str, _: &str) {}
+    pub(super) fn counter_static(_: &'static str, _: &'static str, _: &'static str) {}
     pub(super) fn counter0(_: &'static str) {}
     pub(super) fn owed_paid(_: &str, _: usize) {}
     pub(super) fn held(_: f64) {}
