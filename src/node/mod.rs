@@ -44,6 +44,7 @@
 //! `src/semaphore/node.rs`, `src/rwlock/node.rs`.
 
 mod batch;
+mod buffers;
 mod caps;
 mod deadline;
 mod group;
@@ -145,6 +146,8 @@ pub(crate) struct Node {
     /// Requests sent again after their connection dropped (see
     /// [`resent`](Node::resent)).
     resends: AtomicU64,
+    /// Its spare command buffers (see [`buffers`]).
+    buffers: buffers::Buffers,
     backend: Backend,
 }
 
@@ -270,6 +273,7 @@ impl Node {
             },
             owed: owed::Owed::default(),
             resends: AtomicU64::new(0),
+            buffers: buffers::Buffers::default(),
             backend,
         }
     }

@@ -86,7 +86,8 @@ impl Node {
         token: &str,
         deadline: Deadline,
     ) -> Result<bool, NodeError> {
-        let cmd = delete.command(key, token);
+        let mut cmd = self.buffers.take(4, NativeDelete::bytes(key, token));
+        delete.write(&mut cmd, key, token);
         let reply = match self
             .command(&cmd, &[token], Resend::IfDropped, deadline)
             .await

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind, Value};
 
+use super::buffers::Buffer;
 use super::ordered::Ordered;
 use crate::error::NodeError;
 use crate::node::options::ReplicaSync;
@@ -560,10 +561,14 @@ struct ScriptCall<'a> {
 }
 
 impl ScriptCall<'_> {
-    /// The command `verb body <fill's arguments>`, allocated once.
-    fn cmd(&self, verb: &str, body: &str) -> Cmd {
+    /// The command `verb body <fill's arguments>`, in one of the node's
+    /// spare buffers.
+    fn cmd(&self, verb: &str, body: &str) -> Buffer<'_> {
         let (args, bytes) = self.size;
-        let mut cmd = Cmd::with_capacity(2 + args, verb.len() + body.len() + bytes);
+        let mut cmd = self
+            .node
+            .buffers
+            .take(2 + args, verb.len() + body.len() + bytes);
         cmd.arg(verb).arg(body);
         (self.fill)(&mut cmd);
         cmd

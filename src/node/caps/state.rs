@@ -34,12 +34,22 @@ impl NativeDelete {
     /// The token-checked delete of `key` as this server spells it: 1 when
     /// deleted, 0 when the key held anything else or nothing.
     pub(crate) fn command(self, key: &str, token: &str) -> Cmd {
-        let mut cmd = Cmd::with_capacity(4, key.len() + token.len() + 16);
+        let mut cmd = Cmd::with_capacity(4, Self::bytes(key, token));
+        self.write(&mut cmd, key, token);
+        cmd
+    }
+
+    /// [`command`](Self::command) written into `cmd` (empty).
+    pub(crate) fn write(self, cmd: &mut Cmd, key: &str, token: &str) {
         match self {
             Self::Delifeq => cmd.arg("DELIFEQ").arg(key).arg(token),
             Self::DelexIfeq => cmd.arg("DELEX").arg(key).arg("IFEQ").arg(token),
         };
-        cmd
+    }
+
+    /// About the bytes of the command's arguments.
+    pub(crate) fn bytes(key: &str, token: &str) -> usize {
+        key.len() + token.len() + 16
     }
 }
 

@@ -207,13 +207,7 @@ impl Node {
             return Got::Answer(Err(unexpected(&Value::Nil)));
         };
         match op {
-            SingleOp::Acquire { .. } if nx_get => Got::Answer(match reply {
-                // Nil: set now; our token: set by this request before its
-                // connection dropped and it went out again.
-                Value::Nil => Ok(1),
-                Value::BulkString(value) => Ok(u8::from(value == token.as_bytes())),
-                reply => self.native_status(reply, token).map(|_| 0),
-            }),
+            SingleOp::Acquire { .. } if nx_get => Got::Answer(self.acquired(reply, token)),
             SingleOp::Acquire { .. } => {
                 // `SET NX PX`, then `GET`: refused by the first, the key
                 // holding our token means this request set it before its
@@ -344,9 +338,29 @@ fn push_scripted(commands: &mut redis::Pipeline, request: Single<'_>, nx_get: bo
     }
 }
 
+impl Node {
+    /// What `SET key token NX PX ttl GET` answered, as a status: Nil, set
+    /// now; our token, set by this request before its connection dropped
+    /// and it went out again (no one else writes our token); any other
+    /// value, refused.
+    pub(super) fn acquired(&self, reply: &Value, token: &str) -> Result<u8, NodeError> {
+        match reply {
+            Value::Nil => Ok(1),
+            Value::BulkString(value) => Ok(u8::from(value == token.as_bytes())),
+            reply => self.native_status(reply, token).map(|_| 0),
+        }
+    }
+}
+
 /// An acquire: `SET key token NX PX ttl GET` where the server takes it,
 /// else `SET key token NX PX ttl` then `GET key`.
-fn push_acquire(commands: &mut redis::Pipeline, key: &str, token: &str, ttl: Ttl, nx_get: bool) {
+pub(super) fn push_acquire(
+    commands: &mut redis::Pipeline,
+    key: &str,
+    token: &str,
+    ttl: Ttl,
+    nx_get: bool,
+) {
     let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
     cmd.arg("SET")
         .arg(key)

@@ -8,10 +8,11 @@ use std::future::Future;
 use std::pin::Pin;
 
 use futures::FutureExt;
+use redis::Value;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, Value};
 
 use super::request::Single;
+use super::scripted::push_acquire;
 use crate::contract::Extension;
 use crate::error::NodeError;
 use crate::node::batch::{Entry, SingleOp};
@@ -30,7 +31,7 @@ impl Node {
         deadline: impl Into<Deadline>,
     ) -> Result<bool, NodeError> {
         let deadline: Deadline = deadline.into();
-        let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
+        let mut cmd = self.buffers.take(6, key.len() + token.len() + 32);
         cmd.arg("SET")
             .arg(key)
             .arg(token)
@@ -247,15 +248,8 @@ impl Node {
         let key = &**key;
         match op {
             SingleOp::Acquire { ttl } => {
-                let mut cmd = Cmd::with_capacity(7, key.len() + token.len() + 32);
-                cmd.arg("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl.ms())
-                    .arg("GET");
-                commands.add_command(cmd);
+                // A native server takes `SET … NX … GET` (Redis 7.0).
+                push_acquire(commands, key, token, ttl, true);
                 true
             }
             SingleOp::Release { announce } => {
@@ -280,11 +274,7 @@ impl Node {
         let Single { op, token, .. } = request;
         match op {
             SingleOp::Acquire { .. } => match replies.next() {
-                // Nil: set now; our token: set by this request before its
-                // connection dropped and it went out again.
-                Some(Value::Nil) => Ok(1),
-                Some(Value::BulkString(value)) => Ok(u8::from(value == token.as_bytes())),
-                Some(reply) => self.native_status(reply, token).map(|_| 0),
+                Some(reply) => self.acquired(reply, token),
                 None => Err(unexpected(&Value::Nil)),
             },
             SingleOp::Release { announce } => {
