@@ -185,12 +185,15 @@ impl Request {
             // Not offered by the public API; refuse rather than guess.
             (_, Fencing::On) => return Err(ArgumentError::NoResources.into()),
         };
-        // One script touches them all.
-        let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        if let Some(fence) = &fence {
-            all_keys.extend([&*fence.counter, &*fence.mark]);
+        // One script touches them all (only a cluster cares: nothing to
+        // collect on the way to every other lock).
+        if limits.cluster {
+            let mut all_keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+            if let Some(fence) = &fence {
+                all_keys.extend([&*fence.counter, &*fence.mark]);
+            }
+            limits.one_slot(&all_keys)?;
         }
-        limits.one_slot(&all_keys)?;
         let resource = match (resources, &*keys) {
             // Without a prefix the key is the resource name: share it.
             ([one], [key]) if **key == **one => key.clone(),

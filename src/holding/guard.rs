@@ -462,7 +462,7 @@ async fn give_up(
     let settle = (!races.is_empty()).then(|| settle_races(core, held, races));
     // The nodes that answered in the round; those still in flight, below.
     if let Some(settle) = &settle {
-        for (node, vote) in round.votes(&stragglers).into_iter().enumerate() {
+        for (node, vote) in round.votes(&stragglers).enumerate() {
             if let Some(deleted) = vote {
                 settle(node, deleted);
             }
@@ -597,7 +597,7 @@ fn confirm<T: Answer, F>(
     stragglers: &Requests<F>,
 ) -> Vec<usize> {
     let mut pending = Vec::new();
-    for (node, vote) in round.votes(stragglers).into_iter().enumerate() {
+    for (node, vote) in round.votes(stragglers).enumerate() {
         match vote {
             Some(yes) => held.confirmations.record(id, node, yes),
             None => pending.push(node),

@@ -129,18 +129,14 @@ impl<T: Answer> Round<T> {
 
     /// Per node, what the answers that decided this round say: `Some(yes)`
     /// for a node that answered or failed, `None` for one still in flight.
-    pub(crate) fn votes<F>(&self, stragglers: &Requests<F>) -> Vec<Option<bool>> {
-        let mut votes: Vec<Option<bool>> = self
-            .answers
-            .iter()
-            .map(|answer| Some(answer.is_some_and(|a| a.vote() == Vote::Yes)))
-            .collect();
-        for node in stragglers.nodes() {
-            if let Some(vote) = votes.get_mut(node) {
-                *vote = None;
-            }
-        }
-        votes
+    pub(crate) fn votes<'s, F>(
+        &'s self,
+        stragglers: &'s Requests<F>,
+    ) -> impl Iterator<Item = Option<bool>> + 's {
+        self.answers.iter().enumerate().map(move |(node, answer)| {
+            let pending = stragglers.nodes().any(|straggler| straggler == node);
+            (!pending).then(|| answer.is_some_and(|a| a.vote() == Vote::Yes))
+        })
     }
 }
 
@@ -414,7 +410,10 @@ mod tests {
         assert_eq!(round.decision, Decision::Reached);
         assert_eq!(round.tally.yes(), 2);
         assert_eq!(stragglers.nodes().collect::<Vec<_>>(), [2]);
-        assert_eq!(round.votes(&stragglers), [Some(true), Some(true), None]);
+        assert_eq!(
+            round.votes(&stragglers).collect::<Vec<_>>(),
+            [Some(true), Some(true), None]
+        );
         assert_eq!(Instant::now(), start + Duration::from_millis(20));
     }
 
