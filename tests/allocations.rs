@@ -16,14 +16,14 @@ use quorumlock::Redlock;
 use quorumlock::testkit::RedisNodes;
 
 /// The most allocations a lock cycle on five nodes may take, on average.
-/// Measured 87.5 to 87.7 on an idle machine and a few fewer under load, in
+/// Measured 84.5 to 84.7 on an idle machine and a few fewer under load, in
 /// this test's debug build with every feature (Redis 7.0, the script
 /// path): the count varies with how many nodes answer after the decision
 /// (each followed in the background), more of them on a fast machine.
-/// Was 116.7 before the metrics' labels were kept and the nodes' command
-/// buffers reused. Lower it as the count comes down (issue #55 aims at
+/// Was 116.7 before the metrics' labels were kept, the nodes' command
+/// buffers reused and a round's votes read without collecting them. Lower it as the count comes down (issue #55 aims at
 /// half the 66 it counted in its benchmark's release build).
-const MOST_PER_CYCLE: f64 = 92.0;
+const MOST_PER_CYCLE: f64 = 88.0;
 
 #[test]
 fn a_lock_cycle_on_five_nodes_allocates_little() {
