@@ -21,8 +21,9 @@ use quorumlock::testkit::RedisNodes;
 /// path): the count varies with how many nodes answer after the decision
 /// (each followed in the background), more of them on a fast machine.
 /// Was 116.7 before the metrics' labels were kept, the nodes' command
-/// buffers reused and a round's votes read without collecting them. Lower it as the count comes down (issue #55 aims at
-/// half the 66 it counted in its benchmark's release build).
+/// buffers reused and a round's votes read without collecting them.
+/// Lower it as the count comes down (issue #55 aims at half the 66 it
+/// counted in its benchmark's release build).
 const MOST_PER_CYCLE: f64 = 88.0;
 
 #[test]
