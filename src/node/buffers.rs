@@ -98,15 +98,7 @@ fn written(cmd: &Cmd) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn texts(cmd: &Cmd) -> Vec<String> {
-        cmd.args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => "<not text>".to_owned(),
-            })
-            .collect()
-    }
+    use crate::node::holding::layout::texts;
 
     #[test]
     fn a_command_given_back_comes_out_again_empty() {

@@ -344,7 +344,7 @@ impl Node {
 pub(crate) mod layout {
     use super::*;
 
-    fn texts(cmd: &Cmd) -> Vec<String> {
+    pub(crate) fn texts(cmd: &Cmd) -> Vec<String> {
         cmd.args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
