@@ -73,6 +73,29 @@
 //!   thread was preempted between reading its clock and calling the
 //!   library ([`HistoryCheck::preempted`]).
 //!
+//! Lock keys removed from under their holders ([`Wipe`]: an operator's
+//! `DEL` or `FLUSHALL`, an eviction under `maxmemory`) break Redlock's
+//! assumption when they remove a resource's key on a majority of the
+//! nodes: another owner may then be granted while the first still
+//! believes it holds. Only then, and only within the wipe's time window,
+//! is what follows excused (counted and measured, not judged):
+//! - an overlap of two windows of that resource, when the later grant came
+//!   after the wipe began and within the earlier grant's ttl after it
+//!   ended, and the earlier call had begun before it ended
+//!   ([`HistoryCheck::excused_overlaps`], each with its length: from the
+//!   later grant until the earlier holder stopped believing);
+//! - as many updates of that resource's counter lost as such overlaps in
+//!   which both sections wrote ([`HistoryCheck::updates_lost_to_wipes`]);
+//! - a holder's loss of that resource within its ttl after such a wipe
+//!   ([`HistoryCheck::losses_after_wipes`]), counted apart from the losses
+//!   above.
+//!
+//! A wipe that removed every key of its nodes (`FLUSHALL`, an eviction)
+//! removed fence counters too: a fence not above the one before it, the
+//! later grant within its ttl after such a wipe on any node, is counted
+//! ([`HistoryCheck::fences_reset_by_wipes`]). Every other overlap, lost
+//! update, fence and loss is judged as before.
+//!
 //! # Examples
 //!
 //! Record a critical section around a real lock:
@@ -159,7 +182,7 @@ mod recorder;
 #[cfg(test)]
 mod tests;
 
-pub use check::{HistoryCheck, Violation, check};
+pub use check::{ExcusedOverlap, HistoryCheck, Violation, check};
 pub use jsonl::{FORMAT_VERSION, HistoryError};
 pub use recorder::{Attempt, Recorder, Section};
 
@@ -443,6 +466,52 @@ pub struct KeyLoss {
     pub at: Duration,
 }
 
+/// Lock keys removed from under whoever held them, on some nodes, by
+/// something other than the library: an operator's `DEL` of the lock keys
+/// or `FLUSHALL`, an eviction under `maxmemory`. See the
+/// [module docs](self) for what it excuses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wipe {
+    /// What removed them, e.g. `del`, `flushall`, `eviction`.
+    pub kind: String,
+    /// Whether every key of the wiped nodes went, fence counters and the
+    /// fair lines' keys too (`FLUSHALL`, an eviction), not only lock keys.
+    pub all_keys: bool,
+    /// When the first node was hit.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// When the last node's keys were gone (and its settings, if changed,
+    /// restored).
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+    /// Each lock key the wipe left absent: per node and resource, with
+    /// the token it held before (empty if it held none).
+    pub removed: Vec<Wiped>,
+}
+
+/// One lock key a [`Wipe`] left absent on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wiped {
+    /// The node, by index.
+    pub node: usize,
+    /// The resource whose key it is.
+    pub resource: String,
+    /// The token's first four characters (as in [`Grant::token`]) before
+    /// the wipe; empty if the node held no key of the resource.
+    pub token: String,
+}
+
+impl Wipe {
+    /// The nodes on which the wipe left `resource`'s key absent.
+    pub fn nodes_of(&self, resource: &str) -> std::collections::BTreeSet<usize> {
+        self.removed
+            .iter()
+            .filter(|k| k.resource == resource)
+            .map(|k| k.node)
+            .collect()
+    }
+}
+
 /// A lock key a node still held once the run had settled: its workers
 /// stopped, every manager settled, and every node answered again (and so
 /// was given the releases it was owed). Read past any proxy.
@@ -483,6 +552,9 @@ pub struct History {
     pub down: Vec<Down>,
     /// Holders' keys that nodes lost to a restart.
     pub key_losses: Vec<KeyLoss>,
+    /// Lock keys removed from under their holders (deleted, flushed,
+    /// evicted).
+    pub wipes: Vec<Wipe>,
     /// Lock keys the nodes still held once the run had settled: none may
     /// be a released lock's ([`Violation::LeftBehind`]).
     pub leftovers: Vec<Leftover>,
