@@ -483,7 +483,7 @@ fn check_resources(history: &History, verdict: &mut HistoryCheck) {
 }
 
 /// The wipe that excuses `second`'s window opening inside `first`'s: it
-/// removed their resource's key on a majority of the nodes, `first`'s call
+/// left a majority of the nodes without `first`'s key ([`Wipe::without`]), `first`'s call
 /// had begun before it ended, and `second` was granted after it began and
 /// within `first`'s ttl after it ended (by then `first`'s renewals, had
 /// they put its key back, would have kept `second` out). Needs the node
@@ -494,7 +494,9 @@ fn wiped_under<'h>(history: &'h History, first: &Grant, second: &Grant) -> Optio
         first.invoked <= w.to
             && w.from <= second.granted
             && second.granted <= w.to.saturating_add(first.ttl)
-            && w.nodes_of(&first.resource).len() > nodes / 2
+            && w.without(&first.resource, &first.token, second.granted)
+                .len()
+                > nodes / 2
     })
 }
 
@@ -730,16 +732,23 @@ fn majority_without_key(history: &History, loss: &Loss) -> bool {
     })
 }
 
-/// Whether a wipe removed `loss`'s resource's key on a majority of the
-/// nodes within its ttl before it (needs the node count).
+/// Whether a wipe left a majority of the nodes without the lost holding's
+/// key within its ttl before `loss` (needs the node count).
 fn wiped_before(history: &History, loss: &Loss) -> bool {
     let Some(nodes) = history.nodes else {
         return false;
     };
+    // The holding that was lost: the holder's last grant of the resource.
+    let token = history
+        .grants
+        .iter()
+        .filter(|g| g.client == loss.client && g.resource == loss.resource && g.granted <= loss.at)
+        .max_by_key(|g| g.granted)
+        .map_or("", |g| g.token.as_str());
     history.wipes.iter().any(|w| {
         w.from <= loss.at
             && loss.at <= w.to.saturating_add(loss.ttl)
-            && w.nodes_of(&loss.resource).len() > nodes / 2
+            && w.without(&loss.resource, token, loss.at).len() > nodes / 2
     })
 }
 

@@ -75,10 +75,16 @@
 //!
 //! Lock keys removed from under their holders ([`Wipe`]: an operator's
 //! `DEL` or `FLUSHALL`, an eviction under `maxmemory`) break Redlock's
-//! assumption when they remove a resource's key on a majority of the
-//! nodes: another owner may then be granted while the first still
-//! believes it holds. Only then, and only within the wipe's time window,
-//! is what follows excused (counted and measured, not judged):
+//! assumption when they leave a majority of the nodes without a holder's
+//! key: another owner may then be granted while the first still believes
+//! it holds. That is a wipe of the resource's key on a majority, or on
+//! fewer nodes when the others it did not hit (read just before it) did
+//! not hold the holder's token either, or held it only until an expiry
+//! before the later grant (the holder could not renew it there;
+//! [`Wipe::without`]): a wipe of a
+//! minority while the holder's token is on the rest excuses nothing. Only
+//! then, and only within the wipe's time window, is what follows excused
+//! (counted and measured, not judged):
 //! - an overlap of two windows of that resource, when the later grant came
 //!   after the wipe began and within the earlier grant's ttl after it
 //!   ended, and the earlier call had begun before it ended
@@ -487,6 +493,11 @@ pub struct Wipe {
     /// Each lock key the wipe left absent: per node and resource, with
     /// the token it held before (empty if it held none).
     pub removed: Vec<Wiped>,
+    /// The lock keys of the nodes it did not hit, read (past any proxy)
+    /// just before it: a holder whose token was on only some of them may
+    /// be left on a minority by a wipe of fewer nodes than a majority.
+    #[serde(default)]
+    pub kept: Vec<Wiped>,
 }
 
 /// One lock key a [`Wipe`] left absent on one node.
@@ -499,6 +510,11 @@ pub struct Wiped {
     /// The token's first four characters (as in [`Grant::token`]) before
     /// the wipe; empty if the node held no key of the resource.
     pub token: String,
+    /// For a key the wipe did not hit ([`Wipe::kept`]): when it was to
+    /// expire, as read just before the wipe (a holder that could not renew
+    /// it there meanwhile no longer held it then).
+    #[serde(rename = "expires_ns", default, with = "opt_nanos")]
+    pub expires: Option<Duration>,
 }
 
 impl Wipe {
@@ -509,6 +525,30 @@ impl Wipe {
             .filter(|k| k.resource == resource)
             .map(|k| k.node)
             .collect()
+    }
+
+    /// The nodes on which `resource`'s key did not hold `token` (its first
+    /// four characters) at `at`, as far as the wipe saw: those it left the
+    /// key absent on, and those it did not hit that held another token or
+    /// none just before it, or held it with an expiry before `at`.
+    pub fn without(
+        &self,
+        resource: &str,
+        token: &str,
+        at: Duration,
+    ) -> std::collections::BTreeSet<usize> {
+        let token: String = token.chars().take(4).collect();
+        let mut nodes = self.nodes_of(resource);
+        nodes.extend(
+            self.kept
+                .iter()
+                .filter(|k| {
+                    k.resource == resource
+                        && (k.token != token || k.expires.is_some_and(|e| e <= at))
+                })
+                .map(|k| k.node),
+        );
+        nodes
     }
 }
 
@@ -583,6 +623,25 @@ mod nanos {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_nanos)
+    }
+}
+
+/// Optional durations as whole nanoseconds, or null.
+mod opt_nanos {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<u64>::deserialize(d).map(|n| n.map(Duration::from_nanos))
     }
 }
 

@@ -162,7 +162,8 @@ impl Recorder {
     /// its nodes went, not only lock keys) that left each `(node,
     /// resource, token)` of `removed` absent, `token` being what the key
     /// held before (the whole token or its first four characters; empty
-    /// if none).
+    /// if none); `kept`, likewise, the lock keys of the nodes it did not
+    /// hit, read just before it, each with when it was to expire.
     pub fn wipe(
         &self,
         kind: impl Into<String>,
@@ -170,7 +171,14 @@ impl Recorder {
         from: Instant,
         to: Instant,
         removed: impl IntoIterator<Item = (usize, String, String)>,
+        kept: impl IntoIterator<Item = (usize, String, String, Option<Instant>)>,
     ) {
+        let key = |node, resource, token: String, expires: Option<Instant>| Wiped {
+            node,
+            resource,
+            token: token.chars().take(4).collect(),
+            expires: expires.map(|e| self.at(e)),
+        };
         let wipe = Wipe {
             kind: kind.into(),
             all_keys,
@@ -178,11 +186,11 @@ impl Recorder {
             to: self.at(to),
             removed: removed
                 .into_iter()
-                .map(|(node, resource, token)| Wiped {
-                    node,
-                    resource,
-                    token: token.chars().take(4).collect(),
-                })
+                .map(|(node, resource, token)| key(node, resource, token, None))
+                .collect(),
+            kept: kept
+                .into_iter()
+                .map(|(node, resource, token, expires)| key(node, resource, token, expires))
                 .collect(),
         };
         self.with(|h| h.wipes.push(wipe));

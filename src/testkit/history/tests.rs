@@ -486,6 +486,13 @@ fn everything() -> History {
             node: 1,
             resource: "r".into(),
             token: String::new(),
+            expires: None,
+        }],
+        kept: vec![Wiped {
+            node: 2,
+            resource: "r".into(),
+            token: "abcd".into(),
+            expires: Some(ms(900)),
         }],
     });
     h.nodes = Some(5);
@@ -672,6 +679,7 @@ fn wiped() -> History {
         node,
         resource: "held".into(),
         token: "abcd".into(),
+        expires: None,
     };
     History {
         grants: vec![
@@ -700,6 +708,7 @@ fn wiped() -> History {
             from: ms(500),
             to: ms(520),
             removed: vec![wiped(0), wiped(1), wiped(2)],
+            kept: vec![wiped(3), wiped(4)],
         }],
         counters: [("held".to_owned(), 1)].into(),
         nodes: Some(5),
@@ -744,8 +753,9 @@ fn an_overlap_without_a_majority_wipe_of_its_resource_before_it_is_still_a_viola
     }
     cases.push(("another resource wiped", h));
     let mut h = wiped();
-    h.wipes[0].removed.pop();
-    cases.push(("a minority wiped", h));
+    let node_2 = h.wipes[0].removed.pop().expect("node 2");
+    h.wipes[0].kept.push(node_2);
+    cases.push(("a minority wiped, the holder's key on the rest", h));
     let mut h = wiped();
     h.wipes[0].removed[2].node = 1;
     cases.push(("two nodes wiped, one of them twice", h));
@@ -786,6 +796,27 @@ fn an_overlap_without_a_majority_wipe_of_its_resource_before_it_is_still_a_viola
         assert!(verdict.excused_overlaps.is_empty(), "{what}: {verdict:?}");
         assert_eq!(verdict.updates_lost_to_wipes, 0, "{what}");
     }
+    // A minority wiped while the holder's key was on only some of the
+    // others: a majority without it, excused.
+    let mut h = wiped();
+    h.wipes[0].removed.pop();
+    h.wipes[0].kept.push(Wiped {
+        node: 2,
+        resource: "held".into(),
+        token: String::new(),
+        expires: None,
+    });
+    assert!(check(&h).is_ok(), "{}", check(&h));
+    assert_eq!(check(&h).excused_overlaps.len(), 1);
+    // Or held it there only until an expiry before the later grant (its
+    // holder could not renew it there); not after it.
+    let mut h = wiped();
+    let mut node_2 = h.wipes[0].removed.pop().expect("node 2");
+    node_2.expires = Some(ms(590));
+    h.wipes[0].kept.push(node_2);
+    assert!(check(&h).is_ok(), "{}", check(&h));
+    h.wipes[0].kept[2].expires = Some(ms(610));
+    assert!(kinds(&h).contains(&"overlap"), "{}", check(&h));
     // A second overlap the same wipe does not cover (another resource's
     // windows) is flagged beside the excused one.
     let mut h = wiped();
@@ -806,7 +837,8 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
     let mut h = wiped();
     h.grants.truncate(1);
     h.counters.clear();
-    h.wipes[0].removed.pop();
+    let node_2 = h.wipes[0].removed.pop().expect("node 2");
+    h.wipes[0].kept.push(node_2);
     assert_eq!(kinds(&h), ["loss_with_majority_up"]);
     // A loss long after a majority wipe too.
     let mut h = wiped();
@@ -834,7 +866,9 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
             node: 3,
             resource: "r".into(),
             token: String::new(),
+            expires: None,
         }],
+        kept: Vec::new(),
     };
     let verdict = check(&fenced(flush.clone(), 200));
     assert!(verdict.is_ok(), "{verdict}");
