@@ -494,7 +494,7 @@ fn wiped_under<'h>(history: &'h History, first: &Grant, second: &Grant) -> Optio
         first.invoked <= w.to
             && w.from <= second.granted
             && second.granted <= w.to.saturating_add(first.ttl)
-            && w.without(&first.resource, &first.token, first.granted, second.granted)
+            && w.without(&first.resource, &first.token, second.granted)
                 .len()
                 > nodes / 2
     })
@@ -739,16 +739,16 @@ fn wiped_before(history: &History, loss: &Loss) -> bool {
         return false;
     };
     // The holding that was lost: the holder's last grant of the resource.
-    let (token, granted) = history
+    let token = history
         .grants
         .iter()
         .filter(|g| g.client == loss.client && g.resource == loss.resource && g.granted <= loss.at)
         .max_by_key(|g| g.granted)
-        .map_or(("", loss.at), |g| (g.token.as_str(), g.granted));
+        .map_or("", |g| g.token.as_str());
     history.wipes.iter().any(|w| {
         w.from <= loss.at
             && loss.at <= w.to.saturating_add(loss.ttl)
-            && w.without(&loss.resource, token, granted, loss.at).len() > nodes / 2
+            && w.without(&loss.resource, token, loss.at).len() > nodes / 2
     })
 }
 

@@ -528,23 +528,17 @@ impl Wipe {
     }
 
     /// The nodes on which `resource`'s key did not hold `token` (its first
-    /// four characters, granted at `granted`) at `at`, as far as the wipe
-    /// saw: those it left the key absent on, and — for a grant made before
-    /// the wipe began, so before its spared nodes were read — those it did
-    /// not hit that held another token or none just before it, or held it
-    /// with an expiry before `at`.
+    /// four characters) at `at`, as far as the wipe saw: those it left the
+    /// key absent on, and those it did not hit that held another token or
+    /// none just before it, or held it with an expiry before `at`.
     pub fn without(
         &self,
         resource: &str,
         token: &str,
-        granted: Duration,
         at: Duration,
     ) -> std::collections::BTreeSet<usize> {
         let token: String = token.chars().take(4).collect();
         let mut nodes = self.nodes_of(resource);
-        if granted > self.from {
-            return nodes;
-        }
         nodes.extend(
             self.kept
                 .iter()
