@@ -81,7 +81,9 @@
 //! fewer nodes when the others it did not hit (read just before it) did
 //! not hold the holder's token either, or held it only until an expiry
 //! before the later grant (the holder could not renew it there;
-//! [`Wipe::without`]): a wipe of a
+//! [`Wipe::without`]; a grant made after the spared nodes were read cannot
+//! be placed on them, and a read that predates it counts against it): a
+//! wipe of a
 //! minority while the holder's token is on the rest excuses nothing. Only
 //! then, and only within the wipe's time window, is what follows excused
 //! (counted and measured, not judged):
