@@ -1320,6 +1320,9 @@ struct Totals {
     /// keys, by whether the holders tracked their keys (see
     /// `key_loss_overlaps`).
     key_loss_overlaps: BTreeMap<bool, Vec<Duration>>,
+    /// The same overlaps, during which a further wipe began (not in the
+    /// figures).
+    spanning_overlaps: BTreeMap<bool, Vec<Duration>>,
     /// Overlaps of the clients' short locks excused by a wipe.
     short_overlaps: u64,
     /// Wipes (keys deleted, evicted), and how many removed a held lock's
@@ -1372,12 +1375,16 @@ impl Totals {
         for (kind, took) in back_at_once(history) {
             self.back.entry(kind).or_default().push(took);
         }
-        let (held, short) = key_loss_overlaps(verdict);
+        let overlaps = key_loss_overlaps(history, verdict);
         self.key_loss_overlaps
             .entry(run.tracking)
             .or_default()
-            .extend(held);
-        self.short_overlaps += short as u64;
+            .extend(overlaps.held);
+        self.spanning_overlaps
+            .entry(run.tracking)
+            .or_default()
+            .extend(overlaps.spanning);
+        self.short_overlaps += overlaps.short as u64;
         self.wipes += history.wipes.len() as u64;
         self.wipes_held += wipes_of_held(history) as u64;
         self.losses_after_wipes += verdict.losses_after_wipes as u64;
@@ -1452,13 +1459,23 @@ impl Totals {
                 took.len()
             )
         };
+        let spanning = |tracking: bool| {
+            self.spanning_overlaps
+                .get(&tracking)
+                .map_or_else(Vec::new, |took| {
+                    took.iter().map(|d| format!("{d:?}")).collect()
+                })
+                .join(", ")
+        };
         let _ = writeln!(
             out,
-            "  key loss: {} episodes (keys deleted, evicted), {} of them hit a held lock; held-lock overlaps after a majority's keys went (later grant until the holder learned it lost): tracking on {}; tracking off {}; {} overlaps of short locks, {} updates lost in them, {} fences reset, {} holder losses after them (not judged)",
+            "  key loss: {} episodes (keys deleted, evicted), {} of them hit a held lock; held-lock overlaps after a majority's keys went (later grant until the holder learned it lost): tracking on {}; tracking off {}; during a further wipe (not in the figures): on [{}], off [{}]; {} overlaps of short locks, {} updates lost in them, {} fences reset, {} holder losses after them (not judged)",
             self.wipes,
             self.wipes_held,
             overlaps(true),
             overlaps(false),
+            spanning(true),
+            spanning(false),
             self.short_overlaps,
             self.updates_lost_to_wipes,
             self.fences_reset_by_wipes,
@@ -1498,14 +1515,40 @@ fn back_at_once(history: &History) -> Vec<(String, Duration)> {
 
 /// The overlaps a wipe of a majority's keys excused: the lengths of the
 /// holders' (auto-extended locks: from the later grant until the holder's
-/// `lost()` resolved or its guard ended), and how many of the clients'
-/// short locks (their sections end at their release).
-fn key_loss_overlaps(verdict: &HistoryCheck) -> (Vec<Duration>, usize) {
-    let (held, short): (Vec<_>, Vec<_>) = verdict
-        .excused_overlaps
-        .iter()
-        .partition(|o| o.resource == RESOURCES[HELD]);
-    (held.iter().map(|o| o.length()).collect(), short.len())
+/// `lost()` resolved or its guard ended) — those during which no further
+/// wipe of the holders' keys on a majority began, then those during which
+/// one did (it may hand the first holder its lock back, and the overlap
+/// runs on: not how long the holder took to learn) — and how many of the
+/// clients' short locks (their sections end at their release).
+fn key_loss_overlaps(history: &History, verdict: &HistoryCheck) -> KeyLossOverlaps {
+    let mut overlaps = KeyLossOverlaps::default();
+    for o in &verdict.excused_overlaps {
+        if o.resource != RESOURCES[HELD] {
+            overlaps.short += 1;
+            continue;
+        }
+        let (from, to) = (o.second.granted, o.first.window().1);
+        let again = history.wipes.iter().any(|w| {
+            *w != o.wipe
+                && from < w.from
+                && w.from < to
+                && w.nodes_of(&o.resource).len() > NODES / 2
+        });
+        if again {
+            overlaps.spanning.push(o.length());
+        } else {
+            overlaps.held.push(o.length());
+        }
+    }
+    overlaps
+}
+
+/// See [`key_loss_overlaps`].
+#[derive(Debug, Default)]
+struct KeyLossOverlaps {
+    held: Vec<Duration>,
+    spanning: Vec<Duration>,
+    short: usize,
 }
 
 /// How many wipes removed the key of a holder's lock while its window was
@@ -2067,7 +2110,12 @@ impl Soak {
         }
         let violations: Vec<&str> = verdict.violations.iter().map(Violation::kind).collect();
         let fairness = fair_verdicts(history);
-        let (held, short) = key_loss_overlaps(verdict);
+        let overlaps = key_loss_overlaps(history, verdict);
+        let ms = |took: &[Duration]| {
+            took.iter()
+                .map(|d| (d.as_secs_f64() * 10_000.0).round() / 10.0)
+                .collect::<Vec<f64>>()
+        };
         self.append(serde_json::json!({
             "seed": seed.to_string(),
             "secs": took.as_secs(),
@@ -2086,11 +2134,9 @@ impl Soak {
             "tracking": tracking(seed),
             "key_loss_episodes": history.wipes.len(),
             "key_loss_episodes_held": wipes_of_held(history),
-            "key_loss_overlaps_ms": held
-                .iter()
-                .map(|d| (d.as_secs_f64() * 10_000.0).round() / 10.0)
-                .collect::<Vec<f64>>(),
-            "key_loss_overlaps_short": short,
+            "key_loss_overlaps_ms": ms(&overlaps.held),
+            "key_loss_overlaps_spanning_ms": ms(&overlaps.spanning),
+            "key_loss_overlaps_short": overlaps.short,
             "losses_after_key_loss": verdict.losses_after_wipes,
         }));
     }
