@@ -301,7 +301,7 @@ fn replay_command(path: &Path) -> String {
 async fn watch_stalls(shared: Arc<Shared>) {
     let period = Duration::from_millis(10);
     let mut due = Instant::now() + period;
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.watching_stop.load(Ordering::Relaxed) {
         tokio::time::sleep_until(due).await;
         let ran = Instant::now();
         if ran.saturating_duration_since(due) >= STALL {
@@ -320,7 +320,7 @@ async fn watch_stalls(shared: Arc<Shared>) {
 async fn watch_nodes(urls: Vec<String>, shared: Arc<Shared>) {
     let mut conns: Vec<Option<redis::aio::MultiplexedConnection>> = vec![None; urls.len()];
     let patience = Duration::from_secs(1);
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.watching_stop.load(Ordering::Relaxed) {
         let sent = Instant::now();
         let slow =
             futures::future::join_all(conns.iter_mut().zip(&urls).map(|(conn, url)| async move {
@@ -971,6 +971,10 @@ struct Shared {
     recorder: Recorder,
     counters: Vec<AtomicU64>,
     stop: AtomicBool,
+    /// Stops the watchers (stalls, starved nodes): only once every client
+    /// and holder has ended, since a holder keeps its lock up to `HOLD`
+    /// after `stop` and a stall then may cost it its lock.
+    watching_stop: AtomicBool,
 }
 
 /// A client making single attempts on its resource (`try_lock`, or
@@ -1654,6 +1658,8 @@ struct Run {
     managers: Vec<Redlock>,
     shared: Arc<Shared>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The watchers of stalls and starved nodes: stopped after the tasks.
+    watchers: Vec<tokio::task::JoinHandle<()>>,
     /// Whether the holders track their keys.
     tracking: bool,
 }
@@ -1687,6 +1693,7 @@ impl Run {
             recorder: Recorder::new(),
             counters: RESOURCES.iter().map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),
+            watching_stop: AtomicBool::new(false),
         });
         shared.recorder.nodes(NODES);
         let mut managers = Vec::new();
@@ -1719,13 +1726,16 @@ impl Run {
             )));
             managers.push(locks);
         }
-        tasks.push(tokio::spawn(watch_stalls(shared.clone())));
         let direct = cluster.nodes.iter().map(|n| n.url()).collect();
-        tasks.push(tokio::spawn(watch_nodes(direct, shared.clone())));
+        let watchers = vec![
+            tokio::spawn(watch_stalls(shared.clone())),
+            tokio::spawn(watch_nodes(direct, shared.clone())),
+        ];
         Self {
             managers,
             shared,
             tasks,
+            watchers,
             tracking,
         }
     }
@@ -1777,6 +1787,13 @@ impl Run {
             support::no_hang("chaos client", task)
                 .await
                 .expect("client task");
+        }
+        // The holders kept their locks until now: stalls meanwhile count.
+        self.shared.watching_stop.store(true, Ordering::Relaxed);
+        for task in self.watchers {
+            support::no_hang("chaos watcher", task)
+                .await
+                .expect("watcher task");
         }
         cluster.heal_all().await;
         for locks in &self.managers {
