@@ -15,6 +15,22 @@
 //! - Holders keep auto-extended locks for seconds at a time through the
 //!   same faults, including rolling restarts of every node; a holder that
 //!   loses its lock while a majority of nodes was up is a failure.
+//! - Key loss (issue #53): two fault kinds remove our lock keys from under
+//!   their holders, past the proxies, on a minority or a majority:
+//!   **keys deleted** (an operator's `DEL` of the lock keys, or
+//!   `FLUSHALL`) and **eviction** (a node briefly at a `maxmemory` just
+//!   above what it uses, `allkeys-lru`, filler keys written beside ours
+//!   until ours are evicted, then its settings restored and the fillers
+//!   deleted). Each is recorded as a wipe (what it removed, and the keys
+//!   of the nodes it spared): where it left a majority without a holder's
+//!   key, a second owner may legitimately be granted, and the checker
+//!   excuses that overlap (that resource, that time window only) and
+//!   measures it — from the later grant until the first holder learned
+//!   it lost. Holders track their keys (`HeldKeyTracking::WhereAvailable`)
+//!   in even seeds and not in odd ones; the soak row says which
+//!   (`tracking`) and lists the holders' overlaps (`key_loss_overlaps_ms`),
+//!   and the totals quote their p50/p99/max for each. Losses, lost updates
+//!   and fence resets after such wipes are counted apart, not judged.
 //! - Fair clients: 7 of the 16 clients call `fair_lock` (told their turn by
 //!   releases) instead of single attempts: three on each of two resources
 //!   of their own, and one on a resource it shares with a single-attempt
@@ -76,7 +92,7 @@ use quorumlock::testkit::history::{
 };
 use quorumlock::testkit::report::Page;
 use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, ServerOptions};
-use quorumlock::{Error, LockGuard, LossReason, Redlock, Retry, WakeOnRelease};
+use quorumlock::{Error, HeldKeyTracking, LockGuard, LossReason, Redlock, Retry, WakeOnRelease};
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -285,7 +301,7 @@ fn replay_command(path: &Path) -> String {
 async fn watch_stalls(shared: Arc<Shared>) {
     let period = Duration::from_millis(10);
     let mut due = Instant::now() + period;
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.watching_stop.load(Ordering::Relaxed) {
         tokio::time::sleep_until(due).await;
         let ran = Instant::now();
         if ran.saturating_duration_since(due) >= STALL {
@@ -304,7 +320,7 @@ async fn watch_stalls(shared: Arc<Shared>) {
 async fn watch_nodes(urls: Vec<String>, shared: Arc<Shared>) {
     let mut conns: Vec<Option<redis::aio::MultiplexedConnection>> = vec![None; urls.len()];
     let patience = Duration::from_secs(1);
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.watching_stop.load(Ordering::Relaxed) {
         let sent = Instant::now();
         let slow =
             futures::future::join_all(conns.iter_mut().zip(&urls).map(|(conn, url)| async move {
@@ -357,9 +373,11 @@ enum Fault {
     MajorityPause,
     MajorityPartition,
     LostReplies,
+    KeysDeleted,
+    Eviction,
 }
 
-const FAULTS: [Fault; 15] = [
+const FAULTS: [Fault; 17] = [
     Fault::KillRestart,
     Fault::Pause,
     Fault::Slow,
@@ -375,7 +393,16 @@ const FAULTS: [Fault; 15] = [
     Fault::MajorityPause,
     Fault::MajorityPartition,
     Fault::LostReplies,
+    Fault::KeysDeleted,
+    Fault::Eviction,
 ];
+
+/// The most filler keys written to one node to push its lock keys out.
+const FILLERS: usize = 4000;
+/// Each filler key's size.
+const FILLER: usize = 4096;
+/// How far above what a node uses its `maxmemory` is set while it evicts.
+const HEADROOM: u64 = 512 * 1024;
 
 /// How long a flapping node stays frozen, and then thawed, each time.
 const FLAP: Duration = Duration::from_secs(1);
@@ -621,6 +648,158 @@ impl Cluster {
                 }
                 (0..NODES).collect()
             }
+            Fault::KeysDeleted => {
+                // An operator removes our lock keys (`DEL` of them) or
+                // every key (`FLUSHALL`), on a minority or a majority,
+                // past the proxies. Each node's keys are read and removed
+                // in one transaction: what was removed is known exactly.
+                let hit = some_nodes(rng);
+                let flush = rng.random_bool(0.5);
+                let kept = self.lock_keys(&hit).await;
+                let from = Instant::now();
+                let mut removed = Vec::new();
+                for &i in &hit {
+                    let mut admin = support::conn(&self.nodes[i].url()).await;
+                    let mut pipe = redis::pipe();
+                    pipe.atomic().cmd("MGET").arg(&RESOURCES[..]);
+                    if flush {
+                        pipe.cmd("FLUSHALL").ignore();
+                    } else {
+                        pipe.cmd("DEL").arg(&RESOURCES[..]).ignore();
+                    }
+                    let (before,): (Vec<Option<String>>,) =
+                        pipe.query_async(&mut admin).await.expect("wipe");
+                    for (resource, token) in RESOURCES.iter().zip(before) {
+                        removed.push((i, (*resource).to_owned(), token.unwrap_or_default()));
+                    }
+                }
+                let kind = if flush { "flushall" } else { "del" };
+                recorder.wipe(kind, flush, from, Instant::now(), removed, kept);
+                hit
+            }
+            Fault::Eviction => {
+                // A minority or a majority briefly at a tiny `maxmemory`
+                // with `allkeys-lru`, filler keys written beside ours until
+                // ours are evicted; then their settings restored and the
+                // fillers deleted.
+                let hit = some_nodes(rng);
+                let kept = self.lock_keys(&hit).await;
+                let from = Instant::now();
+                let mut pressed = Vec::new();
+                for &i in &hit {
+                    pressed.push(self.press(i).await);
+                }
+                let mut removed = Vec::new();
+                for (&i, pressed) in hit.iter().zip(pressed) {
+                    removed.extend(pressed.restore(i).await);
+                }
+                recorder.wipe("eviction", true, from, Instant::now(), removed, kept);
+                hit
+            }
+        }
+    }
+
+    /// The lock keys of the nodes not in `hit`, read past their proxies:
+    /// (node, resource, token or empty, when it expires).
+    async fn lock_keys(&self, hit: &[usize]) -> Vec<(usize, String, String, Option<Instant>)> {
+        let mut keys = Vec::new();
+        for i in (0..NODES).filter(|i| !hit.contains(i)) {
+            let mut c = support::conn(&self.nodes[i].url()).await;
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("MGET").arg(&RESOURCES[..]);
+            for resource in RESOURCES {
+                pipe.cmd("PTTL").arg(resource);
+            }
+            let read = Instant::now();
+            let reply: Vec<redis::Value> = pipe.query_async(&mut c).await.expect("MGET");
+            let (tokens, ttls) = reply.split_first().expect("MGET");
+            let tokens: Vec<Option<String>> =
+                redis::from_redis_value(tokens.clone()).expect("MGET");
+            for ((resource, token), ttl) in RESOURCES.iter().zip(tokens).zip(ttls) {
+                let ms: i64 = redis::from_redis_value(ttl.clone()).unwrap_or(-1);
+                let expires = u64::try_from(ms)
+                    .ok()
+                    .map(|ms| read + Duration::from_millis(ms));
+                keys.push((
+                    i,
+                    (*resource).to_owned(),
+                    token.unwrap_or_default(),
+                    expires,
+                ));
+            }
+        }
+        keys
+    }
+
+    /// Puts node `i` under memory pressure (past its proxy): `allkeys-lru`
+    /// at a `maxmemory` just above what it uses, filler keys written until
+    /// every lock key it held is evicted (or `FILLERS` written). Returns
+    /// what [`Pressed::restore`] needs.
+    async fn press(&self, i: usize) -> Pressed {
+        let mut c = support::conn(&self.nodes[i].url()).await;
+        let setting = |name: &'static str| redis::cmd("CONFIG").arg("GET").arg(name).clone();
+        let get = |reply: Vec<String>| reply.get(1).cloned().expect("a setting");
+        let maxmemory = get(setting("maxmemory")
+            .query_async(&mut c)
+            .await
+            .expect("CONFIG"));
+        let policy = get(setting("maxmemory-policy")
+            .query_async(&mut c)
+            .await
+            .expect("CONFIG"));
+        let read = || redis::cmd("MGET").arg(&RESOURCES[..]).clone();
+        let before: Vec<Option<String>> = read().query_async(&mut c).await.expect("MGET");
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut c)
+            .await
+            .expect("INFO");
+        let used: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory");
+        let set = |name: &str, value: String| {
+            redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone()
+        };
+        let _: () = set("maxmemory-policy", "allkeys-lru".into())
+            .query_async(&mut c)
+            .await
+            .expect("CONFIG SET");
+        let _: () = set("maxmemory", (used + HEADROOM).to_string())
+            .query_async(&mut c)
+            .await
+            .expect("CONFIG SET");
+        let filler = "x".repeat(FILLER);
+        // A lock key counts as evicted once absent or holding another
+        // token than before at some read.
+        let mut gone = vec![false; RESOURCES.len()];
+        let mut written = 0;
+        while written < FILLERS {
+            let mut pipe = redis::pipe();
+            for n in written..written + 16 {
+                pipe.cmd("SET")
+                    .arg(format!("chaos:filler:{n}"))
+                    .arg(&filler)
+                    .ignore();
+            }
+            written += 16;
+            let wrote: redis::RedisResult<()> = pipe.query_async(&mut c).await;
+            let now: Vec<Option<String>> = read().query_async(&mut c).await.expect("MGET");
+            for (k, (was, is)) in before.iter().zip(&now).enumerate() {
+                gone[k] |= is.is_none() || is != was;
+            }
+            if wrote.is_err() || gone.iter().all(|&g| g) {
+                break;
+            }
+        }
+        Pressed {
+            conn: c,
+            maxmemory,
+            policy,
+            before,
+            gone,
+            written,
         }
     }
 
@@ -710,6 +889,74 @@ impl Cluster {
     }
 }
 
+/// A node under memory pressure (see [`Cluster::press`]).
+struct Pressed {
+    conn: redis::aio::MultiplexedConnection,
+    maxmemory: String,
+    policy: String,
+    /// Its lock keys' tokens before.
+    before: Vec<Option<String>>,
+    /// Which of them were evicted (or replaced) meanwhile.
+    gone: Vec<bool>,
+    /// How many fillers were written.
+    written: usize,
+}
+
+impl Pressed {
+    /// Restores node `i`'s settings and deletes the fillers; returns each
+    /// lock key the pressure removed, or that was absent when it ended:
+    /// (node, resource, token before).
+    async fn restore(mut self, i: usize) -> Vec<(usize, String, String)> {
+        let c = &mut self.conn;
+        let after: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(&RESOURCES[..])
+            .query_async(c)
+            .await
+            .expect("MGET");
+        for (name, value) in [
+            ("maxmemory", &self.maxmemory),
+            ("maxmemory-policy", &self.policy),
+        ] {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query_async(c)
+                .await
+                .expect("CONFIG SET");
+        }
+        for chunk in (0..self.written).collect::<Vec<_>>().chunks(500) {
+            let keys: Vec<String> = chunk.iter().map(|n| format!("chaos:filler:{n}")).collect();
+            let _: () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(c)
+                .await
+                .expect("DEL");
+        }
+        RESOURCES
+            .iter()
+            .zip(self.before)
+            .zip(self.gone.iter().zip(after))
+            .filter(|(_, (gone, after))| **gone || after.is_none())
+            .map(|((resource, before), _)| (i, (*resource).to_owned(), before.unwrap_or_default()))
+            .collect()
+    }
+}
+
+/// Some nodes, by index: a minority (one or two) or a majority (three to
+/// all), as likely.
+fn some_nodes(rng: &mut rand::rngs::StdRng) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..NODES).collect();
+    all.shuffle(rng);
+    let n = if rng.random_bool(0.5) {
+        rng.random_range(1..=NODES / 2)
+    } else {
+        rng.random_range(NODES / 2 + 1..=NODES)
+    };
+    all.truncate(n);
+    all
+}
+
 /// A random majority of the nodes, by index.
 fn majority(rng: &mut rand::rngs::StdRng) -> Vec<usize> {
     let mut all: Vec<usize> = (0..NODES).collect();
@@ -724,6 +971,10 @@ struct Shared {
     recorder: Recorder,
     counters: Vec<AtomicU64>,
     stop: AtomicBool,
+    /// Stops the watchers (stalls, starved nodes): only once every client
+    /// and holder has ended, since a holder keeps its lock up to `HOLD`
+    /// after `stop` and a stall then may cost it its lock.
+    watching_stop: AtomicBool,
 }
 
 /// A client making single attempts on its resource (`try_lock`, or
@@ -916,12 +1167,18 @@ struct Fairness {
 const REJOIN: Duration = Duration::from_millis(2_500);
 
 /// Whether `call` waited through a majority outage of `history`, or the
-/// [`REJOIN`] time after it.
+/// [`REJOIN`] time after it; or through a wipe of lock keys (which may
+/// remove the line itself, `FLUSHALL` or an eviction: a line started
+/// again), or the [`REJOIN`] time after it.
 fn through_an_outage(history: &History, call: &Asked) -> bool {
     history
         .outages
         .iter()
         .any(|outage| call.start < outage.back + REJOIN && call.end > outage.from)
+        || history
+            .wipes
+            .iter()
+            .any(|wipe| call.start < wipe.to + REJOIN && call.end > wipe.from)
 }
 
 /// The starvation check of `resource`: every fair call on it (an
@@ -988,7 +1245,7 @@ impl std::fmt::Display for Fairness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: {} fair calls, {} granted, {} through an outage (not judged); passed over at most {} times (k = {})",
+            "{}: {} fair calls, {} granted, {} through an outage or a wipe (not judged); passed over at most {} times (k = {})",
             self.resource,
             self.calls,
             self.granted,
@@ -1063,6 +1320,22 @@ struct Totals {
     /// Back at once: per fault kind, from a quorum certainly back to the
     /// first grant after it (see `back_at_once`).
     back: BTreeMap<String, Vec<Duration>>,
+    /// Overlaps of the holders' locks excused by a wipe of a majority's
+    /// keys, by whether the holders tracked their keys (see
+    /// `key_loss_overlaps`).
+    key_loss_overlaps: BTreeMap<bool, Vec<Duration>>,
+    /// The same overlaps, during which a further wipe began (not in the
+    /// figures).
+    spanning_overlaps: BTreeMap<bool, Vec<Duration>>,
+    /// Overlaps of the clients' short locks excused by a wipe.
+    short_overlaps: u64,
+    /// Wipes (keys deleted, evicted), and how many removed a held lock's
+    /// key.
+    wipes: u64,
+    wipes_held: u64,
+    losses_after_wipes: u64,
+    updates_lost_to_wipes: u64,
+    fences_reset_by_wipes: u64,
 }
 
 impl Totals {
@@ -1106,6 +1379,21 @@ impl Totals {
         for (kind, took) in back_at_once(history) {
             self.back.entry(kind).or_default().push(took);
         }
+        let overlaps = key_loss_overlaps(history, verdict);
+        self.key_loss_overlaps
+            .entry(run.tracking)
+            .or_default()
+            .extend(overlaps.held);
+        self.spanning_overlaps
+            .entry(run.tracking)
+            .or_default()
+            .extend(overlaps.spanning);
+        self.short_overlaps += overlaps.short as u64;
+        self.wipes += history.wipes.len() as u64;
+        self.wipes_held += wipes_of_held(history) as u64;
+        self.losses_after_wipes += verdict.losses_after_wipes as u64;
+        self.updates_lost_to_wipes += verdict.updates_lost_to_wipes as u64;
+        self.fences_reset_by_wipes += verdict.fences_reset_by_wipes as u64;
     }
 
     fn print(&self) {
@@ -1156,6 +1444,47 @@ impl Totals {
                 took.len()
             );
         }
+        let overlaps = |tracking: bool| {
+            let mut took = self
+                .key_loss_overlaps
+                .get(&tracking)
+                .cloned()
+                .unwrap_or_default();
+            took.sort();
+            if took.is_empty() {
+                return "none".to_owned();
+            }
+            let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+            format!(
+                "{:?} p50, {:?} p99, {:?} max ({} overlaps)",
+                at(0.5),
+                at(0.99),
+                at(1.0),
+                took.len()
+            )
+        };
+        let spanning = |tracking: bool| {
+            self.spanning_overlaps
+                .get(&tracking)
+                .map_or_else(Vec::new, |took| {
+                    took.iter().map(|d| format!("{d:?}")).collect()
+                })
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  key loss: {} episodes (keys deleted, evicted), {} of them hit a held lock; held-lock overlaps after a majority's keys went (later grant until the holder learned it lost): tracking on {}; tracking off {}; during a further wipe (not in the figures): on [{}], off [{}]; {} overlaps of short locks, {} updates lost in them, {} fences reset, {} holder losses after them (not judged)",
+            self.wipes,
+            self.wipes_held,
+            overlaps(true),
+            overlaps(false),
+            spanning(true),
+            spanning(false),
+            self.short_overlaps,
+            self.updates_lost_to_wipes,
+            self.fences_reset_by_wipes,
+            self.losses_after_wipes
+        );
         let _ = writeln!(out, "  violations: {}", self.violations);
         let _ = write!(out, "  leaked keys: {}", self.leaked_keys);
         println!("{out}");
@@ -1186,6 +1515,73 @@ fn back_at_once(history: &History) -> Vec<(String, Duration)> {
             Some((kind, first - outage.back))
         })
         .collect()
+}
+
+/// The overlaps a wipe of a majority's keys excused: the lengths of the
+/// holders' (auto-extended locks: from the later grant until the holder's
+/// `lost()` resolved or its guard ended) — those during which no further
+/// wipe of the holders' keys on a majority began, then those during which
+/// one did (it may hand the first holder its lock back, and the overlap
+/// runs on: not how long the holder took to learn) — and how many of the
+/// clients' short locks (their sections end at their release).
+fn key_loss_overlaps(history: &History, verdict: &HistoryCheck) -> KeyLossOverlaps {
+    let mut overlaps = KeyLossOverlaps::default();
+    for o in &verdict.excused_overlaps {
+        if o.resource != RESOURCES[HELD] {
+            overlaps.short += 1;
+            continue;
+        }
+        let (from, to) = (o.second.granted, o.first.window().1);
+        let again = history.wipes.iter().any(|w| {
+            *w != o.wipe
+                && from < w.from
+                && w.from < to
+                && w.nodes_of(&o.resource).len() > NODES / 2
+        });
+        if again {
+            overlaps.spanning.push(o.length());
+        } else {
+            overlaps.held.push(o.length());
+        }
+    }
+    overlaps
+}
+
+/// See [`key_loss_overlaps`].
+#[derive(Debug, Default)]
+struct KeyLossOverlaps {
+    held: Vec<Duration>,
+    spanning: Vec<Duration>,
+    short: usize,
+}
+
+/// How many wipes removed the key of a holder's lock while its window was
+/// open.
+fn wipes_of_held(history: &History) -> usize {
+    history
+        .wipes
+        .iter()
+        .filter(|wipe| {
+            wipe.removed.iter().any(|k| {
+                k.resource == RESOURCES[HELD]
+                    && !k.token.is_empty()
+                    && history.grants.iter().any(|g| {
+                        let (from, to) = g.window();
+                        g.resource == k.resource
+                            && g.token == k.token
+                            && from <= wipe.to
+                            && wipe.from < to
+                    })
+            })
+        })
+        .count()
+}
+
+/// Whether the holders of `seed`'s run track their keys
+/// (`HeldKeyTracking::WhereAvailable`): in even seeds; odd seeds learn of a
+/// loss at their renewals only.
+fn tracking(seed: u64) -> bool {
+    seed.is_multiple_of(2)
 }
 
 /// Grants whose deadline lies past `invoked + ttl`: the client thread was
@@ -1241,10 +1637,14 @@ fn chaos_options() -> ServerOptions {
 /// call passed over more than its resource's `k` times (the starvation
 /// check). Returns the run's history and its verdict.
 async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (History, HistoryCheck) {
-    println!("chaos seed = {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed})");
+    let tracking = tracking(seed);
+    println!(
+        "chaos seed = {seed} (replay with QUORUMLOCK_CHAOS_SEED={seed}); holders {} their keys",
+        if tracking { "track" } else { "do not track" }
+    );
     RenewLog::get();
     let cluster = Cluster::start(chaos_options()).await;
-    let run = Run::start(&cluster);
+    let run = Run::start(&cluster, tracking);
     let (injected, stalled) = run.inject(&cluster, seed, min_grants).await;
     let judged = run.finish(&cluster, seed).await;
     totals.add(&judged, &injected);
@@ -1258,6 +1658,10 @@ struct Run {
     managers: Vec<Redlock>,
     shared: Arc<Shared>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The watchers of stalls and starved nodes: stopped after the tasks.
+    watchers: Vec<tokio::task::JoinHandle<()>>,
+    /// Whether the holders track their keys.
+    tracking: bool,
 }
 
 /// A client's manager: single attempts, or (for a fair client) a wait in
@@ -1281,13 +1685,15 @@ fn manager(cluster: &Cluster, call: Call) -> Redlock {
 }
 
 impl Run {
-    /// Starts every client (as `ROLES` says), the holders and the
-    /// watchers, on one recorder whose origin is now.
-    fn start(cluster: &Cluster) -> Self {
+    /// Starts every client (as `ROLES` says), the holders (tracking their
+    /// keys if `tracking`) and the watchers, on one recorder whose origin
+    /// is now.
+    fn start(cluster: &Cluster, tracking: bool) -> Self {
         let shared = Arc::new(Shared {
             recorder: Recorder::new(),
             counters: RESOURCES.iter().map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),
+            watching_stop: AtomicBool::new(false),
         });
         shared.recorder.nodes(NODES);
         let mut managers = Vec::new();
@@ -1306,6 +1712,11 @@ impl Run {
                 .nodes(cluster.urls())
                 .node_timeout(NODE_TIMEOUT)
                 .retry(Retry::forever().wait(HOLD))
+                .held_key_tracking(if tracking {
+                    HeldKeyTracking::WhereAvailable
+                } else {
+                    HeldKeyTracking::Off
+                })
                 .build()
                 .expect("config");
             tasks.push(tokio::spawn(holder(
@@ -1315,13 +1726,17 @@ impl Run {
             )));
             managers.push(locks);
         }
-        tasks.push(tokio::spawn(watch_stalls(shared.clone())));
         let direct = cluster.nodes.iter().map(|n| n.url()).collect();
-        tasks.push(tokio::spawn(watch_nodes(direct, shared.clone())));
+        let watchers = vec![
+            tokio::spawn(watch_stalls(shared.clone())),
+            tokio::spawn(watch_nodes(direct, shared.clone())),
+        ];
         Self {
             managers,
             shared,
             tasks,
+            watchers,
+            tracking,
         }
     }
 
@@ -1373,6 +1788,13 @@ impl Run {
                 .await
                 .expect("client task");
         }
+        // The holders kept their locks until now: stalls meanwhile count.
+        self.shared.watching_stop.store(true, Ordering::Relaxed);
+        for task in self.watchers {
+            support::no_hang("chaos watcher", task)
+                .await
+                .expect("watcher task");
+        }
         cluster.heal_all().await;
         for locks in &self.managers {
             locks.settle().await;
@@ -1401,6 +1823,7 @@ impl Run {
         let start = recorder.origin();
         let history = recorder.take();
         Judged {
+            tracking: self.tracking,
             verdict: check(&history),
             fairness: fair_verdicts(&history),
             mixed: starvation(&history, RESOURCES[MIXED], fair_clients(MIXED)),
@@ -1445,6 +1868,8 @@ struct Judged {
     leaked: usize,
     /// The recorder's origin.
     start: Instant,
+    /// Whether the holders tracked their keys.
+    tracking: bool,
 }
 
 impl Judged {
@@ -1604,7 +2029,9 @@ async fn chaos_soak() {
     let mut worst: Option<Worst> = None;
     let mut ran = 0;
     while ran < seeds && Instant::now() < until {
-        let seed = rand::random();
+        // Every other seed even: holders track their keys in half the
+        // seeds (see `tracking`).
+        let seed = (rand::random::<u64>() & !1) | (ran % 2);
         let began = Instant::now();
         // A failed seed is recorded too, with what failed, before the soak
         // stops on it.
@@ -1700,6 +2127,12 @@ impl Soak {
         }
         let violations: Vec<&str> = verdict.violations.iter().map(Violation::kind).collect();
         let fairness = fair_verdicts(history);
+        let overlaps = key_loss_overlaps(history, verdict);
+        let ms = |took: &[Duration]| {
+            took.iter()
+                .map(|d| (d.as_secs_f64() * 10_000.0).round() / 10.0)
+                .collect::<Vec<f64>>()
+        };
         self.append(serde_json::json!({
             "seed": seed.to_string(),
             "secs": took.as_secs(),
@@ -1715,6 +2148,13 @@ impl Soak {
             "violations": violations,
             "fair_grants": fairness.iter().map(|f| f.granted).sum::<usize>(),
             "passed_over": fairness.iter().map(Fairness::most).max(),
+            "tracking": tracking(seed),
+            "key_loss_episodes": history.wipes.len(),
+            "key_loss_episodes_held": wipes_of_held(history),
+            "key_loss_overlaps_ms": ms(&overlaps.held),
+            "key_loss_overlaps_spanning_ms": ms(&overlaps.spanning),
+            "key_loss_overlaps_short": overlaps.short,
+            "losses_after_key_loss": verdict.losses_after_wipes,
         }));
     }
 

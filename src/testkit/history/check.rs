@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use super::{Fault, Grant, History, Leftover, Loss, Op, OpKind, Outage, Outcome, Share, Span};
+use super::{
+    Fault, Grant, History, Leftover, Loss, Op, OpKind, Outage, Outcome, Share, Span, Wipe,
+};
 
 /// What the checker found in a history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +30,47 @@ pub struct HistoryCheck {
     /// Counted, not judged: failed single attempts slower than the bound
     /// that a stall of the client process overlapped.
     pub failures_after_stalls: usize,
+    /// Measured, not judged: overlaps of two windows of a resource whose
+    /// key a wipe had just removed on a majority of the nodes (see the
+    /// [module docs](super)), each with its length.
+    pub excused_overlaps: Vec<ExcusedOverlap>,
+    /// Counted, not judged: updates of a counter lost in excused overlaps
+    /// (at most one per overlap in which both sections wrote).
+    pub updates_lost_to_wipes: usize,
+    /// Counted, not judged: holders' losses within their ttl after a wipe
+    /// that removed their resource's key on a majority of the nodes.
+    pub losses_after_wipes: usize,
+    /// Counted, not judged: fences not above the one before them, granted
+    /// within their ttl after a wipe of every key (fence counters too).
+    pub fences_reset_by_wipes: usize,
+}
+
+/// Two windows of one resource that overlapped after a wipe removed its
+/// key on a majority of the nodes: Redlock's assumption broken, not the
+/// library's rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExcusedOverlap {
+    /// The resource.
+    pub resource: String,
+    /// The grant made first: its holder believed it held until its
+    /// window's end.
+    pub first: Grant,
+    /// The grant made while `first`'s window was open.
+    pub second: Grant,
+    /// The wipe that excuses it.
+    pub wipe: Wipe,
+}
+
+impl ExcusedOverlap {
+    /// How long both believed they held: from the later grant until the
+    /// earlier holder stopped believing (its `lost()` resolved, or its
+    /// window ended otherwise).
+    pub fn length(&self) -> Duration {
+        let (_, first_to) = self.first.window();
+        let (second_from, second_to) = self.second.window();
+        first_to.min(second_to).saturating_sub(second_from)
+    }
 }
 
 impl HistoryCheck {
@@ -349,11 +392,12 @@ fn fmt_loss(f: &mut fmt::Formatter<'_>, loss: &Loss, faults: &[Fault]) -> fmt::R
 /// ttl`; per resource, believed-held windows never overlap (or share by
 /// their rule), the counter equals the writes, fences increase in grant
 /// order; no grant inside a majority outage; no loss while a majority was
-/// up; every failure a documented one, in time; nothing left behind.
+/// up; every failure a documented one, in time; nothing left behind. What
+/// a wipe of a majority's keys excuses is measured and counted instead.
 pub fn check(history: &History) -> HistoryCheck {
     let mut verdict = HistoryCheck::default();
     check_grants(history, &mut verdict.violations);
-    check_resources(history, &mut verdict.violations);
+    check_resources(history, &mut verdict);
     check_outages(history, &mut verdict.violations);
     check_losses(history, &mut verdict);
     check_ops(history, &mut verdict);
@@ -383,8 +427,9 @@ fn check_grants(history: &History, flag: &mut Vec<Violation>) {
 }
 
 /// Per resource: windows never overlap (or share by their rule), the
-/// counter equals the writes, fences increase in grant order.
-fn check_resources(history: &History, flag: &mut Vec<Violation>) {
+/// counter equals the writes, fences increase in grant order — unless a
+/// wipe excuses it (see the [module docs](super)).
+fn check_resources(history: &History, verdict: &mut HistoryCheck) {
     let resources: BTreeSet<&str> = history
         .grants
         .iter()
@@ -398,15 +443,23 @@ fn check_resources(history: &History, flag: &mut Vec<Violation>) {
             .filter(|g| g.resource == resource)
             .collect();
         grants.sort_by_key(|g| g.granted);
+        let excused_before = verdict.excused_overlaps.len();
         if grants.iter().all(|g| g.share == Share::Alone) {
-            overlaps(resource, &grants, flag);
+            overlaps(history, resource, &grants, verdict);
         } else {
-            sharing(resource, &grants, flag);
+            sharing(resource, &grants, &mut verdict.violations);
         }
         if let Some(&counter) = history.counters.get(resource) {
             let writes = grants.iter().filter(|g| g.wrote).count() as u64;
-            if counter != writes {
-                flag.push(Violation::LostUpdate {
+            // Each excused overlap in which both wrote may have lost one.
+            let excusable = verdict.excused_overlaps[excused_before..]
+                .iter()
+                .filter(|o| o.first.wrote && o.second.wrote)
+                .count() as u64;
+            if counter < writes && writes - counter <= excusable {
+                verdict.updates_lost_to_wipes += (writes - counter) as usize;
+            } else if counter != writes {
+                verdict.violations.push(Violation::LostUpdate {
                     resource: resource.to_owned(),
                     counter,
                     writes,
@@ -414,14 +467,48 @@ fn check_resources(history: &History, flag: &mut Vec<Violation>) {
             }
         }
         let fenced: Vec<&&Grant> = grants.iter().filter(|g| g.fence.is_some()).collect();
-        if let Some(w) = fenced.windows(2).find(|w| w[0].fence >= w[1].fence) {
-            flag.push(Violation::FenceBackwards {
+        for w in fenced.windows(2).filter(|w| w[0].fence >= w[1].fence) {
+            if counters_wiped_before(history, w[1]) {
+                verdict.fences_reset_by_wipes += 1;
+                continue;
+            }
+            verdict.violations.push(Violation::FenceBackwards {
                 resource: resource.to_owned(),
                 earlier: (*w[0]).clone(),
                 later: (*w[1]).clone(),
             });
+            break; // the first one only, as before
         }
     }
+}
+
+/// The wipe that excuses `second`'s window opening inside `first`'s: it
+/// left a majority of the nodes without `first`'s key ([`Wipe::without`]), `first`'s call
+/// had begun before it ended, and `second` was granted after it began and
+/// within `first`'s ttl after it ended (by then `first`'s renewals, had
+/// they put its key back, would have kept `second` out). Needs the node
+/// count.
+fn wiped_under<'h>(history: &'h History, first: &Grant, second: &Grant) -> Option<&'h Wipe> {
+    let nodes = history.nodes?;
+    history.wipes.iter().find(|w| {
+        first.invoked <= w.to
+            && w.from <= second.granted
+            && second.granted <= w.to.saturating_add(first.ttl)
+            && w.without(&first.resource, &first.token, second.granted)
+                .len()
+                > nodes / 2
+    })
+}
+
+/// Whether a wipe of every key (fence counters too) of any node came
+/// within `later`'s ttl before its grant.
+fn counters_wiped_before(history: &History, later: &Grant) -> bool {
+    history.wipes.iter().any(|w| {
+        w.all_keys
+            && w.from <= later.granted
+            && later.granted <= w.to.saturating_add(later.ttl)
+            && !w.nodes_of(&later.resource).is_empty()
+    })
 }
 
 /// No grant inside a majority outage.
@@ -442,6 +529,10 @@ fn check_outages(history: &History, flag: &mut Vec<Violation>) {
 /// or a majority had lost the key (counted instead).
 fn check_losses(history: &History, verdict: &mut HistoryCheck) {
     for loss in unexcused_by_outages(history) {
+        if wiped_before(history, loss) {
+            verdict.losses_after_wipes += 1;
+            continue;
+        }
         if stalled_before(history, loss) {
             verdict.losses_after_stalls += 1;
             continue;
@@ -508,8 +599,9 @@ fn check_leftovers(history: &History, flag: &mut Vec<Violation>) {
     }
 }
 
-/// Plain locks: no two windows of `grants` (sorted by grant) overlap.
-fn overlaps(resource: &str, grants: &[&Grant], flag: &mut Vec<Violation>) {
+/// Plain locks: no two windows of `grants` (sorted by grant) overlap,
+/// unless a wipe excuses it (measured instead).
+fn overlaps(history: &History, resource: &str, grants: &[&Grant], verdict: &mut HistoryCheck) {
     for (i, a) in grants.iter().enumerate() {
         let (a_from, a_to) = a.window();
         for b in grants.iter().skip(i + 1) {
@@ -518,7 +610,16 @@ fn overlaps(resource: &str, grants: &[&Grant], flag: &mut Vec<Violation>) {
                 break; // sorted by start: no later window can overlap `a`
             }
             if a_from < b_to && b_from < a_to {
-                flag.push(Violation::Overlap {
+                if let Some(wipe) = wiped_under(history, a, b) {
+                    verdict.excused_overlaps.push(ExcusedOverlap {
+                        resource: resource.to_owned(),
+                        first: (*a).clone(),
+                        second: (*b).clone(),
+                        wipe: wipe.clone(),
+                    });
+                    continue;
+                }
+                verdict.violations.push(Violation::Overlap {
                     resource: resource.to_owned(),
                     first: (*a).clone(),
                     second: (*b).clone(),
@@ -628,6 +729,26 @@ fn majority_without_key(history: &History, loss: &Loss) -> bool {
             )
             .collect();
         without.len() > nodes / 2
+    })
+}
+
+/// Whether a wipe left a majority of the nodes without the lost holding's
+/// key within its ttl before `loss` (needs the node count).
+fn wiped_before(history: &History, loss: &Loss) -> bool {
+    let Some(nodes) = history.nodes else {
+        return false;
+    };
+    // The holding that was lost: the holder's last grant of the resource.
+    let token = history
+        .grants
+        .iter()
+        .filter(|g| g.client == loss.client && g.resource == loss.resource && g.granted <= loss.at)
+        .max_by_key(|g| g.granted)
+        .map_or("", |g| g.token.as_str());
+    history.wipes.iter().any(|w| {
+        w.from <= loss.at
+            && loss.at <= w.to.saturating_add(loss.ttl)
+            && w.without(&loss.resource, token, loss.at).len() > nodes / 2
     })
 }
 

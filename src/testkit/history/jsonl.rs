@@ -1,19 +1,19 @@
 //! The history file: JSON Lines, one record a line, each with a `"type"`
 //! (`meta`, `grant`, `op`, `outage`, `loss`, `fault`, `down`, `key_loss`,
-//! `stall`, `starved`, `leftover`, `counter`, `verdict`); times in nanoseconds from the recorder's origin
+//! `wipe`, `stall`, `starved`, `leftover`, `counter`, `verdict`); times in nanoseconds from the recorder's origin
 //! (fields ending in `_ns`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Down, Fault, Grant, History, KeyLoss, Leftover, Loss, Op, Outage, Span, check};
+use super::{Down, Fault, Grant, History, KeyLoss, Leftover, Loss, Op, Outage, Span, Wipe, check};
 
 /// The version of the history file's format, written in its `meta` record.
 /// [`History::read_jsonl`] reads this version and the earlier ones (version
 /// 2 added the `down` and `key_loss` records and the node count, version 3
-/// the `leftover` record).
-pub const FORMAT_VERSION: u32 = 3;
+/// the `leftover` record, version 4 the `wipe` record).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// What went wrong writing or reading a history file.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +63,7 @@ enum Record {
     Fault(Fault),
     Down(Down),
     KeyLoss(KeyLoss),
+    Wipe(Wipe),
     Stall(Span),
     Starved(Span),
     Leftover(Leftover),
@@ -81,6 +82,10 @@ enum Record {
         losses_without_keys: usize,
         #[serde(default)]
         failures_after_stalls: usize,
+        #[serde(default)]
+        excused_overlaps: usize,
+        #[serde(default)]
+        losses_after_wipes: usize,
     },
 }
 
@@ -110,6 +115,7 @@ impl History {
         .chain(self.faults.iter().cloned().map(Record::Fault))
         .chain(self.down.iter().copied().map(Record::Down))
         .chain(self.key_losses.iter().cloned().map(Record::KeyLoss))
+        .chain(self.wipes.iter().cloned().map(Record::Wipe))
         .chain(self.stalls.iter().copied().map(Record::Stall))
         .chain(self.starved.iter().copied().map(Record::Starved))
         .chain(self.leftovers.iter().cloned().map(Record::Leftover))
@@ -128,6 +134,8 @@ impl History {
             losses_after_stalls: verdict.losses_after_stalls,
             losses_without_keys: verdict.losses_without_keys,
             failures_after_stalls: verdict.failures_after_stalls,
+            excused_overlaps: verdict.excused_overlaps.len(),
+            losses_after_wipes: verdict.losses_after_wipes,
         }));
         for record in records {
             serde_json::to_writer(&mut out, &record).map_err(std::io::Error::from)?;
@@ -202,6 +210,7 @@ impl History {
                 Record::Fault(fault) => history.faults.push(fault),
                 Record::Down(down) => history.down.push(down),
                 Record::KeyLoss(loss) => history.key_losses.push(loss),
+                Record::Wipe(wipe) => history.wipes.push(wipe),
                 Record::Stall(span) => history.stalls.push(span),
                 Record::Starved(span) => history.starved.push(span),
                 Record::Leftover(leftover) => history.leftovers.push(leftover),

@@ -73,6 +73,37 @@
 //!   thread was preempted between reading its clock and calling the
 //!   library ([`HistoryCheck::preempted`]).
 //!
+//! Lock keys removed from under their holders ([`Wipe`]: an operator's
+//! `DEL` or `FLUSHALL`, an eviction under `maxmemory`) break Redlock's
+//! assumption when they leave a majority of the nodes without a holder's
+//! key: another owner may then be granted while the first still believes
+//! it holds. That is a wipe of the resource's key on a majority, or on
+//! fewer nodes when the others it did not hit (read just before it) did
+//! not hold the holder's token either, or held it only until an expiry
+//! before the later grant (the holder could not renew it there;
+//! [`Wipe::without`]; a grant made after the spared nodes were read cannot
+//! be placed on them, and a read that predates it counts against it): a
+//! wipe of a
+//! minority while the holder's token is on the rest excuses nothing. Only
+//! then, and only within the wipe's time window, is what follows excused
+//! (counted and measured, not judged):
+//! - an overlap of two windows of that resource, when the later grant came
+//!   after the wipe began and within the earlier grant's ttl after it
+//!   ended, and the earlier call had begun before it ended
+//!   ([`HistoryCheck::excused_overlaps`], each with its length: from the
+//!   later grant until the earlier holder stopped believing);
+//! - as many updates of that resource's counter lost as such overlaps in
+//!   which both sections wrote ([`HistoryCheck::updates_lost_to_wipes`]);
+//! - a holder's loss of that resource within its ttl after such a wipe
+//!   ([`HistoryCheck::losses_after_wipes`]), counted apart from the losses
+//!   above.
+//!
+//! A wipe that removed every key of its nodes (`FLUSHALL`, an eviction)
+//! removed fence counters too: a fence not above the one before it, the
+//! later grant within its ttl after such a wipe on any node, is counted
+//! ([`HistoryCheck::fences_reset_by_wipes`]). Every other overlap, lost
+//! update, fence and loss is judged as before.
+//!
 //! # Examples
 //!
 //! Record a critical section around a real lock:
@@ -159,7 +190,7 @@ mod recorder;
 #[cfg(test)]
 mod tests;
 
-pub use check::{HistoryCheck, Violation, check};
+pub use check::{ExcusedOverlap, HistoryCheck, Violation, check};
 pub use jsonl::{FORMAT_VERSION, HistoryError};
 pub use recorder::{Attempt, Recorder, Section};
 
@@ -443,6 +474,86 @@ pub struct KeyLoss {
     pub at: Duration,
 }
 
+/// Lock keys removed from under whoever held them, on some nodes, by
+/// something other than the library: an operator's `DEL` of the lock keys
+/// or `FLUSHALL`, an eviction under `maxmemory`. See the
+/// [module docs](self) for what it excuses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wipe {
+    /// What removed them, e.g. `del`, `flushall`, `eviction`.
+    pub kind: String,
+    /// Whether every key of the wiped nodes went, fence counters and the
+    /// fair lines' keys too (`FLUSHALL`, an eviction), not only lock keys.
+    pub all_keys: bool,
+    /// When the first node was hit.
+    #[serde(rename = "from_ns", with = "nanos")]
+    pub from: Duration,
+    /// When the last node's keys were gone (and its settings, if changed,
+    /// restored).
+    #[serde(rename = "to_ns", with = "nanos")]
+    pub to: Duration,
+    /// Each lock key the wipe left absent: per node and resource, with
+    /// the token it held before (empty if it held none).
+    pub removed: Vec<Wiped>,
+    /// The lock keys of the nodes it did not hit, read (past any proxy)
+    /// just before it: a holder whose token was on only some of them may
+    /// be left on a minority by a wipe of fewer nodes than a majority.
+    #[serde(default)]
+    pub kept: Vec<Wiped>,
+}
+
+/// One lock key a [`Wipe`] left absent on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wiped {
+    /// The node, by index.
+    pub node: usize,
+    /// The resource whose key it is.
+    pub resource: String,
+    /// The token's first four characters (as in [`Grant::token`]) before
+    /// the wipe; empty if the node held no key of the resource.
+    pub token: String,
+    /// For a key the wipe did not hit ([`Wipe::kept`]): when it was to
+    /// expire, as read just before the wipe (a holder that could not renew
+    /// it there meanwhile no longer held it then).
+    #[serde(rename = "expires_ns", default, with = "opt_nanos")]
+    pub expires: Option<Duration>,
+}
+
+impl Wipe {
+    /// The nodes on which the wipe left `resource`'s key absent.
+    pub fn nodes_of(&self, resource: &str) -> std::collections::BTreeSet<usize> {
+        self.removed
+            .iter()
+            .filter(|k| k.resource == resource)
+            .map(|k| k.node)
+            .collect()
+    }
+
+    /// The nodes on which `resource`'s key did not hold `token` (its first
+    /// four characters) at `at`, as far as the wipe saw: those it left the
+    /// key absent on, and those it did not hit that held another token or
+    /// none just before it, or held it with an expiry before `at`.
+    pub fn without(
+        &self,
+        resource: &str,
+        token: &str,
+        at: Duration,
+    ) -> std::collections::BTreeSet<usize> {
+        let token: String = token.chars().take(4).collect();
+        let mut nodes = self.nodes_of(resource);
+        nodes.extend(
+            self.kept
+                .iter()
+                .filter(|k| {
+                    k.resource == resource
+                        && (k.token != token || k.expires.is_some_and(|e| e <= at))
+                })
+                .map(|k| k.node),
+        );
+        nodes
+    }
+}
+
 /// A lock key a node still held once the run had settled: its workers
 /// stopped, every manager settled, and every node answered again (and so
 /// was given the releases it was owed). Read past any proxy.
@@ -483,6 +594,9 @@ pub struct History {
     pub down: Vec<Down>,
     /// Holders' keys that nodes lost to a restart.
     pub key_losses: Vec<KeyLoss>,
+    /// Lock keys removed from under their holders (deleted, flushed,
+    /// evicted).
+    pub wipes: Vec<Wipe>,
     /// Lock keys the nodes still held once the run had settled: none may
     /// be a released lock's ([`Violation::LeftBehind`]).
     pub leftovers: Vec<Leftover>,
@@ -511,6 +625,25 @@ mod nanos {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         u64::deserialize(d).map(Duration::from_nanos)
+    }
+}
+
+/// Optional durations as whole nanoseconds, or null.
+mod opt_nanos {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<u64>::deserialize(d).map(|n| n.map(Duration::from_nanos))
     }
 }
 

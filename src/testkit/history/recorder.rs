@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::{
     Down, Fault, Grant, History, KeyLoss, Leftover, Loss, Op, OpKind, Outage, Outcome, Share, Span,
+    Wipe, Wiped,
 };
 use crate::{Error, Lease, LockGuard, LossReason, ReleaseSummary};
 
@@ -155,6 +156,44 @@ impl Recorder {
             at: self.at(at),
         };
         self.with(|h| h.key_losses.push(loss));
+    }
+
+    /// Records a wipe of `kind` over `from..to` (`all_keys`: every key of
+    /// its nodes went, not only lock keys) that left each `(node,
+    /// resource, token)` of `removed` absent, `token` being what the key
+    /// held before (the whole token or its first four characters; empty
+    /// if none); `kept`, likewise, the lock keys of the nodes it did not
+    /// hit, read just before it, each with when it was to expire.
+    pub fn wipe(
+        &self,
+        kind: impl Into<String>,
+        all_keys: bool,
+        from: Instant,
+        to: Instant,
+        removed: impl IntoIterator<Item = (usize, String, String)>,
+        kept: impl IntoIterator<Item = (usize, String, String, Option<Instant>)>,
+    ) {
+        let key = |node, resource, token: String, expires: Option<Instant>| Wiped {
+            node,
+            resource,
+            token: token.chars().take(4).collect(),
+            expires: expires.map(|e| self.at(e)),
+        };
+        let wipe = Wipe {
+            kind: kind.into(),
+            all_keys,
+            from: self.at(from),
+            to: self.at(to),
+            removed: removed
+                .into_iter()
+                .map(|(node, resource, token)| key(node, resource, token, None))
+                .collect(),
+            kept: kept
+                .into_iter()
+                .map(|(node, resource, token, expires)| key(node, resource, token, expires))
+                .collect(),
+        };
+        self.with(|h| h.wipes.push(wipe));
     }
 
     /// Records that `node` held the key of `resource` with `token` (the

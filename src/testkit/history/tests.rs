@@ -477,6 +477,24 @@ fn everything() -> History {
         token: "abcd".into(),
         at: ms(12),
     });
+    h.wipes.push(Wipe {
+        kind: "flushall".into(),
+        all_keys: true,
+        from: ms(40),
+        to: ms(45),
+        removed: vec![Wiped {
+            node: 1,
+            resource: "r".into(),
+            token: String::new(),
+            expires: None,
+        }],
+        kept: vec![Wiped {
+            node: 2,
+            resource: "r".into(),
+            token: "abcd".into(),
+            expires: Some(ms(900)),
+        }],
+    });
     h.nodes = Some(5);
     h.seed = Some(u64::MAX);
     h.failure_bound = Some(ms(500));
@@ -650,4 +668,216 @@ fn a_key_of_another_token_or_of_a_lock_not_yet_released_is_not_flagged() {
     let mut file = Vec::new();
     other.write_jsonl(&mut file).expect("write");
     assert_eq!(History::read_jsonl(&file[..]).expect("read"), other);
+}
+
+/// Holder 0 holds "held" (token "abcd", ttl 2 s) from 0 until it learns at
+/// 1000 ms that it lost it; client 1 is granted it at 600 ms, after an
+/// operator's `DEL` over 500..520 ms removed its key on nodes 0, 1 and 2
+/// of 5. Both wrote the counter, which lost one update.
+fn wiped() -> History {
+    let wiped = |node| Wiped {
+        node,
+        resource: "held".into(),
+        token: "abcd".into(),
+        expires: None,
+    };
+    History {
+        grants: vec![
+            Grant {
+                token: "abcd".into(),
+                ttl: HOLD_TTL,
+                wrote: true,
+                deadline: ms(2000),
+                release_called: ms(1100),
+                ..Grant::new(0, "held", ms(0), ms(1000))
+            },
+            Grant {
+                token: "wxyz".into(),
+                ttl: HOLD_TTL,
+                wrote: true,
+                ..Grant::new(1, "held", ms(600), ms(2600))
+            },
+        ],
+        losses: vec![Loss {
+            reason: LossReason::TokenGone,
+            ..loss(ms(1000))
+        }],
+        wipes: vec![Wipe {
+            kind: "del".into(),
+            all_keys: false,
+            from: ms(500),
+            to: ms(520),
+            removed: vec![wiped(0), wiped(1), wiped(2)],
+            kept: vec![wiped(3), wiped(4)],
+        }],
+        counters: [("held".to_owned(), 1)].into(),
+        nodes: Some(5),
+        ..History::default()
+    }
+}
+
+#[test]
+fn an_overlap_after_a_majority_lost_its_keys_is_excused_and_measured() {
+    let verdict = check(&wiped());
+    assert!(verdict.is_ok(), "{verdict}");
+    let [excused] = &verdict.excused_overlaps[..] else {
+        panic!("{verdict:?}");
+    };
+    assert_eq!((excused.first.client, excused.second.client), (0, 1));
+    assert_eq!(excused.resource, "held");
+    assert_eq!(excused.wipe.kind, "del");
+    // From the later grant (600 ms) until the holder learned (1000 ms).
+    assert_eq!(excused.length(), ms(400));
+    assert_eq!(verdict.updates_lost_to_wipes, 1);
+    assert_eq!(verdict.losses_after_wipes, 1);
+    // Not the losses the soak judges, nor the restarts' count.
+    assert_eq!(
+        (verdict.losses_after_stalls, verdict.losses_without_keys),
+        (0, 0)
+    );
+    // The history file keeps the wipe.
+    let mut file = Vec::new();
+    wiped().write_jsonl(&mut file).expect("write");
+    assert_eq!(History::read_jsonl(&file[..]).expect("read"), wiped());
+}
+
+#[test]
+fn an_overlap_without_a_majority_wipe_of_its_resource_before_it_is_still_a_violation() {
+    let mut cases: Vec<(&str, History)> = Vec::new();
+    let mut h = wiped();
+    h.wipes.clear();
+    cases.push(("no wipe", h));
+    let mut h = wiped();
+    for k in &mut h.wipes[0].removed {
+        k.resource = "other".into();
+    }
+    cases.push(("another resource wiped", h));
+    let mut h = wiped();
+    let node_2 = h.wipes[0].removed.pop().expect("node 2");
+    h.wipes[0].kept.push(node_2);
+    cases.push(("a minority wiped, the holder's key on the rest", h));
+    let mut h = wiped();
+    h.wipes[0].removed[2].node = 1;
+    cases.push(("two nodes wiped, one of them twice", h));
+    let mut h = wiped();
+    h.nodes = None;
+    cases.push(("the node count unknown", h));
+    let mut h = wiped();
+    h.wipes[0].from = ms(700);
+    h.wipes[0].to = ms(720);
+    cases.push(("the wipe after the later grant", h));
+    let mut h = wiped();
+    h.grants[0].invoked = ms(550);
+    h.grants[0].granted = ms(550);
+    h.grants[0].started = ms(550);
+    cases.push(("the earlier call begun after the wipe", h));
+    let mut h = wiped();
+    h.grants[0].believed_until = ms(5000);
+    h.grants[0].release_called = ms(5000);
+    h.grants[0].deadline = ms(5000);
+    h.grants[1].granted = ms(2600);
+    h.grants[1].started = ms(2600);
+    h.grants[1].invoked = ms(2600);
+    h.grants[1].deadline = ms(3000);
+    h.grants[1].believed_until = ms(3000);
+    h.grants[1].release_called = ms(3000);
+    h.losses.clear();
+    cases.push(("the later grant past the earlier's ttl after the wipe", h));
+    for (what, history) in cases {
+        let verdict = check(&history);
+        assert!(
+            kinds(&history).contains(&"overlap"),
+            "{what}: not flagged: {verdict}"
+        );
+        assert!(
+            kinds(&history).contains(&"lost_update"),
+            "{what}: {verdict}"
+        );
+        assert!(verdict.excused_overlaps.is_empty(), "{what}: {verdict:?}");
+        assert_eq!(verdict.updates_lost_to_wipes, 0, "{what}");
+    }
+    // A minority wiped while the holder's key was on only some of the
+    // others: a majority without it, excused.
+    let mut h = wiped();
+    h.wipes[0].removed.pop();
+    h.wipes[0].kept.push(Wiped {
+        node: 2,
+        resource: "held".into(),
+        token: String::new(),
+        expires: None,
+    });
+    assert!(check(&h).is_ok(), "{}", check(&h));
+    assert_eq!(check(&h).excused_overlaps.len(), 1);
+    // Or held it there only until an expiry before the later grant (its
+    // holder could not renew it there); not after it.
+    let mut h = wiped();
+    let mut node_2 = h.wipes[0].removed.pop().expect("node 2");
+    node_2.expires = Some(ms(590));
+    h.wipes[0].kept.push(node_2);
+    assert!(check(&h).is_ok(), "{}", check(&h));
+    h.wipes[0].kept[2].expires = Some(ms(610));
+    assert!(kinds(&h).contains(&"overlap"), "{}", check(&h));
+    // A second overlap the same wipe does not cover (another resource's
+    // windows) is flagged beside the excused one.
+    let mut h = wiped();
+    h.grants.push(Grant::new(2, "r", ms(600), ms(800)));
+    h.grants.push(Grant::new(3, "r", ms(700), ms(900)));
+    let verdict = check(&h);
+    assert_eq!(kinds(&h), ["overlap"], "{verdict}");
+    assert_eq!(verdict.excused_overlaps.len(), 1);
+    // More updates lost than excused overlaps in which both wrote.
+    let mut h = wiped();
+    h.counters.insert("held".into(), 0);
+    assert_eq!(kinds(&h), ["lost_update"]);
+}
+
+#[test]
+fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches() {
+    // A loss after a minority wipe is the library's.
+    let mut h = wiped();
+    h.grants.truncate(1);
+    h.counters.clear();
+    let node_2 = h.wipes[0].removed.pop().expect("node 2");
+    h.wipes[0].kept.push(node_2);
+    assert_eq!(kinds(&h), ["loss_with_majority_up"]);
+    // A loss long after a majority wipe too.
+    let mut h = wiped();
+    h.grants.truncate(1);
+    h.counters.clear();
+    h.losses[0].at = ms(2600);
+    assert_eq!(kinds(&h), ["loss_with_majority_up"]);
+    // A fence going backwards just after a FLUSHALL of one node: counted;
+    // after a DEL of lock keys only, or long after: judged.
+    let fenced = |wipe: Wipe, later: u64| History {
+        grants: vec![
+            g(0, 0, 100, Some(9), false),
+            g(1, later, later + 100, Some(1), false),
+        ],
+        wipes: vec![wipe],
+        nodes: Some(5),
+        ..History::default()
+    };
+    let flush = Wipe {
+        kind: "flushall".into(),
+        all_keys: true,
+        from: ms(150),
+        to: ms(160),
+        removed: vec![Wiped {
+            node: 3,
+            resource: "r".into(),
+            token: String::new(),
+            expires: None,
+        }],
+        kept: Vec::new(),
+    };
+    let verdict = check(&fenced(flush.clone(), 200));
+    assert!(verdict.is_ok(), "{verdict}");
+    assert_eq!(verdict.fences_reset_by_wipes, 1);
+    let del = Wipe {
+        kind: "del".into(),
+        all_keys: false,
+        ..flush.clone()
+    };
+    assert_eq!(kinds(&fenced(del, 200)), ["fence_backwards"]);
+    assert_eq!(kinds(&fenced(flush, 5000)), ["fence_backwards"]);
 }
