@@ -179,13 +179,16 @@ const SECTION: Duration = Duration::from_millis(1);
 
 // ------------------------------------------------------------ renewal log
 
-/// The renewer's debug events (`quorumlock::renew` only: a few per renewal
+/// The renewer's debug events ([`RENEWER`] only: a few per renewal
 /// round), kept with their time so that an unexplained holder loss can be
 /// shown with what its renewals saw. The last `RENEW_LOG` events are kept.
 #[derive(Clone, Default)]
 struct RenewLog(Arc<Mutex<std::collections::VecDeque<(Instant, String)>>>);
 
 const RENEW_LOG: usize = 50_000;
+
+/// The renewer's tracing target: its module's path.
+const RENEWER: &str = "quorumlock::holding::renew";
 
 /// One event being formatted; logged when dropped.
 struct RenewLine(RenewLog, Vec<u8>);
@@ -221,7 +224,13 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RenewLog {
 impl RenewLog {
     /// The process's log, installed once.
     fn get() -> &'static RenewLog {
-        static LOG: std::sync::OnceLock<RenewLog> = std::sync::OnceLock::new();
+        &Self::installed().0
+    }
+
+    /// The log, and whether it is the process's subscriber (another one
+    /// may have been installed first: then it hears nothing).
+    fn installed() -> &'static (RenewLog, bool) {
+        static LOG: std::sync::OnceLock<(RenewLog, bool)> = std::sync::OnceLock::new();
         LOG.get_or_init(|| {
             use tracing_subscriber::layer::{Layer, SubscriberExt};
             let log = RenewLog::default();
@@ -230,12 +239,16 @@ impl RenewLog {
                 .without_time()
                 .with_writer(log.clone());
             let filter = tracing_subscriber::filter::Targets::new()
-                .with_target("quorumlock::renew", tracing::Level::DEBUG);
+                .with_target(RENEWER, tracing::Level::DEBUG);
             let subscriber = tracing_subscriber::registry().with(layer.with_filter(filter));
-            // Another subscriber may be installed already: then no log.
-            let _ = tracing::subscriber::set_global_default(subscriber);
-            log
+            let installed = tracing::subscriber::set_global_default(subscriber).is_ok();
+            (log, installed)
         })
+    }
+
+    /// How many events it kept.
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The events between `from` and `to`, with their time since `start`.
@@ -1647,6 +1660,15 @@ async fn chaos_run(seed: u64, min_grants: usize, totals: &mut Totals) -> (Histor
     let run = Run::start(&cluster, tracking);
     let (injected, stalled) = run.inject(&cluster, seed, min_grants).await;
     let judged = run.finish(&cluster, seed).await;
+    // The holders renewed (a renewal every third of their ttl): where the
+    // log is the process's subscriber, it heard them, or a loss would be
+    // shown without what its renewals saw (the renewer's target moved once
+    // and the log went silent unnoticed).
+    let (log, installed) = RenewLog::installed();
+    assert!(
+        !installed || log.len() > 0,
+        "the renewal log heard no event of {RENEWER}: is that still the renewer's module?"
+    );
     totals.add(&judged, &injected);
     totals.print();
     judged.conclude(seed, stalled)
