@@ -27,18 +27,13 @@ const CLOCK_READINGS: usize = 3;
 /// by itself if a refused release leaves it behind.
 const PROBE_TTL: Ttl = Ttl::from_millis(2000);
 
-/// Everything one configured node shows: each server's facts (a cluster's
-/// masters, found through its slot map), and the access probe's refusals.
-/// Never fails: what could not be probed is recorded as such.
-pub(crate) async fn node_facts(
-    node: &Node,
-    prefix: &str,
-    options: &CheckOptions,
-    mode: ScriptMode,
-    tracking: HeldKeyTracking,
-) -> NodeFacts {
+/// What one configured node's servers show (a cluster's masters, found
+/// through its slot map), over connections of the check's own: the first
+/// part of [`node_facts`]. Never fails: what could not be probed is
+/// recorded as such.
+pub(crate) async fn servers_of(node: &Node, options: &CheckOptions, mode: ScriptMode) -> Seen {
     let functions = mode == ScriptMode::Functions;
-    let (servers, slots) = if node.is_cluster() {
+    if node.is_cluster() {
         let slots = slot_map(node, options).await;
         let servers = match &slots {
             Ok(map) => {
@@ -53,18 +48,51 @@ pub(crate) async fn node_facts(
             }
             Err(_) => Vec::new(),
         };
-        (servers, Some(slots))
+        Seen {
+            servers,
+            slots: Some(slots),
+        }
     } else {
         let address = node.addresses().first().cloned().unwrap_or_default();
         let facts = match node.servers().first() {
             Some(client) => server_facts(client, &address, options, functions).await,
             None => Err("no server".to_owned()),
         };
-        (vec![(address, facts)], None)
-    };
-    // A server that answered nothing is not asked more: each probe would
-    // wait the probe timeout again.
-    let asked = !silent(&servers, options);
+        Seen {
+            servers: vec![(address, facts)],
+            slots: None,
+        }
+    }
+}
+
+/// What [`servers_of`] found of a node.
+pub(crate) struct Seen {
+    servers: Vec<(String, Result<ServerFacts, String>)>,
+    slots: Option<Result<SlotMap, String>>,
+}
+
+impl Seen {
+    /// Whether the node's servers answered: a server that answered
+    /// nothing is not asked more, as each probe would wait the probe
+    /// timeout again.
+    pub(crate) fn answered(&self, options: &CheckOptions) -> bool {
+        !silent(&self.servers, options)
+    }
+}
+
+/// Everything one configured node shows: what [`servers_of`] saw, then
+/// how the node's own connection releases and extends, whether it
+/// watches held keys, and the access probe's refusals. Never fails: what
+/// could not be probed is recorded as such.
+pub(crate) async fn node_facts(
+    node: &Node,
+    seen: Seen,
+    prefix: &str,
+    options: &CheckOptions,
+    tracking: HeldKeyTracking,
+) -> NodeFacts {
+    let asked = seen.answered(options);
+    let Seen { servers, slots } = seen;
     // How the library itself releases and extends plain locks there: asked
     // over the node's own connection, as a lock would ask it.
     let path = if asked {

@@ -4,7 +4,7 @@
 //! entry points, [`Redlock::check`](crate::Redlock::check) and the startup
 //! check, are the manager's and delegate here.
 
-use crate::check::probe::node_facts;
+use crate::check::probe::{node_facts, servers_of};
 use crate::check::{CheckOptions, Report, Settings, Severity, judge};
 use crate::node::HeldKeyTracking;
 use crate::round::{Core, shallow};
@@ -20,10 +20,26 @@ pub(crate) async fn run(
     tracking: HeldKeyTracking,
     options: &CheckOptions,
 ) -> Report {
-    let probes = core
-        .nodes()
+    let nodes = core.nodes();
+    let seen = nodes
         .iter()
-        .map(|node| node_facts(node, key_prefix, options, script_mode, tracking));
+        .map(|node| servers_of(node, options, script_mode));
+    let seen = shallow(futures::future::join_all(seen)).await;
+    // Each answering node's own connection, made in the configuration's
+    // order: of two nodes that reach one server, the library refuses the
+    // later to report it (it keeps the vote it counted first), so the one
+    // refused is the later-listed, as the independence finding names it,
+    // whatever the timing. One round trip each; silent nodes are skipped.
+    for (node, seen) in nodes.iter().zip(&seen) {
+        if seen.answered(options) {
+            let deadline = tokio::time::Instant::now() + options.probe_timeout;
+            shallow(node.capabilities_within(deadline.into())).await;
+        }
+    }
+    let probes = nodes
+        .iter()
+        .zip(seen)
+        .map(|(node, seen)| node_facts(node, seen, key_prefix, options, tracking));
     let facts = shallow(futures::future::join_all(probes)).await;
     judge(
         &facts,

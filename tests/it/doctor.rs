@@ -7,8 +7,10 @@ use crate::support;
 
 use std::time::Duration;
 
-use quorumlock::check::{Aspect, CheckOptions, Report, Severity};
-use quorumlock::testkit::{RedisCluster, RedisNodes, RedisServer, ServerOptions};
+use quorumlock::check::{Aspect, CheckOptions, Report, Serves, Severity};
+use quorumlock::testkit::{
+    FaultProxy, Faults, RedisCluster, RedisNodes, RedisServer, ServerOptions,
+};
 use quorumlock::{Redlock, ScriptMode};
 use support::{conn, no_hang};
 
@@ -126,6 +128,42 @@ async fn one_server_behind_two_urls_is_unsafe() {
     // Said once: the access probe, which the client refuses on that node
     // for the same reason, does not repeat it.
     assert_eq!(found(&report, 1, Aspect::Capability), [], "{report}");
+}
+
+/// Of two nodes reaching one server, the later-listed is the one whose
+/// votes the manager refuses, and `serves` says so of it, even where its
+/// connection answers first: here the first node's goes through a proxy
+/// that delays each byte by 50 ms each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_later_listed_of_two_nodes_on_one_server_is_the_one_refused() {
+    let server = RedisServer::start().expect("server");
+    let other = RedisServer::start().expect("server");
+    let proxy = FaultProxy::start(server.port()).await.expect("proxy");
+    let delay = Duration::from_millis(50);
+    proxy.set(Faults::latency(delay, delay, Duration::ZERO));
+    let locks = Redlock::new([
+        proxy.url(),
+        format!("redis://localhost:{}", server.port()),
+        url(&other),
+    ])
+    .expect("distinct labels build");
+    let report = check(&locks, &quick()).await;
+    let serves: Vec<Option<Serves>> = report.nodes.iter().map(|n| n.serves).collect();
+    assert_eq!(
+        serves,
+        [
+            Some(Serves::Every),
+            Some(Serves::Nothing),
+            Some(Serves::Every)
+        ],
+        "{report}"
+    );
+    assert_eq!(found(&report, 0, Aspect::Independence), [], "{report}");
+    assert_eq!(
+        severities(&report, 1, Aspect::Independence),
+        [Severity::Unsafe],
+        "{report}"
+    );
 }
 
 /// Waits until `replica` is in sync with its master and the master counts
