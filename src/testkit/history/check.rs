@@ -468,7 +468,12 @@ fn check_resources(history: &History, verdict: &mut HistoryCheck) {
         }
         let fenced: Vec<&&Grant> = grants.iter().filter(|g| g.fence.is_some()).collect();
         for w in fenced.windows(2).filter(|w| w[0].fence >= w[1].fence) {
-            if counters_wiped_before(history, w[1]) {
+            // The counters gone; or the later-granted call's keys wiped on
+            // a majority while it was under way, and the earlier granted
+            // in that gap with a counter above the one the later call had
+            // drawn (its call returns after the other's grant, its fence
+            // drawn before it).
+            if counters_wiped_before(history, w[1]) || wiped_under(history, w[1], w[0]).is_some() {
                 verdict.fences_reset_by_wipes += 1;
                 continue;
             }

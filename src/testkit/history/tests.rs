@@ -881,3 +881,59 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
     assert_eq!(kinds(&fenced(del, 200)), ["fence_backwards"]);
     assert_eq!(kinds(&fenced(flush, 5000)), ["fence_backwards"]);
 }
+
+/// Seed 15310746350384510228 of a soak: client 1's fenced call drew fence
+/// 58 on nodes 0, 1 and 2; an operator's `DEL` then removed its key on
+/// nodes 0 and 2 (and the resource's keys on 3 and 4); client 5 was
+/// granted in the gap with fence 59 and released; client 1's call
+/// returned after, with 58. Counted where the wipe left a majority
+/// without the later call's key while it was under way; judged where the
+/// wipe reached a minority, or came before the later call began.
+#[test]
+fn a_fence_drawn_before_a_majority_wipe_and_granted_after_another_is_counted() {
+    let key = |node, token: &str| Wiped {
+        node,
+        resource: "r".into(),
+        token: token.into(),
+        expires: None,
+    };
+    let case = |removed: Vec<Wiped>, kept: Vec<Wiped>, invoked: u64| History {
+        grants: vec![
+            Grant {
+                token: "fcb7".into(),
+                ..g(5, 922, 925, Some(59), true)
+            },
+            Grant {
+                token: "7da2".into(),
+                invoked: ms(invoked),
+                ..g(1, 938, 940, Some(58), true)
+            },
+        ],
+        wipes: vec![Wipe {
+            kind: "del".into(),
+            all_keys: false,
+            from: ms(897),
+            to: ms(913),
+            removed,
+            kept,
+        }],
+        nodes: Some(5),
+        ..History::default()
+    };
+    let majority = || vec![key(0, "7da2"), key(3, "fc89"), key(4, ""), key(2, "7da2")];
+    let verdict = check(&case(majority(), vec![key(1, "7da2")], 888));
+    assert!(verdict.is_ok(), "{verdict}");
+    assert_eq!(verdict.fences_reset_by_wipes, 1);
+    // A minority wiped, the later call's key kept on the rest.
+    let minority = case(
+        vec![key(0, "7da2")],
+        vec![key(1, "7da2"), key(2, "7da2"), key(3, "7da2")],
+        888,
+    );
+    assert_eq!(kinds(&minority), ["fence_backwards"]);
+    // The later call began after the wipe ended.
+    assert_eq!(
+        kinds(&case(majority(), vec![key(1, "7da2")], 930)),
+        ["fence_backwards"]
+    );
+}
