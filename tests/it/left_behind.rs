@@ -33,7 +33,8 @@ fn manager(nodes: &RedisNodes, node_timeout: Duration) -> Redlock {
 
 /// Waits until `server` holds no key starting with `prefix`.
 async fn until_clean(server: &quorumlock::testkit::RedisServer, prefix: &str) {
-    no_hang("the node to be given what it was owed", async {
+    let what = format!("node :{} to be given what it was owed", server.port());
+    no_hang(&what, async {
         while !keys_on(server, prefix).await.is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -86,12 +87,11 @@ async fn a_node_paused_while_locks_are_held_holds_none_of_them_once_it_answers()
         }
     }
     // Resumed: it runs what waited in its socket, then what it is owed
-    // (the scratch locks' releases too); and the last releases' stragglers
-    // on the other nodes, followed in the background, have answered.
-    until_clean(&nodes[4], "left:").await;
-    no_hang("settle", locks.settle()).await;
+    // (the scratch locks' releases too). Every other node is given its
+    // releases too: at once, or, for a healthy node that timed out once
+    // under load (300 ms here), by its prober, which pays what it is owed.
     for server in &nodes {
-        assert_eq!(keys_on(server, "left:").await, Vec::<String>::new());
+        until_clean(server, "left:").await;
     }
     // The quorum that is back grants at once: with two other nodes gone,
     // the paused one is the third vote for each of the eight resources.

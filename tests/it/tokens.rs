@@ -50,6 +50,7 @@ async fn a_contended_attempt_removes_the_keys_it_did_get() {
     // The same with lock() and its retries.
     let err = locks.lock("busy", TTL).await.expect_err("contended");
     assert!(err.is_retryable(), "{err}");
+    locks.settle().await;
     assert_eq!(values(&nodes, "busy").await[2], None);
 }
 
