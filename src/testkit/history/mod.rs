@@ -99,8 +99,9 @@
 //!   above.
 //!
 //! A wipe that removed every key of its nodes (`FLUSHALL`, an eviction)
-//! removed fence counters too: a fence not above the one before it, the
-//! later grant within its ttl after such a wipe on any node, is counted
+//! removed fence counters too: a fence not above the one before it, with
+//! such a wipe on any node between the two (after the earlier call began,
+//! before the later grant), is counted
 //! ([`HistoryCheck::fences_reset_by_wipes`]). Every other overlap, lost
 //! update, fence and loss is judged as before.
 //!

@@ -846,11 +846,12 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
     h.counters.clear();
     h.losses[0].at = ms(2600);
     assert_eq!(kinds(&h), ["loss_with_majority_up"]);
-    // A fence going backwards just after a FLUSHALL of one node: counted;
-    // after a DEL of lock keys only, or long after: judged.
-    let fenced = |wipe: Wipe, later: u64| History {
+    // A fence going backwards after a FLUSHALL of one node between the
+    // two grants, at once or long after: counted; after a DEL of lock keys
+    // only, or with the FLUSHALL before the earlier call: judged.
+    let fenced = |wipe: Wipe, earlier: u64, later: u64| History {
         grants: vec![
-            g(0, 0, 100, Some(9), false),
+            g(0, earlier, earlier + 100, Some(9), false),
             g(1, later, later + 100, Some(1), false),
         ],
         wipes: vec![wipe],
@@ -870,16 +871,18 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
         }],
         kept: Vec::new(),
     };
-    let verdict = check(&fenced(flush.clone(), 200));
-    assert!(verdict.is_ok(), "{verdict}");
-    assert_eq!(verdict.fences_reset_by_wipes, 1);
+    for later in [200, 5000] {
+        let verdict = check(&fenced(flush.clone(), 0, later));
+        assert!(verdict.is_ok(), "{verdict}");
+        assert_eq!(verdict.fences_reset_by_wipes, 1);
+    }
     let del = Wipe {
         kind: "del".into(),
         all_keys: false,
         ..flush.clone()
     };
-    assert_eq!(kinds(&fenced(del, 200)), ["fence_backwards"]);
-    assert_eq!(kinds(&fenced(flush, 5000)), ["fence_backwards"]);
+    assert_eq!(kinds(&fenced(del, 0, 200)), ["fence_backwards"]);
+    assert_eq!(kinds(&fenced(flush, 170, 400)), ["fence_backwards"]);
 }
 
 /// Seed 15310746350384510228 of a soak: client 1's fenced call drew fence
