@@ -31,7 +31,7 @@ async fn fifty_tasks_never_hold_more_than_five_permits_while_nodes_restart() {
     const TASKS: usize = 50;
     const ROUNDS: usize = 6;
     // Persistent nodes: a restart keeps the permits (an empty restart at
-    // once is the known way to break any Redlock, see tests/it/chaos.rs).
+    // once is the known way to break any Redlock, see tests/it/chaos/).
     let nodes =
         Arc::new(RedisNodes::start_with(5, ServerOptions::new().persistent()).expect("nodes"));
     // Patient without a bound on the wait: permits are not handed out in
