@@ -48,7 +48,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     reads_only: None,
 };
 
-use self::node::{PermitReply, Permits, acquire_permit};
+use self::node::{PermitReply, Permits, acquire_permit, permit_reply, prepare_permit};
 
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.
@@ -523,8 +523,18 @@ impl Acquire for SlotAttempt {
         let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.target.ttl);
         let reports = self.reports.clone();
         async move {
-            let (server, token) = (call.server()?, call.token.as_str());
-            let reply = acquire_permit(server, &permits, slot, token, ttl, call.deadline).await?;
+            let (server, token) = (call.server()?, &call.token);
+            let deadline = call.deadline;
+            // With whatever else is bound for the node meanwhile, where
+            // the node's batches carry it (see `Lanes::call_or`).
+            let prepare = || prepare_permit(&permits, slot, token, ttl);
+            let alone = async || {
+                acquire_permit(server, &permits, slot, token.as_str(), ttl, deadline).await
+            };
+            let lanes = call.core.lanes();
+            let reply = lanes
+                .call_or(call.node, deadline, prepare, permit_reply, alone)
+                .await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,
