@@ -341,6 +341,30 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_scripts_reply_reaches_its_caller_whole() {
+        let slots = Slots::with_capacity(2);
+        let (answer, reply) = slots.open().expect("room");
+        let waiting = tokio::spawn(reply);
+        tokio::task::yield_now().await;
+        let value = Value::Array(vec![Value::Int(0), Value::Int(3)]);
+        answer.send(Ok(Answered::Value(value.clone())));
+        assert_eq!(
+            waiting.await.expect("task").ok(),
+            Some(Answered::Value(value))
+        );
+        // Its caller gone, nothing is kept for it.
+        let (answer, reply) = slots.open().expect("room");
+        drop(reply);
+        answer.send(Ok(Answered::Value(Value::Int(1))));
+        assert!(slots.slot(1).is_some_and(|slot| {
+            slot.carried
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+        }));
+    }
+
     #[test]
     fn a_slot_is_a_cache_line() {
         assert_eq!(std::mem::size_of::<Slot>(), 64);

@@ -449,3 +449,181 @@ pub(super) fn push_acquire(
         commands.add_command(cmd).add_command(get);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Against a real server: needs the test kit.
+    #[cfg(feature = "testkit")]
+    mod against_a_server {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use redis::Value;
+        use tokio::time::Instant;
+
+        use crate::contract::ShapeRef;
+        use crate::node::batch::{BATCH, SingleOp};
+        use crate::node::group::request::{Item, Prepared, Single, Step};
+        use crate::node::replies::Answered;
+        use crate::node::{Deadline, Node, NodeOptions, Resend};
+        use crate::request::Ttl;
+        use crate::testkit::RedisServer;
+        use crate::token::Token;
+
+        fn deadline() -> Deadline {
+            Deadline::from(Instant::now() + Duration::from_secs(10))
+        }
+
+        async fn admin(node: &Node, cmd: &redis::Cmd) -> Value {
+            node.command(cmd, &[], Resend::Never, deadline())
+                .await
+                .expect("an admin command")
+        }
+
+        /// Calls of `command` since the last `CONFIG RESETSTAT`.
+        async fn calls_of(node: &Node, command: &str) -> u64 {
+            let mut info = redis::cmd("INFO");
+            info.arg("commandstats");
+            let stats: String = redis::from_redis_value(admin(node, &info).await).expect("text");
+            let prefix = format!("cmdstat_{command}:calls=");
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        }
+
+        /// A script call as a primitive prepares one: here `batch.lua`'s
+        /// acquire of `key` (a script of the node layer's own).
+        fn acquire(key: &str, token: &Token) -> Prepared {
+            Prepared::new(&BATCH, Step::Acquire, token, (6, 64), |cmd| {
+                cmd.arg(1)
+                    .arg(key)
+                    .arg("a")
+                    .arg(token.as_str())
+                    .arg(30_000)
+                    .arg("");
+            })
+        }
+
+        fn granted(answer: &Result<Answered, crate::error::NodeError>) -> Option<i64> {
+            match answer {
+                Ok(Answered::Value(Value::Array(items))) => match items.as_slice() {
+                    [Value::Int(status)] => Some(*status),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+
+        /// Prepared script calls in one batch with a lock's request go as
+        /// one pipeline (the script loaded at its head, never sent with its
+        /// text as a lone call would), each answered in its place with its
+        /// raw reply — a refusal, and an entry's own error, its own; after
+        /// the cache is flushed under the connection, each `NOSCRIPT` entry
+        /// goes again alone and is answered right.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn prepared_calls_go_in_the_pipeline_each_answered_in_its_place() {
+            let server = RedisServer::start().expect("redis-server");
+            let node = Node::parse(&server.url(), &NodeOptions::default()).expect("node");
+            let mut eval = redis::cmd("EVAL");
+            eval.arg("return 1").arg(0);
+            if node
+                .command(&eval, &[], Resend::Never, deadline())
+                .await
+                .is_err()
+            {
+                eprintln!("skipped: the server runs no scripts");
+                return;
+            }
+            // Its commands learnt; nothing of `batch.lua` known cached.
+            let token = Token::generate().expect("random source");
+            let ttl = Ttl::from_millis(30_000);
+            assert!(
+                node.acquire("taken", token.as_str(), ttl, deadline())
+                    .await
+                    .expect("SET")
+            );
+            let Some(ordered) = node.pipelines_scripts(node.capabilities()) else {
+                eprintln!("skipped: this node's batches are not pipelines");
+                return;
+            };
+            assert!(!crate::node::ordered::Ordered::is_cached(
+                ordered.cached(),
+                BATCH.cache_bit()
+            ));
+            let mut reset = redis::cmd("CONFIG");
+            reset.arg("RESETSTAT");
+            admin(&node, &reset).await;
+
+            let tokens: Vec<Token> = (0..8)
+                .map(|_| Token::generate().expect("random source"))
+                .collect();
+            let mut calls: Vec<Prepared> = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, token)| acquire(&format!("p:{i}"), token))
+                .collect();
+            // Held by another token: refused in its place.
+            calls.push(acquire("taken", &tokens[0]));
+            // An entry the server refuses on its own (more keys than
+            // arguments): its error in its place.
+            calls.push(Prepared::new(
+                &BATCH,
+                Step::Acquire,
+                &tokens[1],
+                (2, 8),
+                |cmd| {
+                    cmd.arg(5).arg("k");
+                },
+            ));
+            let lock_key: Arc<str> = "plain".into();
+            let lock_token = Token::generate().expect("random source");
+            let single = Single {
+                op: SingleOp::Acquire { ttl },
+                key: &lock_key,
+                token: lock_token.as_str(),
+                shape: &ShapeRef::LOCK,
+            };
+            let mut items: Vec<Item<'_>> = calls.iter().map(Item::Script).collect();
+            items.insert(3, Item::Single(single));
+            let answers = node.batch(&items, deadline()).await.expect("a batch");
+            assert_eq!(answers.len(), items.len());
+            for (n, answer) in answers.iter().enumerate() {
+                match n {
+                    3 => assert_eq!(answer.as_ref().ok(), Some(&Answered::Status(1)), "{n}"),
+                    9 => assert_eq!(granted(answer), Some(0), "{n}: {answer:?}"),
+                    10 => assert!(answer.is_err(), "{n}: {answer:?}"),
+                    _ => assert_eq!(granted(answer), Some(1), "{n}: {answer:?}"),
+                }
+            }
+            // One pipeline: the script loaded at its head once, run by
+            // hash; a lone call not known cached would have sent its text.
+            assert_eq!(calls_of(&node, "script|load").await, 1);
+            assert_eq!(calls_of(&node, "eval").await, 0);
+            assert!(calls_of(&node, "evalsha").await >= 10);
+
+            // Flushed under the connection, which knows it cached.
+            let mut flush = redis::cmd("SCRIPT");
+            flush.arg("FLUSH");
+            admin(&node, &flush).await;
+            let again: Vec<Prepared> = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, token)| acquire(&format!("q:{i}"), token))
+                .collect();
+            let items: Vec<Item<'_>> = again.iter().map(Item::Script).collect();
+            let answers = node.batch(&items, deadline()).await.expect("a batch");
+            for (n, answer) in answers.iter().enumerate() {
+                assert_eq!(granted(answer), Some(1), "{n}: {answer:?}");
+            }
+            for (i, token) in tokens.iter().enumerate() {
+                let mut get = redis::cmd("GET");
+                get.arg(format!("q:{i}"));
+                let held = admin(&node, &get).await;
+                assert_eq!(held, Value::BulkString(token.as_str().as_bytes().to_vec()));
+            }
+        }
+    }
+}
