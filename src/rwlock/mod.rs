@@ -1,7 +1,10 @@
 //! A reader-writer lock over the quorum: [`RwLock`], many readers or one
 //! writer. A thin entry point: reading and writing are each a description
 //! on the round engine ([`RwAttempt`]) with their own scripts; holding,
-//! extending and releasing are the lock's.
+//! extending and releasing are the lock's. Each of its requests goes
+//! through the node's lane (`node::Lanes::call_or`, and for releases and
+//! extensions `send_or`): in a pipeline with the node's other requests
+//! where the node's batches are pipelines, else alone.
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the

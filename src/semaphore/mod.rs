@@ -2,7 +2,10 @@
 //! holders at once across the fleet. A thin entry point: permit `i` is a
 //! Redlock mutex on its own key (a description on the round engine,
 //! [`SlotAttempt`]), so holding, extending and releasing a permit are the
-//! lock's, with the permit's own scripts.
+//! lock's, with the permit's own scripts. Each of its requests goes
+//! through the node's lane (`node::Lanes::call_or`, and for releases and
+//! extensions `send_or`): in a pipeline with the node's other requests
+//! where the node's batches are pipelines, else alone.
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the

@@ -1,8 +1,16 @@
-//! Group commit per node: concurrent requests of plain (one-key, unfenced)
-//! locks bound for the same node go out in one call, with an answer per
-//! request: a pipeline of native commands on a node that has them, a
-//! pipeline of the holdings' own commands and scripts on a standalone node
-//! that does not (`scripted.rs`), else one `batch.lua` call.
+//! Group commit per node: concurrent requests bound for the same node go
+//! out in one call, with an answer per request. A plain (one-key,
+//! unfenced) lock's requests go as a pipeline of native commands on a
+//! node that has them, a pipeline of the holdings' own commands and
+//! scripts on a standalone node that does not (`scripted.rs`), else one
+//! `batch.lua` call. Every other primitive's requests that run a script
+//! of its own (a permit's, a reader-writer hold's: acquire, release,
+//! extension) are prepared script calls ([`Prepared`]): they queue only
+//! where the node's batches are pipelines that carry them (a standalone
+//! node running scripts by `EVALSHA`, its commands known), go there as
+//! `EVALSHA` of their script, and get the script's raw reply back for
+//! their caller to read; anywhere else they go alone, as they would
+//! without a lane. The lanes never learn which primitive a call is.
 //!
 //! Split by job: here the lanes (every node's queue and its flusher, and
 //! whether a request goes alone or queues); one node's queue and when it
@@ -10,7 +18,9 @@
 //! sending one request alone, or a batch in one call (`send.rs`, and on
 //! a script-path node `scripted.rs`). The
 //! `batch.lua` encoding, which auto-extension's batches use too, is
-//! `node/batch.rs`.
+//! `node/batch.rs`. A batch with prepared script calls that finds its
+//! node no longer pipelining them (rare: the lane queued them only where
+//! it did) sends each of its requests alone, in order.
 //!
 //! No request waits for company. Under light load a request goes out at
 //! once, alone, from its caller's task, side by side with the node's other

@@ -4,7 +4,13 @@
 //! release `EVALSHA` of the holding's own release script (the one
 //! [`Node::release`] runs), an extension `EVALSHA` of `batch.lua` with
 //! that one entry (what [`Node::extend`] runs for a plain lock alone),
-//! instead of one `batch.lua` call for them all.
+//! instead of one `batch.lua` call for them all. A prepared script call of
+//! another primitive (a permit's or a reader-writer hold's acquire,
+//! release or extension; see `request.rs`) goes in the same pipeline as
+//! the `EVALSHA` it was prepared as, and is answered with its raw reply,
+//! which its caller reads as it would read the call alone; on a node
+//! with native commands it is the only script in a pipeline whose locks'
+//! requests are native commands (`send.rs`).
 //!
 //! Why (issue #55): a `batch.lua` call runs its entries one after another
 //! in one script, and a script call costs the node a Lua entry and exit

@@ -3,6 +3,9 @@
 //! pipeline of native commands where the node has them, else as a
 //! pipeline of the holdings' own commands and scripts (`scripted.rs`), or
 //! `batch.lua` (a cluster, Functions, or the node's commands not known).
+//! A batch with prepared script calls goes as one pipeline on a node whose
+//! batches can carry them (native commands for its locks' requests where
+//! the node has them), else each request alone, in order.
 
 use std::future::Future;
 use std::pin::Pin;
