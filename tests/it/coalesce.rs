@@ -693,3 +693,62 @@ async fn a_refused_permit_fails_only_itself() {
     }
     locks.settle().await;
 }
+
+/// Permit and read callers that give up mid-flight (dropped futures) on
+/// three nodes: their queued acquires are not sent, whatever they may
+/// have set is removed, and every node's queue keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_permit_and_read_callers_leave_nothing_behind() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    if !crate::native::scripting_or_skip(
+        "coalesce::dropped_permit_and_read_callers_leave_nothing_behind",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
+    // Attempts are cut short by their own budgets, not by node timeouts.
+    let locks = builder(&nodes)
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .expect("config");
+    support::warm(&locks, TTL).await;
+    for wave in 0..10u64 {
+        let attempts: Vec<_> = (0..32u64)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let name = format!("dropped-prim:{wave}:{i}");
+                    // Cut short somewhere in flight (or not at all).
+                    let budget = Duration::from_micros((wave * 37 + i * 23) % 600);
+                    let attempt = async {
+                        if i % 2 == 0 {
+                            let permit = locks.semaphore(&name, 2).try_acquire(TTL).await;
+                            permit.expect("a free permit").release().await
+                        } else {
+                            let read = locks.rwlock(&name).try_read(TTL).await;
+                            read.expect("no writer").release().await
+                        }
+                    };
+                    if let Ok(released) = tokio::time::timeout(budget, attempt).await {
+                        released.expect("release");
+                    }
+                })
+            })
+            .collect();
+        for attempt in attempts {
+            attempt.await.expect("task");
+        }
+    }
+    locks.settle().await;
+    until_no_keys_left(&nodes, "dropped-prim:").await;
+    // Every node's queue is idle again: a permit goes through.
+    let permit = no_hang(
+        "a permit after",
+        locks.semaphore("after-prim", 1).try_acquire(TTL),
+    )
+    .await
+    .expect("permit");
+    assert_eq!(support::release_settled(permit).await, 3);
+}
