@@ -110,9 +110,14 @@ impl fmt::Debug for Primitive {
 /// knowing which primitive it is.
 pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
     /// Whether a one-key holding of this shape may go through its node's
-    /// group-commit lane (see `node::Lanes::send_or`):
+    /// group-commit lane as a lock's request (see `node::Lanes::send_or`):
     /// `batch.lua` sets, deletes and extends keys that hold just the
     /// token, as a lock's do (so [`token_keys`](Self::token_keys) too).
+    /// Any other shape's release and extension go through the lane too,
+    /// as calls of its own scripts ([`release_call`](Self::release_call),
+    /// [`extend_keys`](Self::extend_keys) and
+    /// [`extend_args`](Self::extend_args), one holding), where the node's
+    /// batches are pipelines that carry them.
     fn group_commits(&self) -> bool {
         false
     }

@@ -12,7 +12,9 @@
 //! on one node, the scripts beside it, the lock's `Shape`) on the wire,
 //! and this file, the acquisitions, on the round engine. A plain lock's
 //! requests go through the node's group commit (`node/group/`), which
-//! serves any `Shape` that allows it.
+//! serves any `Shape` that allows it (and any other's release and
+//! extension, as its own script's call, where a node's batches carry
+//! them).
 //!
 //! `inspect.rs` is what [`Redlock::inspect`](crate::Redlock::inspect)
 //! reads of a primitive, as each primitive describes it (`Reads`), with

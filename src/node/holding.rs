@@ -77,7 +77,7 @@ const BATCHED: u32 = u32::MAX - 1;
 
 /// Whether an extension can go natively on a node that has `SET … IFEQ`:
 /// one key holding just the token, nothing beside it to touch.
-fn is_native(lock: &Extension<'_>) -> bool {
+pub(crate) fn is_native(lock: &Extension<'_>) -> bool {
     lock.shape.token_keys() && lock.shape.keys_only() && lock.keys.len() == 1
 }
 

@@ -69,7 +69,7 @@ pub(crate) mod testing;
 pub(crate) use batch::BATCH;
 pub(crate) use caps::NativeDelete;
 pub(crate) use deadline::{Deadline, within};
-pub(crate) use group::{Lanes, OnNode, Op, Spawn, Status};
+pub(crate) use group::{Lanes, OnNode, Op, Prepared, Spawn, Status, Step};
 pub(crate) use health::{Heard, watch};
 pub(crate) use holding::ExtendReply;
 #[cfg(test)]

@@ -9,6 +9,10 @@
 //! [abandoned](Answer::is_abandoned) (its caller stopped waiting), and an
 //! `Answer` dropped unanswered ends its `Reply` with an error.
 //!
+//! An answer is a status (a lock's request, as `batch.lua` answers it)
+//! or a script's raw reply ([`Answered`]: a primitive's own script call,
+//! which its caller decodes), or an error.
+//!
 //! Each slot is its own: its state is one atomic, its waker an
 //! [`AtomicWaker`], and each fills a cache line of its own. A request's
 //! two ends touch only their slot, so the callers of a node's requests on
@@ -23,16 +27,27 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::task::AtomicWaker;
+use redis::Value;
 
 use crate::error::NodeError;
 
-type Outcome = Result<u8, NodeError>;
+/// What a queued request got.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Answered {
+    /// A lock's request: its status, as `batch.lua` answers it.
+    Status(u8),
+    /// A primitive's own script call: the script's reply, as it came.
+    Value(Value),
+}
+
+type Outcome = Result<Answered, NodeError>;
 
 /// A slot's state bits. An answer sets `ANSWERED` with its code in the low
-/// bits, or with `FAILED` when it is an error, kept in the slot's `error`.
+/// bits, or with `CARRIED` when it is an error or a script's reply, kept
+/// in the slot's `carried`.
 const CODE: u8 = 0b0000_1111;
 const ANSWERED: u8 = 0b0001_0000;
-const FAILED: u8 = 0b0010_0000;
+const CARRIED: u8 = 0b0010_0000;
 /// The caller stopped waiting: its `Reply` was dropped.
 const ABANDONED: u8 = 0b0100_0000;
 /// The `Answer` was dropped without answering.
@@ -56,8 +71,9 @@ struct Slot {
     state: AtomicU8,
     /// The caller's task, while it waits.
     waker: AtomicWaker,
-    /// An error answer (rare: boxed, so that a slot stays one line).
-    error: Mutex<Option<Box<NodeError>>>,
+    /// An error answer, or a script's reply (rare on a lock's path:
+    /// boxed, so that a slot stays one line).
+    carried: Mutex<Option<Box<Result<Value, NodeError>>>>,
 }
 
 impl Slots {
@@ -114,11 +130,19 @@ impl Slot {
     /// The outcome `state` says the slot holds, if it holds one.
     fn outcome(&self, state: u8) -> Option<Outcome> {
         if state & ANSWERED != 0 {
-            if state & FAILED == 0 {
-                return Some(Ok(state & CODE));
+            if state & CARRIED == 0 {
+                return Some(Ok(Answered::Status(state & CODE)));
             }
-            let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
-            return Some(Err(error.map_or_else(dropped, |error| *error)));
+            let carried = self
+                .carried
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            return Some(match carried.map(|carried| *carried) {
+                Some(Ok(value)) => Ok(Answered::Value(value)),
+                Some(Err(error)) => Err(error),
+                None => Err(dropped()),
+            });
         }
         (state & UNANSWERED != 0).then(|| Err(dropped()))
     }
@@ -142,20 +166,22 @@ impl Answer {
         let bits = match outcome {
             // Every code a request answers fits in `CODE`; one that does
             // not would read as another status, so it is sent as an error.
-            Ok(code) if code & !CODE == 0 => ANSWERED | code,
-            Ok(code) => {
-                return self.fail(slot, NodeError::UnexpectedReply(format!("status {code}")));
+            Ok(Answered::Status(code)) if code & !CODE == 0 => ANSWERED | code,
+            Ok(Answered::Status(code)) => {
+                let error = NodeError::UnexpectedReply(format!("status {code}"));
+                return self.carry(slot, Err(error));
             }
-            Err(error) => return self.fail(slot, error),
+            Ok(Answered::Value(value)) => return self.carry(slot, Ok(value)),
+            Err(error) => return self.carry(slot, Err(error)),
         };
         slot.finish(bits);
     }
 
-    fn fail(&self, slot: &Slot, error: NodeError) {
+    fn carry(&self, slot: &Slot, carried: Result<Value, NodeError>) {
         if slot.state.load(Ordering::Acquire) & ABANDONED == 0 {
-            *slot.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(error));
+            *slot.carried.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(carried));
         }
-        slot.finish(ANSWERED | FAILED);
+        slot.finish(ANSWERED | CARRIED);
     }
 
     /// Whether the caller stopped waiting for the answer.
@@ -218,7 +244,12 @@ impl Drop for Reply {
             slot.state.fetch_or(ABANDONED, Ordering::AcqRel);
             // Not kept until the block goes: its task may be long gone.
             drop(slot.waker.take());
-            drop(slot.error.lock().unwrap_or_else(|e| e.into_inner()).take());
+            drop(
+                slot.carried
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
         }
     }
 }
@@ -241,11 +272,14 @@ mod tests {
         assert!(slots.open().is_none(), "a full block takes no more");
         assert_eq!(slots.len(), 3);
         let waiting = tokio::spawn(first_reply);
-        second.send(Ok(2));
+        second.send(Ok(Answered::Status(2)));
         third.send(Err(NodeError::Timeout(std::time::Duration::from_millis(5))));
-        first.send(Ok(1));
-        assert!(matches!(waiting.await.expect("task"), Ok(1)));
-        assert!(matches!(second_reply.await, Ok(2)));
+        first.send(Ok(Answered::Status(1)));
+        assert!(matches!(
+            waiting.await.expect("task"),
+            Ok(Answered::Status(1))
+        ));
+        assert!(matches!(second_reply.await, Ok(Answered::Status(2))));
         assert!(matches!(third_reply.await, Err(NodeError::Timeout(_))));
     }
 
@@ -258,9 +292,9 @@ mod tests {
         assert!(left.is_abandoned());
         assert!(!kept.is_abandoned());
         // Answering it anyway is harmless.
-        left.send(Ok(1));
-        kept.send(Ok(0));
-        assert!(matches!(kept_reply.await, Ok(0)));
+        left.send(Ok(Answered::Status(1)));
+        kept.send(Ok(Answered::Status(0)));
+        assert!(matches!(kept_reply.await, Ok(Answered::Status(0))));
     }
 
     #[tokio::test]
@@ -281,8 +315,8 @@ mod tests {
     async fn an_answer_before_the_first_poll_is_not_missed() {
         let slots = Slots::with_capacity(2);
         let (answer, reply) = slots.open().expect("room");
-        answer.send(Ok(2));
-        assert!(matches!(reply.await, Ok(2)));
+        answer.send(Ok(Answered::Status(2)));
+        assert!(matches!(reply.await, Ok(Answered::Status(2))));
         // An error, answered while its caller waits, reaches it whole.
         let (answer, reply) = slots.open().expect("room");
         let waiting = tokio::spawn(reply);
@@ -299,12 +333,36 @@ mod tests {
     fn a_status_out_of_range_is_an_error_not_another_status() {
         let slots = Slots::with_capacity(1);
         let (answer, reply) = slots.open().expect("room");
-        answer.send(Ok(0x11));
+        answer.send(Ok(Answered::Status(0x11)));
         let outcome = futures::executor::block_on(reply);
         assert!(
             matches!(outcome, Err(NodeError::UnexpectedReply(_))),
             "{outcome:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_scripts_reply_reaches_its_caller_whole() {
+        let slots = Slots::with_capacity(2);
+        let (answer, reply) = slots.open().expect("room");
+        let waiting = tokio::spawn(reply);
+        tokio::task::yield_now().await;
+        let value = Value::Array(vec![Value::Int(0), Value::Int(3)]);
+        answer.send(Ok(Answered::Value(value.clone())));
+        assert_eq!(
+            waiting.await.expect("task").ok(),
+            Some(Answered::Value(value))
+        );
+        // Its caller gone, nothing is kept for it.
+        let (answer, reply) = slots.open().expect("room");
+        drop(reply);
+        answer.send(Ok(Answered::Value(Value::Int(1))));
+        assert!(slots.slot(1).is_some_and(|slot| {
+            slot.carried
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+        }));
     }
 
     #[test]

@@ -125,9 +125,10 @@ impl OnNodes for Holding {
 }
 
 /// The token-checked release of `lock` on node `node`, owned, so that it
-/// can be followed after its caller returned. A one-key lock goes with
-/// whatever else is bound for the node meanwhile (see
-/// [`Lanes::send_or`](crate::node::Lanes::send_or)).
+/// can be followed after its caller returned. It goes with whatever else
+/// is bound for the node meanwhile where it can: a one-key lock's always,
+/// another shape's as its release script's call where the node's batches
+/// carry it (see [`Lanes::send_or`](crate::node::Lanes::send_or)).
 ///
 /// A release sent again after its connection dropped (a node restarting,
 /// a network cut) may find the token gone because its first sending

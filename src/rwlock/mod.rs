@@ -1,7 +1,10 @@
 //! A reader-writer lock over the quorum: [`RwLock`], many readers or one
 //! writer. A thin entry point: reading and writing are each a description
 //! on the round engine ([`RwAttempt`]) with their own scripts; holding,
-//! extending and releasing are the lock's.
+//! extending and releasing are the lock's. Each of its requests goes
+//! through the node's lane (`node::Lanes::call_or`, and for releases and
+//! extensions `send_or`): in a pipeline with the node's other requests
+//! where the node's batches are pipelines, else alone.
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the
@@ -42,7 +45,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     reads_only: None,
 };
 
-use self::node::{RwKeys, RwShape, acquire_hold};
+use self::node::{RwKeys, RwShape, acquire_hold, hold_reply, prepare_hold};
 
 impl Redlock {
     /// The reader-writer lock called `name`, on this manager's nodes: see
@@ -386,10 +389,19 @@ impl Acquire for RwAttempt {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static + use<> {
         let (shape, ttl) = (self.shape.clone(), self.target.ttl);
         async move {
-            let (server, token) = (call.server()?, call.token.as_str());
+            let (server, token) = (call.server()?, &call.token);
+            let deadline = call.deadline;
             // The writer's mark outlives its attempt by a ttl: long enough
-            // for its next attempt to refresh it.
-            acquire_hold(server, &shape, token, ttl, ttl, call.deadline).await
+            // for its next attempt to refresh it. With whatever else is
+            // bound for the node meanwhile, where the node's batches carry
+            // it (see `Lanes::call_or`).
+            let prepare = || prepare_hold(&shape, token, ttl, ttl);
+            let alone =
+                async || acquire_hold(server, &shape, token.as_str(), ttl, ttl, deadline).await;
+            let lanes = call.core.lanes();
+            lanes
+                .call_or(call.node, deadline, prepare, hold_reply, alone)
+                .await
         }
     }
 }

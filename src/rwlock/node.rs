@@ -8,9 +8,10 @@ use redis::{Cmd, Value};
 
 use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
-use crate::node::{Deadline, Node, unexpected};
+use crate::node::{Deadline, Node, Prepared, Step, unexpected};
 use crate::request::{Ttl, channel};
 use crate::scripts::{Lua, Replicas};
+use crate::token::Token;
 
 /// Admit a reader or a writer, with writer preference.
 pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
@@ -70,10 +71,10 @@ impl RwShape {
     }
 }
 
-/// A reader-writer lock's acquire on `node` (see `acquire.lua`): whether
-/// it admitted the hold `shape` describes (a reader or the writer). A
-/// refused writer's mark (its call's id, across its attempts) lives
-/// `mark`.
+/// A reader-writer lock's acquire on `node` (see `acquire.lua`), alone:
+/// whether it admitted the hold `shape` describes (a reader or the
+/// writer). A refused writer's mark (its call's id, across its attempts)
+/// lives `mark`.
 pub(crate) async fn acquire_hold(
     node: &Node,
     shape: &RwShape,
@@ -83,18 +84,51 @@ pub(crate) async fn acquire_hold(
     deadline: impl Into<Deadline>,
 ) -> Result<bool, NodeError> {
     let deadline: Deadline = deadline.into();
+    let fill = |cmd: &mut Cmd| hold_call(cmd, shape, token, ttl, mark);
+    let reply = node
+        .run_script(&ACQUIRE, fill, hold_size(shape, token), &[token], deadline)
+        .await?;
+    hold_reply(&reply)
+}
+
+/// The acquire's call prepared for the node's lane (see
+/// `node::Lanes::call_or`): the same call as [`acquire_hold`]'s.
+pub(crate) fn prepare_hold(shape: &RwShape, token: &Token, ttl: Ttl, mark: Ttl) -> Prepared {
+    let size = hold_size(shape, token.as_str());
+    Prepared::new(&ACQUIRE, Step::Acquire, token, size, |cmd| {
+        hold_call(cmd, shape, token.as_str(), ttl, mark);
+    })
+}
+
+/// How many arguments a hold's acquire writes, and about how many bytes.
+fn hold_size(shape: &RwShape, token: &str) -> (usize, usize) {
     let rw = &shape.rw;
-    let keys = [&*rw.writer, &*rw.readers, &*rw.waiting];
-    let (ttl, mark) = (ttl.ms().to_string(), mark.ms().to_string());
-    let args = [
-        shape.mode(),
-        token,
-        ttl.as_str(),
-        &*rw.waiter,
-        mark.as_str(),
-    ];
-    node.flag_script(&ACQUIRE, &keys, &args, &[token], deadline)
-        .await
+    let bytes = rw.writer.len() + rw.readers.len() + rw.waiting.len() + rw.waiter.len();
+    (9, bytes + token.len() + 48)
+}
+
+/// The acquire's `numkeys`, keys (writer, readers, waiting) and
+/// arguments (mode, token, ttl, the waiter's id, the mark's ttl).
+fn hold_call(cmd: &mut Cmd, shape: &RwShape, token: &str, ttl: Ttl, mark: Ttl) {
+    let rw = &shape.rw;
+    cmd.arg(3)
+        .arg(&*rw.writer)
+        .arg(&*rw.readers)
+        .arg(&*rw.waiting)
+        .arg(shape.mode())
+        .arg(token)
+        .arg(ttl.ms())
+        .arg(&*rw.waiter)
+        .arg(mark.ms());
+}
+
+/// Whether the acquire's reply says admitted (1) or not (0).
+pub(crate) fn hold_reply(reply: &Value) -> Result<bool, NodeError> {
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(unexpected(other)),
+    }
 }
 
 impl Shape for RwShape {

@@ -2,7 +2,10 @@
 //! holders at once across the fleet. A thin entry point: permit `i` is a
 //! Redlock mutex on its own key (a description on the round engine,
 //! [`SlotAttempt`]), so holding, extending and releasing a permit are the
-//! lock's, with the permit's own scripts.
+//! lock's, with the permit's own scripts. Each of its requests goes
+//! through the node's lane (`node::Lanes::call_or`, and for releases and
+//! extensions `send_or`): in a pipeline with the node's other requests
+//! where the node's batches are pipelines, else alone.
 //!
 //! The whole primitive is in this folder: here its public API and its
 //! description on the engine; in `node.rs` what it asks a node (the
@@ -48,7 +51,7 @@ pub(crate) static PRIMITIVE: Primitive = Primitive {
     reads_only: None,
 };
 
-use self::node::{PermitReply, Permits, acquire_permit};
+use self::node::{PermitReply, Permits, acquire_permit, permit_reply, prepare_permit};
 
 /// How many permits one attempt tries in a row, each one a majority of
 /// nodes reported free, before it counts as contended.
@@ -523,8 +526,18 @@ impl Acquire for SlotAttempt {
         let (permits, slot, ttl) = (self.request.permits.clone(), self.slot, self.target.ttl);
         let reports = self.reports.clone();
         async move {
-            let (server, token) = (call.server()?, call.token.as_str());
-            let reply = acquire_permit(server, &permits, slot, token, ttl, call.deadline).await?;
+            let (server, token) = (call.server()?, &call.token);
+            let deadline = call.deadline;
+            // With whatever else is bound for the node meanwhile, where
+            // the node's batches carry it (see `Lanes::call_or`).
+            let prepare = || prepare_permit(&permits, slot, token, ttl);
+            let alone = async || {
+                acquire_permit(server, &permits, slot, token.as_str(), ttl, deadline).await
+            };
+            let lanes = call.core.lanes();
+            let reply = lanes
+                .call_or(call.node, deadline, prepare, permit_reply, alone)
+                .await?;
             let vote = match reply {
                 PermitReply::Granted => SlotVote::Granted,
                 _ => SlotVote::Refused,

@@ -8,9 +8,10 @@ use redis::{Cmd, Value};
 
 use crate::contract::{Extension, Release, Shape};
 use crate::error::NodeError;
-use crate::node::{Deadline, Node, unexpected};
+use crate::node::{Deadline, Node, Prepared, Step, unexpected};
 use crate::request::{Keys, Ttl, channel};
 use crate::scripts::{Lua, Replicas};
+use crate::token::Token;
 
 /// Take one permit slot if free (and the permit count agrees), else report
 /// the free slots.
@@ -65,7 +66,8 @@ pub(crate) enum PermitReply {
     OtherCount(String),
 }
 
-/// A semaphore's acquire of permit `slot` on `node` (see `acquire.lua`).
+/// A semaphore's acquire of permit `slot` on `node` (see `acquire.lua`),
+/// alone.
 pub(crate) async fn acquire_permit(
     node: &Node,
     permits: &Permits,
@@ -75,19 +77,54 @@ pub(crate) async fn acquire_permit(
     deadline: impl Into<Deadline>,
 ) -> Result<PermitReply, NodeError> {
     let deadline: Deadline = deadline.into();
-    let mut keys: Vec<&str> = Vec::with_capacity(1 + permits.slots.len());
-    keys.push(&permits.limit_key);
-    keys.extend(permits.slots.iter().map(|k| &**k));
-    let (slot_arg, ttl) = (slot.to_string(), ttl.ms().to_string());
-    let args = [slot_arg.as_str(), token, ttl.as_str(), &permits.count];
+    let fill = |cmd: &mut Cmd| permit_call(cmd, permits, slot, token, ttl);
     // Sent again if the connection dropped (as every script): the
     // script finds a grant that had landed and grants it again, so a
     // node never says "no" to a token it holds.
     let reply = node
-        .script(&ACQUIRE, &keys, &args, &[token], deadline)
+        .run_script(
+            &ACQUIRE,
+            fill,
+            permit_size(permits, token),
+            &[token],
+            deadline,
+        )
         .await?;
-    let Value::Array(items) = &reply else {
-        return Err(unexpected(&reply));
+    permit_reply(&reply)
+}
+
+/// The acquire's call of permit `slot` prepared for the node's lane (see
+/// `node::Lanes::call_or`): the same call as [`acquire_permit`]'s.
+pub(crate) fn prepare_permit(permits: &Permits, slot: u32, token: &Token, ttl: Ttl) -> Prepared {
+    let size = permit_size(permits, token.as_str());
+    Prepared::new(&ACQUIRE, Step::Acquire, token, size, |cmd| {
+        permit_call(cmd, permits, slot, token.as_str(), ttl);
+    })
+}
+
+/// How many arguments a permit's acquire writes, and about how many bytes.
+fn permit_size(permits: &Permits, token: &str) -> (usize, usize) {
+    let keys: usize = permits.slots.iter().map(|k| k.len()).sum();
+    (
+        6 + permits.slots.len(),
+        keys + permits.limit_key.len() + token.len() + 48,
+    )
+}
+
+/// The acquire's `numkeys`, keys (the limit key, then every slot's) and
+/// arguments (the slot, the token, the ttl and the count).
+fn permit_call(cmd: &mut Cmd, permits: &Permits, slot: u32, token: &str, ttl: Ttl) {
+    cmd.arg(1 + permits.slots.len()).arg(&*permits.limit_key);
+    for key in permits.slots.iter() {
+        cmd.arg(&**key);
+    }
+    cmd.arg(slot).arg(token).arg(ttl.ms()).arg(&*permits.count);
+}
+
+/// What the acquire's reply says.
+pub(crate) fn permit_reply(reply: &Value) -> Result<PermitReply, NodeError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected(reply));
     };
     match items.as_slice() {
         [Value::Int(1)] => Ok(PermitReply::Granted),
@@ -106,7 +143,7 @@ pub(crate) async fn acquire_permit(
             Value::SimpleString(text) => Ok(PermitReply::OtherCount(text.clone())),
             other => Err(unexpected(other)),
         },
-        _ => Err(unexpected(&reply)),
+        _ => Err(unexpected(reply)),
     }
 }
 

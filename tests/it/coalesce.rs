@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use quorumlock::testkit::{RedisNodes, RedisServer, ServerOptions};
-use quorumlock::{Error, NativeCommands, Redlock, Retry};
+use quorumlock::{Error, NativeCommands, Redlock, RedlockBuilder, Retry};
 use support::{builder, conn, keys_left, keys_on, no_hang, until_no_keys_left, values};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -511,4 +511,244 @@ async fn batches_survive_a_flushed_script_cache() {
         .await
         .expect("KEYS");
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A manager of one node, warmed (its commands known: a node whose
+/// scripts run by `EVALSHA` then batches the primitives' own scripts in
+/// its pipelines); `None` where the server runs no scripts.
+async fn scripting_node(test: &str, url: &str, builder: RedlockBuilder) -> Option<Redlock> {
+    if !crate::native::scripting_or_skip(test, url).await {
+        return None;
+    }
+    let locks = builder.retry(Retry::none()).build().expect("config");
+    support::warm(&locks, TTL).await;
+    Some(locks)
+}
+
+/// Sixty-four tasks taking, extending and giving back permits and reads,
+/// each on a semaphore and a reader-writer lock of its own, on one node:
+/// with the lane batching them (the node's pipelines carry their
+/// scripts), every one is granted, extended and released, and nothing is
+/// left behind. (That they shared pipelines is checked beside the
+/// pipeline, in `scripted.rs`: a node's counts cannot tell a pipeline
+/// from the connection's own writes of concurrent calls.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_permits_and_reads_are_each_answered() {
+    let server = RedisServer::start().expect("server");
+    let url = server.url();
+    let test = "coalesce::concurrent_permits_and_reads_are_each_answered";
+    let Some(locks) = scripting_node(test, &url, Redlock::builder().node(url.clone())).await else {
+        return;
+    };
+    const TASKS: usize = 64;
+    const CYCLES: usize = 10;
+    let tasks = (0..TASKS).map(|t| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let (semaphore, rwlock) = (
+                locks.semaphore(&format!("prim:s:{t}"), 4),
+                locks.rwlock(&format!("prim:rw:{t}")),
+            );
+            for c in 0..CYCLES {
+                let permit = semaphore.try_acquire(TTL).await.expect("a free permit");
+                let read = rwlock.try_read(TTL).await.expect("no writer");
+                if c % 2 == 0 {
+                    permit.extend(TTL).await.expect("extend a permit");
+                    read.extend(TTL).await.expect("extend a read");
+                }
+                assert_eq!(support::release_settled(permit).await, 1, "permit {t}/{c}");
+                assert_eq!(support::release_settled(read).await, 1, "read {t}/{c}");
+            }
+        })
+    });
+    for task in no_hang("tasks", join_all(tasks)).await {
+        task.expect("task");
+    }
+    locks.settle().await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("prim:*")
+        .query_async(&mut conn(&url).await)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Permits and reads taken, extended and released in waves, the node's
+/// script cache flushed (`SCRIPT FLUSH`) between two: the batches' calls
+/// answered `NOSCRIPT` go again alone, and every permit and read is
+/// granted, extended and released, nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_and_reads_survive_a_flushed_script_cache() {
+    let server = RedisServer::start().expect("server");
+    let url = server.url();
+    let test = "coalesce::permits_and_reads_survive_a_flushed_script_cache";
+    let Some(locks) = scripting_node(test, &url, Redlock::builder().node(url.clone())).await else {
+        return;
+    };
+    const TASKS: usize = 32;
+    const WAVES: usize = 8;
+    let wave = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
+    let tasks = (0..TASKS).map(|t| {
+        let (locks, wave) = (locks.clone(), wave.clone());
+        tokio::spawn(async move {
+            for c in 0..WAVES {
+                wave.wait().await;
+                let name = format!("flushed-prim:{t}:{c}");
+                let permit = locks
+                    .semaphore(&name, 2)
+                    .try_acquire(TTL)
+                    .await
+                    .expect("a free permit");
+                let read = locks.rwlock(&name).try_read(TTL).await.expect("no writer");
+                permit.extend(TTL).await.expect("extend a permit");
+                read.extend(TTL).await.expect("extend a read");
+                assert_eq!(permit.loss_reason(), None);
+                assert_eq!(support::release_settled(permit).await, 1, "{name}");
+                assert_eq!(support::release_settled(read).await, 1, "{name}");
+                wave.wait().await;
+            }
+        })
+    });
+    let tasks: Vec<_> = tasks.collect();
+    let mut admin = conn(&url).await;
+    for _ in 0..WAVES {
+        no_hang("a wave", async {
+            wave.wait().await;
+            wave.wait().await;
+        })
+        .await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .expect("SCRIPT FLUSH");
+    }
+    for task in no_hang("tasks", join_all(tasks)).await {
+        task.expect("task");
+    }
+    // The flushes were felt: calls answered NOSCRIPT, and went again.
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut admin)
+        .await
+        .expect("INFO errorstats");
+    assert!(
+        errors.contains("errorstat_NOSCRIPT"),
+        "no call found its script flushed: {errors}"
+    );
+    locks.settle().await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("flushed-prim:*")
+        .query_async(&mut admin)
+        .await
+        .expect("KEYS");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A user denied some semaphores' keys: in the batches its permits share
+/// with allowed ones, each refused permit fails alone, with the ACL's
+/// refusal, and every allowed one is granted and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_permit_fails_only_itself() {
+    let options = ServerOptions::new()
+        .arg("--user")
+        .arg("app")
+        .arg("on")
+        .arg(">app-pw-5d1")
+        .arg("~ok*")
+        .arg("~warm*");
+    let options = support::LOCK_COMMANDS
+        .into_iter()
+        .chain(support::SEMAPHORE_COMMANDS)
+        .fold(options, |options, command| options.arg(command));
+    let server = RedisServer::start_with(options).expect("server");
+    let url = server.url().replace("redis://", "redis://app:app-pw-5d1@");
+    let test = "coalesce::a_refused_permit_fails_only_itself";
+    let builder = Redlock::builder().node(url.clone());
+    let Some(locks) = scripting_node(test, &server.url(), builder).await else {
+        return;
+    };
+    for round in 0..10 {
+        let attempts = (0..32).map(|i| {
+            let locks = locks.clone();
+            let name = if i % 2 == 0 {
+                format!("ok:{round}:{i}")
+            } else {
+                format!("denied:{round}:{i}")
+            };
+            async move {
+                let permit = locks.semaphore(&name, 2).try_acquire(TTL).await;
+                (name, permit)
+            }
+        });
+        for (name, permit) in join_all(attempts).await {
+            match (name.starts_with("ok:"), permit) {
+                (true, Ok(permit)) => {
+                    assert_eq!(support::release_settled(permit).await, 1, "{name}");
+                }
+                (false, Err(error)) => support::assert_acl_refusals(&error),
+                (allowed, permit) => panic!("{name} (allowed: {allowed}): {:?}", permit.err()),
+            }
+        }
+    }
+    locks.settle().await;
+}
+
+/// Permit and read callers that give up mid-flight (dropped futures) on
+/// three nodes: their queued acquires are not sent, whatever they may
+/// have set is removed, and every node's queue keeps going.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_permit_and_read_callers_leave_nothing_behind() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    if !crate::native::scripting_or_skip(
+        "coalesce::dropped_permit_and_read_callers_leave_nothing_behind",
+        &nodes.urls()[0],
+    )
+    .await
+    {
+        return;
+    }
+    // Attempts are cut short by their own budgets, not by node timeouts.
+    let locks = builder(&nodes)
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .expect("config");
+    support::warm(&locks, TTL).await;
+    for wave in 0..10u64 {
+        let attempts: Vec<_> = (0..32u64)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let name = format!("dropped-prim:{wave}:{i}");
+                    // Cut short somewhere in flight (or not at all).
+                    let budget = Duration::from_micros((wave * 37 + i * 23) % 600);
+                    let attempt = async {
+                        if i % 2 == 0 {
+                            let permit = locks.semaphore(&name, 2).try_acquire(TTL).await;
+                            permit.expect("a free permit").release().await
+                        } else {
+                            let read = locks.rwlock(&name).try_read(TTL).await;
+                            read.expect("no writer").release().await
+                        }
+                    };
+                    if let Ok(released) = tokio::time::timeout(budget, attempt).await {
+                        released.expect("release");
+                    }
+                })
+            })
+            .collect();
+        for attempt in attempts {
+            attempt.await.expect("task");
+        }
+    }
+    locks.settle().await;
+    until_no_keys_left(&nodes, "dropped-prim:").await;
+    // Every node's queue is idle again: a permit goes through.
+    let permit = no_hang(
+        "a permit after",
+        locks.semaphore("after-prim", 1).try_acquire(TTL),
+    )
+    .await
+    .expect("permit");
+    assert_eq!(support::release_settled(permit).await, 3);
 }

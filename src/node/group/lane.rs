@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::request::{Op, Single};
+use super::request::{Item, Op, Prepared, Single, Step};
 use crate::contract::ShapeRef;
 use crate::node::replies::{Answer, Reply, Slots};
 use crate::node::{Deadline, Node};
@@ -88,12 +88,21 @@ impl Pacing {
 /// (A script blocks its node while it runs: about a microsecond an entry.)
 pub(super) const MOST: usize = 1024;
 
+/// What a queued request asks: a lock's request, or a primitive's own
+/// script call.
+pub(super) enum Queued {
+    Single {
+        op: Op,
+        key: Arc<str>,
+        token: Token,
+        shape: ShapeRef,
+    },
+    Script(Prepared),
+}
+
 /// A request waiting for its node's call in flight to answer.
 pub(super) struct Waiting {
-    pub(super) op: Op,
-    pub(super) key: Arc<str>,
-    pub(super) token: Token,
-    pub(super) shape: ShapeRef,
+    pub(super) queued: Queued,
     /// When it must have answered, and how long its caller gave it (for
     /// its timeout error).
     pub(super) deadline: Deadline,
@@ -101,12 +110,28 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
-    pub(super) fn single(&self) -> Single<'_> {
-        Single {
-            op: self.op.borrow(),
-            key: &self.key,
-            token: self.token.as_str(),
-            shape: &self.shape,
+    pub(super) fn item(&self) -> Item<'_> {
+        match &self.queued {
+            Queued::Single {
+                op,
+                key,
+                token,
+                shape,
+            } => Item::Single(Single {
+                op: op.borrow(),
+                key,
+                token: token.as_str(),
+                shape,
+            }),
+            Queued::Script(call) => Item::Script(call),
+        }
+    }
+
+    /// Whether it is a release (of a lock, or a primitive's own).
+    pub(super) fn is_release(&self) -> bool {
+        match &self.queued {
+            Queued::Single { op, .. } => matches!(op, Op::Release { .. }),
+            Queued::Script(call) => call.step == Step::Release,
         }
     }
 
@@ -116,8 +141,7 @@ impl Waiting {
     /// goes: the node is far behind (a release is shed, and owed to the
     /// node), and its caller has stopped waiting for the answer.
     pub(super) fn wanted(&self, now: Instant) -> bool {
-        self.deadline.at() > now
-            && (matches!(self.op, Op::Release { .. }) || !self.reply.is_abandoned())
+        self.deadline.at() > now && (self.is_release() || !self.reply.is_abandoned())
     }
 }
 

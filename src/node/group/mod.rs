@@ -1,8 +1,16 @@
-//! Group commit per node: concurrent requests of plain (one-key, unfenced)
-//! locks bound for the same node go out in one call, with an answer per
-//! request: a pipeline of native commands on a node that has them, a
-//! pipeline of the holdings' own commands and scripts on a standalone node
-//! that does not (`scripted.rs`), else one `batch.lua` call.
+//! Group commit per node: concurrent requests bound for the same node go
+//! out in one call, with an answer per request. A plain (one-key,
+//! unfenced) lock's requests go as a pipeline of native commands on a
+//! node that has them, a pipeline of the holdings' own commands and
+//! scripts on a standalone node that does not (`scripted.rs`), else one
+//! `batch.lua` call. Every other primitive's requests that run a script
+//! of its own (a permit's, a reader-writer hold's: acquire, release,
+//! extension) are prepared script calls ([`Prepared`]): they queue only
+//! where the node's batches are pipelines that carry them (a standalone
+//! node running scripts by `EVALSHA`, its commands known), go there as
+//! `EVALSHA` of their script, and get the script's raw reply back for
+//! their caller to read; anywhere else they go alone, as they would
+//! without a lane. The lanes never learn which primitive a call is.
 //!
 //! Split by job: here the lanes (every node's queue and its flusher, and
 //! whether a request goes alone or queues); one node's queue and when it
@@ -10,7 +18,9 @@
 //! sending one request alone, or a batch in one call (`send.rs`, and on
 //! a script-path node `scripted.rs`). The
 //! `batch.lua` encoding, which auto-extension's batches use too, is
-//! `node/batch.rs`.
+//! `node/batch.rs`. A batch with prepared script calls that finds its
+//! node no longer pipelining them (rare: the lane queued them only where
+//! it did) sends each of its requests alone, in order.
 //!
 //! No request waits for company. Under light load a request goes out at
 //! once, alone, from its caller's task, side by side with the node's other
@@ -44,20 +54,22 @@ mod request;
 mod scripted;
 mod send;
 
-pub(crate) use request::{OnNode, Op, Status};
+pub(crate) use request::{OnNode, Op, Prepared, Status, Step};
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use redis::{ErrorKind, ServerErrorKind};
+use redis::{ErrorKind, ServerErrorKind, Value};
 use tokio::time::Instant;
 
-use self::lane::{Lane, MOST, Pacing, Waiting};
-use self::request::Single;
+use self::lane::{Lane, MOST, Pacing, Queued, Waiting};
+use self::request::{Item, Single};
+use crate::contract::{Extension, Release};
 use crate::error::NodeError;
-use crate::node::replies::Reply;
-use crate::node::{Deadline, Node, nth, within};
+use crate::node::holding::{is_native, native_delete};
+use crate::node::replies::{Answered, Reply};
+use crate::node::{Deadline, Node, nth, unexpected, within};
 
 /// Every node's queue, and what a batch needs to go out on its own.
 pub(crate) struct Lanes {
@@ -98,8 +110,10 @@ impl Lanes {
     }
 
     /// Sends `op` for `holding` to node `node`: through the node's lane
-    /// when [`Op::batched`] says it goes there, else `alone` (the
-    /// holding's own request, not yet polled). The one place where a
+    /// when [`Op::batched`] says it goes there, or as its shape's own
+    /// release or extension script where the lane's batches are pipelines
+    /// that can carry it (see [`prepared`](Self::prepared)), else `alone`
+    /// (the holding's own request, not yet polled). The one place where a
     /// request is batched or not, for every step of every primitive.
     pub(crate) async fn send_or<T: From<Status>>(
         self: &Arc<Self>,
@@ -116,7 +130,120 @@ impl Lanes {
             }
             // Boxed: a plain lock's requests, the most frequent, never go
             // alone, and their futures need not carry this one's size.
-            None => Box::pin(alone()).await,
+            None => Box::pin(self.prepared(node, op, holding, deadline, alone)).await,
+        }
+    }
+
+    /// [`send_or`](Self::send_or) for a request [`Op::batched`] keeps out
+    /// of `batch.lua`: a release or an extension that alone would run its
+    /// shape's script (not native commands) goes through the lane as that
+    /// script's call ([`call_or`](Self::call_or)), its reply read as the
+    /// shape reads it alone; anything else, `alone`.
+    async fn prepared<T: From<Status>>(
+        self: &Arc<Self>,
+        node: usize,
+        op: Op,
+        holding: OnNode<'_>,
+        deadline: Deadline,
+        alone: impl AsyncFnOnce() -> Result<T, NodeError>,
+    ) -> Result<T, NodeError> {
+        let OnNode { keys, token, shape } = holding;
+        let caps = self.nodes.get(node).and_then(Node::capabilities);
+        match op {
+            Op::Release { announce } if native_delete(caps, &**shape).is_none() => {
+                let release = Release {
+                    keys,
+                    token: token.as_str(),
+                    announce: announce.as_deref(),
+                };
+                let prepare = || {
+                    let bytes =
+                        keys.iter().map(|k| 2 * k.len()).sum::<usize>() + token.as_str().len() + 48;
+                    let size = (4 + 2 * keys.len(), bytes);
+                    Prepared::new(shape.release_script(), Step::Release, token, size, |cmd| {
+                        shape.release_call(&release, cmd);
+                    })
+                };
+                let decode = |reply: &Value| {
+                    let released = shape.released(&release, reply)?;
+                    Ok(Status::of(u8::from(released)).into())
+                };
+                self.call_or(node, deadline, prepare, decode, alone).await
+            }
+            Op::Extend { ttl } => {
+                let lock = Extension {
+                    keys,
+                    token: token.as_str(),
+                    ttl,
+                    shape: &**shape,
+                };
+                if is_native(&lock) {
+                    return alone().await;
+                }
+                let prepare = || {
+                    let mut names: Vec<&str> = Vec::with_capacity(2 + keys.len());
+                    shape.extend_keys(&lock, &mut names);
+                    let bytes =
+                        names.iter().map(|k| k.len()).sum::<usize>() + token.as_str().len() + 48;
+                    let size = (4 + names.len(), bytes);
+                    Prepared::new(shape.extend_script(), Step::Extend, token, size, |cmd| {
+                        cmd.arg(names.len()).arg(&names);
+                        shape.extend_args(&lock, cmd);
+                    })
+                };
+                // As `extend_many` reads it alone: a status per holding.
+                let decode = |reply: &Value| match reply {
+                    Value::Array(items) => match items.as_slice() {
+                        [Value::Int(status @ 0..=2)] => Ok(Status::of(*status as u8).into()),
+                        _ => Err(unexpected(reply)),
+                    },
+                    _ => Err(unexpected(reply)),
+                };
+                self.call_or(node, deadline, prepare, decode, alone).await
+            }
+            _ => alone().await,
+        }
+    }
+
+    /// Sends a primitive's own script call to node `node` through its
+    /// lane, where the node's batches are pipelines that carry script
+    /// calls (a standalone node whose scripts run by `EVALSHA`, its
+    /// commands known: see `scripted.rs`); else `alone` (the call as the
+    /// primitive sends it alone, not yet polled), as it is when the lane
+    /// lets it go at once. `prepare` writes the call, only when it
+    /// queues; `decode` reads its reply as `alone` would, the script's own
+    /// error having become the `Err`.
+    pub(crate) async fn call_or<T>(
+        self: &Arc<Self>,
+        node: usize,
+        deadline: Deadline,
+        prepare: impl FnOnce() -> Prepared,
+        decode: impl FnOnce(&Value) -> Result<T, NodeError>,
+        alone: impl AsyncFnOnce() -> Result<T, NodeError>,
+    ) -> Result<T, NodeError> {
+        let pipelines = self
+            .nodes
+            .get(node)
+            .and_then(|target| target.pipelines_scripts(target.capabilities()));
+        let Some(target) = self.nodes.get(node).filter(|_| pipelines.is_some()) else {
+            return alone().await;
+        };
+        // Not behind a call in flight to a node that is not asked (see
+        // `send`).
+        if let Some(not_asked) = target.not_asked() {
+            return Err(not_asked);
+        }
+        let Some(answer) = self.queue(node, deadline, || Queued::Script(prepare())) else {
+            // Hands what queues meanwhile to a batch when this call ends.
+            let _turn = Lone {
+                lanes: self.clone(),
+                node,
+            };
+            return alone().await;
+        };
+        match within(deadline, answer).await? {
+            Answered::Value(reply) => decode(&reply),
+            Answered::Status(code) => Err(unexpected(&Value::Int(code.into()))),
         }
     }
 
@@ -139,7 +266,13 @@ impl Lanes {
             return Err(not_asked);
         }
         let token = holding.token;
-        let Some(answer) = self.queue(node, &op, key, holding, deadline) else {
+        let queued = || Queued::Single {
+            op: op.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            shape: holding.shape.clone(),
+        };
+        let Some(answer) = self.queue(node, deadline, queued) else {
             // Hands what queues meanwhile to a batch when this call ends,
             // however it ends (a dropped caller included).
             let _turn = Lone {
@@ -157,7 +290,10 @@ impl Lanes {
             // carry this path's size: 2.6 KB instead of under 1 KB.
             return target.single(request, deadline).await;
         };
-        within(deadline, answer).await
+        match within(deadline, answer).await? {
+            Answered::Status(code) => Ok(code),
+            Answered::Value(reply) => Err(unexpected(&reply)),
+        }
     }
 
     /// Queues the request if node `node` has as many calls in flight as
@@ -166,18 +302,17 @@ impl Lanes {
     /// answer will come; else counts it in flight and returns `None`: the
     /// caller sends it at once. Either way it goes out after every request
     /// that came before it.
+    /// `queued` makes what waits, only if it queues.
     fn queue(
         self: &Arc<Self>,
         node: usize,
-        op: &Op,
-        key: &Arc<str>,
-        holding: &OnNode<'_>,
         deadline: Deadline,
+        queued: impl FnOnce() -> Queued,
     ) -> Option<Reply> {
         let pacing = Pacing::of(self.nodes.get(node)?, self.nodes.len());
         let (answer, second) = {
             let mut lane = self.lane(node)?;
-            let answer = Self::queue_in(&mut lane, pacing, op, key, holding, deadline)?;
+            let answer = Self::queue_in(&mut lane, pacing, deadline, queued)?;
             (answer, Self::second_batch(&mut lane))
         };
         if let Some(batch) = second {
@@ -190,10 +325,8 @@ impl Lanes {
     fn queue_in(
         lane: &mut Lane,
         pacing: Pacing,
-        op: &Op,
-        key: &Arc<str>,
-        holding: &OnNode<'_>,
         deadline: Deadline,
+        queued: impl FnOnce() -> Queued,
     ) -> Option<Reply> {
         lane.pacing = pacing;
         let limit = if lane.batching { 1 } else { pacing.pipelined };
@@ -204,10 +337,7 @@ impl Lanes {
         lane.batching = true;
         let (reply, answer) = lane.open();
         lane.waiting.push(Waiting {
-            op: op.clone(),
-            key: key.clone(),
-            token: holding.token.clone(),
-            shape: holding.shape.clone(),
+            queued: queued(),
             deadline,
             reply,
         });
@@ -251,14 +381,14 @@ impl Lanes {
         loop {
             let now = Instant::now();
             for waiting in batch.extract_if(.., |waiting| !waiting.wanted(now)) {
-                if matches!(waiting.op, Op::Release { .. }) {
+                if waiting.is_release() {
                     crate::metrics::shed(target.label(), "release");
                 }
                 waiting
                     .reply
                     .send(Err(NodeError::Timeout(waiting.deadline.given())));
             }
-            let requests: Vec<Single<'_>> = batch.iter().map(Waiting::single).collect();
+            let requests: Vec<Item<'_>> = batch.iter().map(Waiting::item).collect();
             let deadline = batch.iter().map(|w| w.deadline.at()).max();
             let answers = {
                 let mut call = std::pin::pin!(send_batch(target, &requests, deadline));
@@ -348,24 +478,20 @@ impl Lanes {
 /// batch's latest `deadline`; none, nothing to send.
 async fn send_batch(
     target: &Node,
-    requests: &[Single<'_>],
+    requests: &[Item<'_>],
     deadline: Option<Instant>,
-) -> Vec<Result<u8, NodeError>> {
+) -> Vec<Result<Answered, NodeError>> {
     let Some(deadline) = deadline else {
         return Vec::new();
     };
     match requests {
-        [one] => vec![target.single(*one, deadline.into()).await],
+        [one] => vec![target.alone(*one, deadline.into()).await],
         _ => match target.batch(requests, deadline.into()).await {
             Ok(answers) => answers,
             // The ACL refused some key before anything ran: each request
             // alone, in order, gets its own answer.
             Err(error) if is_key_refusal(&error) => {
-                let mut answers = Vec::with_capacity(requests.len());
-                for request in requests {
-                    answers.push(target.single(*request, deadline.into()).await);
-                }
-                answers
+                target.each_alone(requests, deadline.into()).await
             }
             Err(error) => vec![Err(error); requests.len()],
         },

@@ -4,7 +4,13 @@
 //! release `EVALSHA` of the holding's own release script (the one
 //! [`Node::release`] runs), an extension `EVALSHA` of `batch.lua` with
 //! that one entry (what [`Node::extend`] runs for a plain lock alone),
-//! instead of one `batch.lua` call for them all.
+//! instead of one `batch.lua` call for them all. A prepared script call of
+//! another primitive (a permit's or a reader-writer hold's acquire,
+//! release or extension; see `request.rs`) goes in the same pipeline as
+//! the `EVALSHA` it was prepared as, and is answered with its raw reply,
+//! which its caller reads as it would read the call alone; on a node
+//! with native commands it is the only script in a pipeline whose locks'
+//! requests are native commands (`send.rs`).
 //!
 //! Why (issue #55): a `batch.lua` call runs its entries one after another
 //! in one script, and a script call costs the node a Lua entry and exit
@@ -33,20 +39,21 @@
 
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
-use super::request::Single;
+use super::request::{Item, Prepared, Single, Step};
 use crate::contract::Release;
 use crate::error::NodeError;
 use crate::node::batch::{BATCH, SingleOp};
 use crate::node::ordered::Ordered;
+use crate::node::replies::Answered;
 use crate::node::run::{is_script_refusal, is_unknown_command};
-use crate::node::{Backend, Deadline, Node, Resend, unexpected};
+use crate::node::{Backend, Deadline, NativeDelete, Node, Resend, unexpected};
 use crate::request::Ttl;
-use crate::scripts::{Lua, ScriptMode};
+use crate::scripts::{Lua, Replicas, ScriptMode};
 
 /// What one entry of a pipelined batch got.
 enum Got {
     /// Its answer (or its own error), in its place.
-    Answer(Result<u8, NodeError>),
+    Answer(Result<Answered, NodeError>),
     /// Its script did not run (`NOSCRIPT`, or refused as a script): it
     /// goes out again alone.
     Again,
@@ -96,22 +103,27 @@ impl Node {
     /// `group` of `requests` in one pipeline of the holdings' own commands
     /// (see the module's docs), on the standalone connection `ordered`:
     /// one answer per request, in order, as [`batch_call`](Self::batch_call)
-    /// answers them; a request's own error in its place. Every command in
-    /// it is idempotent for its token, so a pipeline whose connection
-    /// dropped goes out once more.
+    /// answers them; a request's own error in its place. With `native`
+    /// (the node has native compare-and-set commands) a lock's requests
+    /// go as the native commands `batch_native` sends, and only prepared
+    /// script calls run scripts. Every command in it is idempotent for
+    /// its token, so a pipeline whose connection dropped goes out once
+    /// more.
     pub(super) async fn batch_pipelined(
         &self,
         ordered: &Ordered,
-        requests: &[Single<'_>],
+        native: Option<NativeDelete>,
+        requests: &[Item<'_>],
         group: &[usize],
         deadline: Deadline,
-    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+    ) -> Result<Vec<Result<Answered, NodeError>>, NodeError> {
         let nx_get = self.sets_nx_get();
+        let request = |i: usize| requests.get(i).copied();
         // The scripts this batch runs (a lock's release and extension, a
-        // fenced lock's release: two or three at most).
+        // fenced lock's release, the primitives' own: a few at most).
         let mut scripts: Vec<&'static Lua> = Vec::new();
         for &i in group {
-            if let Some(lua) = script_of(&requests[i])
+            if let Some(lua) = request(i).and_then(|r| script_of(r, native))
                 && !scripts.iter().any(|s| s.index == lua.index)
             {
                 scripts.push(lua);
@@ -135,10 +147,21 @@ impl Node {
             }
         }
         let mut writes = false;
-        for &i in group {
-            writes |= push_scripted(&mut commands, requests[i], nx_get);
+        for r in group.iter().filter_map(|&i| request(i)) {
+            writes |= match (r, native) {
+                (Item::Single(r), Some(delete)) => self.push_native(&mut commands, delete, r),
+                (Item::Single(r), None) => push_scripted(&mut commands, r, nx_get),
+                (Item::Script(call), _) => {
+                    commands.add_command(call.cmd.clone());
+                    call.lua.replicas == Replicas::Wait
+                }
+            };
         }
-        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        let tokens: Vec<&str> = group
+            .iter()
+            .filter_map(|&i| request(i))
+            .map(Item::token)
+            .collect();
         let replies = self
             .pipeline(commands, writes, &tokens, Resend::IfDropped, deadline)
             .await?;
@@ -153,10 +176,23 @@ impl Node {
         let mut answers = Vec::with_capacity(group.len());
         let mut again = Vec::new();
         for &i in group {
-            match self.scripted_answer(requests[i], &mut replies, nx_get) {
+            let Some(r) = request(i) else {
+                answers.push(Err(unexpected(&Value::Nil)));
+                continue;
+            };
+            let got = match (r, native) {
+                // (On a standalone node a release's announcement is in
+                // its own pipeline: nothing to announce after it.)
+                (Item::Single(r), Some(_)) => {
+                    Got::Answer(self.native_answer(r, &mut replies).map(Answered::Status))
+                }
+                (Item::Single(r), None) => self.scripted_answer(r, &mut replies, nx_get),
+                (Item::Script(call), _) => self.prepared_answer(call, replies.next()),
+            };
+            match got {
                 Got::Answer(answer) => answers.push(answer),
                 Got::Again => {
-                    if let Some(lua) = script_of(&requests[i]) {
+                    if let Some(lua) = script_of(r, native) {
                         ordered.forget_cached(lua.cache_bit());
                     }
                     again.push(answers.len());
@@ -168,25 +204,43 @@ impl Node {
         // the script's text now that it is not known cached). An
         // extension whose holding a later entry of this pipeline released
         // is not sent again: run after that release, a restoring extension
-        // would put the released key back.
+        // would put the released key back (a token is one holding's).
         for n in again {
-            let Some(&i) = group.get(n) else { continue };
-            let released_later = matches!(requests[i].op, SingleOp::Extend { .. })
+            let Some(r) = group.get(n).and_then(|&i| request(i)) else {
+                continue;
+            };
+            let released_later = r.step() == Step::Extend
                 && group.iter().enumerate().skip(n + 1).any(|(m, &j)| {
-                    matches!(requests[j].op, SingleOp::Release { .. })
-                        && requests[j].key == requests[i].key
-                        && requests[j].token == requests[i].token
-                        && matches!(answers.get(m), Some(Ok(_)))
+                    request(j).is_some_and(|later| {
+                        later.step() == Step::Release && later.token() == r.token()
+                    }) && matches!(answers.get(m), Some(Ok(_)))
                 });
-            if let Some(answer) = answers.get_mut(n) {
-                *answer = if released_later {
-                    Ok(0)
-                } else {
-                    self.single(requests[i], deadline).await
-                };
+            let answer = if released_later {
+                Ok(not_extended(r))
+            } else {
+                self.alone(r, deadline).await
+            };
+            if let Some(slot) = answers.get_mut(n) {
+                *slot = answer;
             }
         }
         Ok(answers)
+    }
+
+    /// A prepared script call's answer from its reply: the reply as it
+    /// came, the script's own error (e.g. `NOPERM` on a key) in its place,
+    /// or [`Got::Again`] if its script did not run.
+    fn prepared_answer(&self, call: &Prepared, reply: Option<&Value>) -> Got {
+        let Some(reply) = reply else {
+            return Got::Answer(Err(unexpected(&Value::Nil)));
+        };
+        if let Some(again) = not_run(reply) {
+            return again;
+        }
+        Got::Answer(match reply {
+            Value::ServerError(error) => Err(self.own_error(error, call.token.as_str())),
+            reply => Ok(Answered::Value(reply.clone())),
+        })
     }
 
     /// `request`'s answer from its replies, taken from `replies` (as many
@@ -207,20 +261,25 @@ impl Node {
             return Got::Answer(Err(unexpected(&Value::Nil)));
         };
         match op {
-            SingleOp::Acquire { .. } if nx_get => Got::Answer(self.acquired(reply, token)),
+            SingleOp::Acquire { .. } if nx_get => {
+                Got::Answer(self.acquired(reply, token).map(Answered::Status))
+            }
             SingleOp::Acquire { .. } => {
                 // `SET NX PX`, then `GET`: refused by the first, the key
                 // holding our token means this request set it before its
                 // connection dropped (no one else writes our token).
                 let get = replies.next();
-                Got::Answer(match (self.native_status(reply, token), get) {
-                    (Ok(1), _) => Ok(1),
-                    (Ok(_), Some(Value::BulkString(value))) => {
-                        Ok(u8::from(value == token.as_bytes()))
+                Got::Answer(
+                    match (self.native_status(reply, token), get) {
+                        (Ok(1), _) => Ok(1),
+                        (Ok(_), Some(Value::BulkString(value))) => {
+                            Ok(u8::from(value == token.as_bytes()))
+                        }
+                        (Ok(_), _) => Ok(0),
+                        (Err(error), _) => Err(error),
                     }
-                    (Ok(_), _) => Ok(0),
-                    (Err(error), _) => Err(error),
-                })
+                    .map(Answered::Status),
+                )
             }
             SingleOp::Release { announce } => {
                 if let Some(again) = not_run(reply) {
@@ -234,7 +293,9 @@ impl Node {
                 };
                 Got::Answer(match reply {
                     Value::ServerError(error) => Err(self.own_error(error, token)),
-                    reply => shape.released(&release, reply).map(u8::from),
+                    reply => shape
+                        .released(&release, reply)
+                        .map(|released| Answered::Status(released.into())),
                 })
             }
             SingleOp::Extend { .. } => {
@@ -243,7 +304,7 @@ impl Node {
                 }
                 Got::Answer(match reply {
                     Value::Array(items) => match items.as_slice() {
-                        [Value::Int(status @ 0..=2)] => Ok(*status as u8),
+                        [Value::Int(status @ 0..=2)] => Ok(Answered::Status(*status as u8)),
                         // The entry's own error, as `batch.lua` answers it.
                         [Value::ServerError(error)] => Err(self.own_error(error, token)),
                         _ => Err(unexpected(reply)),
@@ -262,13 +323,30 @@ impl Node {
     }
 }
 
-/// The script `request` runs, if any: a release's as its holding's shape
-/// says; an extension's, `batch.lua` (see [`push_scripted`]).
-fn script_of(request: &Single<'_>) -> Option<&'static Lua> {
+/// The script `request` runs, if any: a prepared call's own; a lock's
+/// request's none with `native` commands, else a release's as its
+/// holding's shape says, an extension's `batch.lua` (see
+/// [`push_scripted`]).
+fn script_of(request: Item<'_>, native: Option<NativeDelete>) -> Option<&'static Lua> {
+    let request = match request {
+        Item::Script(call) => return Some(call.lua),
+        Item::Single(_) if native.is_some() => return None,
+        Item::Single(request) => request,
+    };
     match request.op {
         SingleOp::Acquire { .. } => None,
         SingleOp::Release { .. } => Some(request.shape.release_script()),
         SingleOp::Extend { .. } => Some(&BATCH),
+    }
+}
+
+/// What an extension not sent again answers (see `batch_pipelined`):
+/// refused — a lock's status 0, or an extension script's one status per
+/// holding, 0 (as `Shape::extend_script` answers).
+fn not_extended(request: Item<'_>) -> Answered {
+    match request {
+        Item::Single(_) => Answered::Status(0),
+        Item::Script(_) => Answered::Value(Value::Array(vec![Value::Int(0)])),
     }
 }
 
@@ -375,5 +453,183 @@ pub(super) fn push_acquire(
         let mut get = Cmd::with_capacity(2, key.len() + 4);
         get.arg("GET").arg(key);
         commands.add_command(cmd).add_command(get);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Against a real server: needs the test kit.
+    #[cfg(feature = "testkit")]
+    mod against_a_server {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use redis::Value;
+        use tokio::time::Instant;
+
+        use crate::contract::ShapeRef;
+        use crate::node::batch::{BATCH, SingleOp};
+        use crate::node::group::request::{Item, Prepared, Single, Step};
+        use crate::node::replies::Answered;
+        use crate::node::{Deadline, Node, NodeOptions, Resend};
+        use crate::request::Ttl;
+        use crate::testkit::RedisServer;
+        use crate::token::Token;
+
+        fn deadline() -> Deadline {
+            Deadline::from(Instant::now() + Duration::from_secs(10))
+        }
+
+        async fn admin(node: &Node, cmd: &redis::Cmd) -> Value {
+            node.command(cmd, &[], Resend::Never, deadline())
+                .await
+                .expect("an admin command")
+        }
+
+        /// Calls of `command` since the last `CONFIG RESETSTAT`.
+        async fn calls_of(node: &Node, command: &str) -> u64 {
+            let mut info = redis::cmd("INFO");
+            info.arg("commandstats");
+            let stats: String = redis::from_redis_value(admin(node, &info).await).expect("text");
+            let prefix = format!("cmdstat_{command}:calls=");
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix(prefix.as_str()))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        }
+
+        /// A script call as a primitive prepares one: here `batch.lua`'s
+        /// acquire of `key` (a script of the node layer's own).
+        fn acquire(key: &str, token: &Token) -> Prepared {
+            Prepared::new(&BATCH, Step::Acquire, token, (6, 64), |cmd| {
+                cmd.arg(1)
+                    .arg(key)
+                    .arg("a")
+                    .arg(token.as_str())
+                    .arg(30_000)
+                    .arg("");
+            })
+        }
+
+        fn granted(answer: &Result<Answered, crate::error::NodeError>) -> Option<i64> {
+            match answer {
+                Ok(Answered::Value(Value::Array(items))) => match items.as_slice() {
+                    [Value::Int(status)] => Some(*status),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+
+        /// Prepared script calls in one batch with a lock's request go as
+        /// one pipeline (the script loaded at its head, never sent with its
+        /// text as a lone call would), each answered in its place with its
+        /// raw reply — a refusal, and an entry's own error, its own; after
+        /// the cache is flushed under the connection, each `NOSCRIPT` entry
+        /// goes again alone and is answered right.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn prepared_calls_go_in_the_pipeline_each_answered_in_its_place() {
+            let server = RedisServer::start().expect("redis-server");
+            let node = Node::parse(&server.url(), &NodeOptions::default()).expect("node");
+            let mut eval = redis::cmd("EVAL");
+            eval.arg("return 1").arg(0);
+            if node
+                .command(&eval, &[], Resend::Never, deadline())
+                .await
+                .is_err()
+            {
+                eprintln!("skipped: the server runs no scripts");
+                return;
+            }
+            // Its commands learnt; nothing of `batch.lua` known cached.
+            let token = Token::generate().expect("random source");
+            let ttl = Ttl::from_millis(30_000);
+            assert!(
+                node.acquire("taken", token.as_str(), ttl, deadline())
+                    .await
+                    .expect("SET")
+            );
+            let Some(ordered) = node.pipelines_scripts(node.capabilities()) else {
+                eprintln!("skipped: this node's batches are not pipelines");
+                return;
+            };
+            assert!(!crate::node::ordered::Ordered::is_cached(
+                ordered.cached(),
+                BATCH.cache_bit()
+            ));
+            let mut reset = redis::cmd("CONFIG");
+            reset.arg("RESETSTAT");
+            admin(&node, &reset).await;
+
+            let tokens: Vec<Token> = (0..8)
+                .map(|_| Token::generate().expect("random source"))
+                .collect();
+            let mut calls: Vec<Prepared> = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, token)| acquire(&format!("p:{i}"), token))
+                .collect();
+            // Held by another token: refused in its place.
+            calls.push(acquire("taken", &tokens[0]));
+            // An entry the server refuses on its own (more keys than
+            // arguments): its error in its place.
+            calls.push(Prepared::new(
+                &BATCH,
+                Step::Acquire,
+                &tokens[1],
+                (2, 8),
+                |cmd| {
+                    cmd.arg(5).arg("k");
+                },
+            ));
+            let lock_key: Arc<str> = "plain".into();
+            let lock_token = Token::generate().expect("random source");
+            let single = Single {
+                op: SingleOp::Acquire { ttl },
+                key: &lock_key,
+                token: lock_token.as_str(),
+                shape: &ShapeRef::LOCK,
+            };
+            let mut items: Vec<Item<'_>> = calls.iter().map(Item::Script).collect();
+            items.insert(3, Item::Single(single));
+            let answers = node.batch(&items, deadline()).await.expect("a batch");
+            assert_eq!(answers.len(), items.len());
+            for (n, answer) in answers.iter().enumerate() {
+                match n {
+                    3 => assert_eq!(answer.as_ref().ok(), Some(&Answered::Status(1)), "{n}"),
+                    9 => assert_eq!(granted(answer), Some(0), "{n}: {answer:?}"),
+                    10 => assert!(answer.is_err(), "{n}: {answer:?}"),
+                    _ => assert_eq!(granted(answer), Some(1), "{n}: {answer:?}"),
+                }
+            }
+            // One pipeline: the script loaded at its head once, run by
+            // hash; a lone call not known cached would have sent its text.
+            assert_eq!(calls_of(&node, "script|load").await, 1);
+            assert_eq!(calls_of(&node, "eval").await, 0);
+            assert!(calls_of(&node, "evalsha").await >= 10);
+
+            // Flushed under the connection, which knows it cached.
+            let mut flush = redis::cmd("SCRIPT");
+            flush.arg("FLUSH");
+            admin(&node, &flush).await;
+            let again: Vec<Prepared> = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, token)| acquire(&format!("q:{i}"), token))
+                .collect();
+            let items: Vec<Item<'_>> = again.iter().map(Item::Script).collect();
+            let answers = node.batch(&items, deadline()).await.expect("a batch");
+            for (n, answer) in answers.iter().enumerate() {
+                assert_eq!(granted(answer), Some(1), "{n}: {answer:?}");
+            }
+            for (i, token) in tokens.iter().enumerate() {
+                let mut get = redis::cmd("GET");
+                get.arg(format!("q:{i}"));
+                let held = admin(&node, &get).await;
+                assert_eq!(held, Value::BulkString(token.as_str().as_bytes().to_vec()));
+            }
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! pipeline of native commands where the node has them, else as a
 //! pipeline of the holdings' own commands and scripts (`scripted.rs`), or
 //! `batch.lua` (a cluster, Functions, or the node's commands not known).
+//! A batch with prepared script calls goes as one pipeline on a node whose
+//! batches can carry them (native commands for its locks' requests where
+//! the node has them), else each request alone, in order.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,12 +14,13 @@ use futures::FutureExt;
 use redis::Value;
 use redis::cluster_routing::Slot;
 
-use super::request::Single;
+use super::request::{Item, Prepared, Single};
 use super::scripted::push_acquire;
 use crate::contract::Extension;
 use crate::error::NodeError;
 use crate::node::batch::{Entry, SingleOp};
 use crate::node::holding::native_delete;
+use crate::node::replies::Answered;
 use crate::node::{Deadline, NativeDelete, Node, Resend, push_extend, push_release, unexpected};
 use crate::request::Ttl;
 
@@ -107,21 +111,68 @@ impl Node {
         }
     }
 
+    /// One entry of a batch on its own: a lock's request as
+    /// [`single`](Self::single) sends it, a prepared script call through
+    /// the one script path ([`run_script`](Self::run_script)).
+    pub(super) async fn alone(
+        &self,
+        request: Item<'_>,
+        deadline: Deadline,
+    ) -> Result<Answered, NodeError> {
+        match request {
+            Item::Single(request) => self.single(request, deadline).await.map(Answered::Status),
+            Item::Script(call) => self.run_prepared(call, deadline).await.map(Answered::Value),
+        }
+    }
+
+    /// Each of `requests` alone, in order: an answer each.
+    pub(super) async fn each_alone(
+        &self,
+        requests: &[Item<'_>],
+        deadline: Deadline,
+    ) -> Vec<Result<Answered, NodeError>> {
+        let mut answers = Vec::with_capacity(requests.len());
+        for request in requests {
+            answers.push(self.alone(*request, deadline).await);
+        }
+        answers
+    }
+
+    /// A prepared script call on its own, through the one script path
+    /// (which loads the script, or names the error, as any call's).
+    pub(super) async fn run_prepared(
+        &self,
+        call: &Prepared,
+        deadline: Deadline,
+    ) -> Result<Value, NodeError> {
+        let fill = |cmd: &mut redis::Cmd| call.fill(cmd);
+        let secrets = [call.token.as_str()];
+        self.run_script(call.lua, fill, call.size, &secrets, deadline)
+            .await
+    }
+
     /// Many plain locks' requests in one script call (`batch.lua`), one
     /// answer per request, in order; on a cluster one call per hash slot
     /// among them, all in parallel. An error of the whole call is the
     /// `Err`; a request whose own command failed gets its error in its
     /// place. Every request of a batch is idempotent for its own token, so
-    /// a call whose connection dropped goes out once more.
+    /// a call whose connection dropped goes out once more. A batch with
+    /// prepared script calls among its requests goes as one pipeline
+    /// where the node's batches are pipelines that carry them (see
+    /// `scripted.rs`), else each request alone, in order.
     pub(crate) async fn batch(
         &self,
-        requests: &[Single<'_>],
+        requests: &[Item<'_>],
         deadline: Deadline,
-    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+    ) -> Result<Vec<Result<Answered, NodeError>>, NodeError> {
+        if requests.iter().any(|r| matches!(r, Item::Script(_))) {
+            return self.batch_with_scripts(requests, deadline).await;
+        }
         let groups: Vec<Vec<usize>> = if self.is_cluster() {
             let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
             for (i, request) in requests.iter().enumerate() {
-                let slot = Slot::for_key(request.key.as_bytes());
+                let key = request.single().map_or("", |r| &**r.key);
+                let slot = Slot::for_key(key.as_bytes());
                 match slots.iter_mut().find(|(s, _)| *s == slot) {
                     Some((_, group)) => group.push(i),
                     None => slots.push((slot, vec![i])),
@@ -146,8 +197,13 @@ impl Node {
                     None => self.pipelines_scripts(caps),
                     Some(_) => None,
                 };
+                // (No prepared script calls here: every request is one.)
                 let entries: Vec<Entry<'_>> = match (native, pipelined) {
-                    (None, None) => requests.iter().map(|r| Entry::from(*r)).collect(),
+                    (None, None) => requests
+                        .iter()
+                        .filter_map(|r| r.single())
+                        .map(Entry::from)
+                        .collect(),
                     _ => Vec::new(),
                 };
                 let entries = &entries;
@@ -157,10 +213,10 @@ impl Node {
                     }
                     if let Some(ordered) = pipelined {
                         return self
-                            .batch_pipelined(ordered, requests, group, deadline)
+                            .batch_pipelined(ordered, None, requests, group, deadline)
                             .await;
                     }
-                    match self.batch_call(entries, group, deadline).await {
+                    let codes = match self.batch_call(entries, group, deadline).await {
                         // Refused as a script before the node's commands were known.
                         Err(error) if error.is_incompatible() => {
                             match self
@@ -169,18 +225,26 @@ impl Node {
                                 .and_then(|c| c.delete())
                             {
                                 Some(delete) => {
-                                    self.batch_native(delete, requests, group, deadline).await
+                                    return self
+                                        .batch_native(delete, requests, group, deadline)
+                                        .await;
                                 }
                                 None => Err(error),
                             }
                         }
                         answers => answers,
-                    }
+                    };
+                    codes.map(|codes| {
+                        codes
+                            .into_iter()
+                            .map(|code| code.map(Answered::Status))
+                            .collect()
+                    })
                 });
                 futures::future::join_all(calls).await
             })
             .await;
-        let mut answers: Vec<Option<Result<u8, NodeError>>> =
+        let mut answers: Vec<Option<Result<Answered, NodeError>>> =
             (0..requests.len()).map(|_| None).collect();
         for (group, answer) in groups.iter().zip(replies) {
             for (&i, status) in group.iter().zip(answer?) {
@@ -192,6 +256,27 @@ impl Node {
             .map(|a| a.unwrap_or_else(|| Err(unexpected(&Value::Nil))))
             .collect())
     }
+
+    /// [`batch`](Self::batch) of `requests` with prepared script calls
+    /// among them: one pipeline on a node whose batches carry them (its
+    /// locks' requests as native commands where it has them, else as
+    /// their own commands and scripts), else each alone, in order (a
+    /// cluster, Functions, or commands no longer known: the lane queued
+    /// them only where it could, so this is rare).
+    async fn batch_with_scripts(
+        &self,
+        requests: &[Item<'_>],
+        deadline: Deadline,
+    ) -> Result<Vec<Result<Answered, NodeError>>, NodeError> {
+        let caps = self.capabilities();
+        let Some(ordered) = self.pipelines_scripts(caps) else {
+            return Ok(self.each_alone(requests, deadline).await);
+        };
+        let native = caps.filter(|c| c.extend()).and_then(|c| c.delete());
+        let group: Vec<usize> = (0..requests.len()).collect();
+        self.batch_pipelined(ordered, native, requests, &group, deadline)
+            .await
+    }
 }
 
 impl Node {
@@ -201,17 +286,23 @@ impl Node {
     async fn batch_native(
         &self,
         delete: NativeDelete,
-        requests: &[Single<'_>],
+        requests: &[Item<'_>],
         group: &[usize],
         deadline: Deadline,
-    ) -> Result<Vec<Result<u8, NodeError>>, NodeError> {
+    ) -> Result<Vec<Result<Answered, NodeError>>, NodeError> {
+        // Every request is a lock's here (see `batch`).
+        let requests = |i: usize| requests.get(i).and_then(|r| r.single());
         // Room for replica sync's `WAIT` too.
         let mut commands = redis::Pipeline::with_capacity(2 * group.len() + 1);
         let mut writes = false;
-        for &i in group {
-            writes |= self.push_native(&mut commands, delete, requests[i]);
+        for request in group.iter().filter_map(|&i| requests(i)) {
+            writes |= self.push_native(&mut commands, delete, request);
         }
-        let tokens: Vec<&str> = group.iter().map(|&i| requests[i].token).collect();
+        let tokens: Vec<&str> = group
+            .iter()
+            .filter_map(|&i| requests(i))
+            .map(|r| r.token)
+            .collect();
         let replies = self
             .pipeline(commands, writes, &tokens, Resend::IfDropped, deadline)
             .await?;
@@ -220,7 +311,10 @@ impl Node {
         // Releases to announce after the pipeline (on a cluster).
         let mut late: Vec<(&str, &str)> = Vec::new();
         for &i in group {
-            let request = requests[i];
+            let Some(request) = requests(i) else {
+                answers.push(Err(unexpected(&Value::Nil)));
+                continue;
+            };
             let answer = self.native_answer(request, &mut replies);
             if let SingleOp::Release { announce: Some(id) } = request.op
                 && self.inline_announce(Some(id)).is_none()
@@ -228,7 +322,7 @@ impl Node {
             {
                 late.push((&**request.key, id));
             }
-            answers.push(answer);
+            answers.push(answer.map(Answered::Status));
         }
         for (key, id) in late {
             self.announce(key, id, deadline).await;
@@ -238,7 +332,7 @@ impl Node {
 
     /// Appends `request`'s native commands; whether they write a lock
     /// (for replica sync's `WAIT`).
-    fn push_native(
+    pub(super) fn push_native(
         &self,
         commands: &mut redis::Pipeline,
         delete: NativeDelete,
@@ -266,7 +360,7 @@ impl Node {
 
     /// `request`'s status from its replies, taken from `replies` (as many
     /// as [`push_native`](Self::push_native) sent for it).
-    fn native_answer(
+    pub(super) fn native_answer(
         &self,
         request: Single<'_>,
         replies: &mut std::slice::Iter<'_, Value>,
