@@ -478,8 +478,22 @@ async fn batches_survive_a_flushed_script_cache() {
         })
     });
     let tasks: Vec<_> = tasks.collect();
-    let mut admin = conn(&url).await;
-    for _ in 0..WAVES {
+    flush_between_waves(&url, &wave, WAVES).await;
+    for task in no_hang("tasks", join_all(tasks)).await {
+        task.expect("task");
+    }
+    locks.settle().await;
+    let left = keys_on(&server, "flushed:").await;
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Drives `waves` waves of tasks that meet at `wave` before and after
+/// each: between two, while nothing is in flight, the node at `url`
+/// flushes its script cache (`SCRIPT FLUSH`). Then asserts the flushes
+/// were felt: calls answered `NOSCRIPT`, and went again.
+async fn flush_between_waves(url: &str, wave: &tokio::sync::Barrier, waves: usize) {
+    let mut admin = conn(url).await;
+    for _ in 0..waves {
         no_hang("a wave", async {
             wave.wait().await;
             wave.wait().await;
@@ -491,10 +505,6 @@ async fn batches_survive_a_flushed_script_cache() {
             .await
             .expect("SCRIPT FLUSH");
     }
-    for task in no_hang("tasks", join_all(tasks)).await {
-        task.expect("task");
-    }
-    // The flushes were felt: calls answered NOSCRIPT, and went again.
     let errors: String = redis::cmd("INFO")
         .arg("errorstats")
         .query_async(&mut admin)
@@ -504,13 +514,6 @@ async fn batches_survive_a_flushed_script_cache() {
         errors.contains("errorstat_NOSCRIPT"),
         "no call found its script flushed: {errors}"
     );
-    locks.settle().await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("flushed:*")
-        .query_async(&mut conn(&url).await)
-        .await
-        .expect("KEYS");
-    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// A manager of one node, warmed (its commands known: a node whose
@@ -565,11 +568,7 @@ async fn concurrent_permits_and_reads_are_each_answered() {
         task.expect("task");
     }
     locks.settle().await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("prim:*")
-        .query_async(&mut conn(&url).await)
-        .await
-        .expect("KEYS");
+    let left = keys_on(&server, "prim:").await;
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -610,38 +609,12 @@ async fn permits_and_reads_survive_a_flushed_script_cache() {
         })
     });
     let tasks: Vec<_> = tasks.collect();
-    let mut admin = conn(&url).await;
-    for _ in 0..WAVES {
-        no_hang("a wave", async {
-            wave.wait().await;
-            wave.wait().await;
-        })
-        .await;
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut admin)
-            .await
-            .expect("SCRIPT FLUSH");
-    }
+    flush_between_waves(&url, &wave, WAVES).await;
     for task in no_hang("tasks", join_all(tasks)).await {
         task.expect("task");
     }
-    // The flushes were felt: calls answered NOSCRIPT, and went again.
-    let errors: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query_async(&mut admin)
-        .await
-        .expect("INFO errorstats");
-    assert!(
-        errors.contains("errorstat_NOSCRIPT"),
-        "no call found its script flushed: {errors}"
-    );
     locks.settle().await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("flushed-prim:*")
-        .query_async(&mut admin)
-        .await
-        .expect("KEYS");
+    let left = keys_on(&server, "flushed-prim:").await;
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
