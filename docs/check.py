@@ -404,6 +404,29 @@ def render_replica(run):
     return header, 1, rows
 
 
+def render_notice(run):
+    """A held lock taken on a majority: take → lost(), watching and not;
+    and the nodes' CPU for held locks' renewals, watching and not."""
+    notice = run["notice"]
+    header = ["measure", "watching", "not watching", "watching / not"]
+    lost = notice["lost_after_take_ms"]
+    on, off = lost["watching"], lost["not_watching"] or {}
+    rows = [["held lock taken on 2 of 3 nodes: runs", str(on["runs"]), str(off.get("runs", "–")), "–"]]
+    for p in ("p50", "p99", "max"):
+        rows.append([f"take → lost() {p}, ms", num(on[p]), num(off[p]) if off else "–", "–"])
+    r = notice["renewals"]
+    what = f"{r['locks']:,} auto-extended locks, ttl {r['ttl_ms'] / 1000:g} s, 3 nodes"
+    rows.append([f"{what}: nodes' CPU µs/s", num(r["watching"]["server_us_per_s"]),
+                 num(r["not_watching"]["server_us_per_s"]), times(r["ratio"])])
+    rows.append([f"{what}: µs/s in renewal commands", num(r["watching"]["renewal_calls_us_per_s"]),
+                 num(r["not_watching"]["renewal_calls_us_per_s"]),
+                 times(r["watching"]["renewal_calls_us_per_s"] / r["not_watching"]["renewal_calls_us_per_s"])])
+    rows.append([f"{what}: µs/s in MGET", num(r["watching"]["mget_us_per_s"]),
+                 num(r["not_watching"]["mget_us_per_s"]), "–"])
+    rows.append([f"{what}: lost", str(r["lost"]), "–", "–"])
+    return header, 1, rows
+
+
 def server_name(run):
     """`redis 7.0.15` or `valkey 9.1.2` (the bench names Valkey's only)."""
     server = run["machine"]["redis"]
@@ -435,7 +458,7 @@ def render_runs(runs):
 
 RENDER = {"run": render_run, "speed": render_speed, "more": render_more, "native": render_native,
           "degraded": render_degraded, "memory": render_memory, "fair": render_fair,
-          "killed": render_killed, "replica": render_replica}
+          "killed": render_killed, "replica": render_replica, "notice": render_notice}
 
 
 def markdown_table(header, rows):

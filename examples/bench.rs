@@ -50,6 +50,9 @@
 //! `benches/redis-7.0.json`, `redis-8.0.json` and `valkey-9.1.json` are the
 //! runs docs/speed.md quotes, and `docs/check.py` checks it against them).
 
+#[path = "bench/notice.rs"]
+mod notice;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -173,7 +176,7 @@ async fn run() -> Result<(), BoxError> {
             "--only" => only = rest.next().cloned(),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|native|degraded|fair|replica (or several, comma-separated), or --profile floor|library|library-scripted|library-wake|rslock"
+                    "unknown argument {other:?}; use --json, --quick, --only held|speed|primitives|contention|notice|native|degraded|fair|replica (or several, comma-separated), or --profile floor|library|library-scripted|library-wake|rslock"
                 )
                 .into());
             }
@@ -229,6 +232,11 @@ async fn run() -> Result<(), BoxError> {
             let row = contention(&urls[..n], waiting, plan).await?;
             report.contention.push(row);
         }
+    }
+
+    // How soon a taken lock hears of it, and what watching costs (issue 53).
+    if urls.len() >= 3 && runs("notice") {
+        report.notice = Some(notice::notice_part(&urls, plan).await?);
     }
 
     // Native commands against scripts (issue 33): where the nodes have
@@ -1091,7 +1099,24 @@ async fn native_release(urls: &[String]) -> Result<Option<CeilingRelease>, BoxEr
 
 /// The calls per command (`cmdstat_*`) summed over every node.
 async fn command_calls(urls: &[String]) -> Result<HashMap<String, u64>, BoxError> {
-    let mut calls = HashMap::new();
+    Ok(command_stats(urls)
+        .await?
+        .into_iter()
+        .map(|(name, stat)| (name, stat.calls))
+        .collect())
+}
+
+/// One command's `INFO commandstats` line, summed over nodes.
+#[derive(Debug, Clone, Copy, Default)]
+struct CommandStat {
+    calls: u64,
+    /// The nodes' time in the command, µs.
+    usec: u64,
+}
+
+/// Every command's calls and time so far, summed over `urls`' nodes.
+async fn command_stats(urls: &[String]) -> Result<HashMap<String, CommandStat>, BoxError> {
+    let mut stats: HashMap<String, CommandStat> = HashMap::new();
     for url in urls {
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
@@ -1107,16 +1132,18 @@ async fn command_calls(urls: &[String]) -> Result<HashMap<String, u64>, BoxError
             else {
                 continue;
             };
-            let n = rest
-                .split("calls=")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-            *calls.entry(name.to_owned()).or_default() += n;
+            let field = |field: &str| {
+                rest.split(',')
+                    .find_map(|f| f.strip_prefix(field)?.strip_prefix('='))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let stat = stats.entry(name.to_owned()).or_default();
+            stat.calls += field("calls");
+            stat.usec += field("usec");
         }
     }
-    Ok(calls)
+    Ok(stats)
 }
 
 /// Native commands against scripts on the same nodes (`--only native`;
@@ -3303,6 +3330,7 @@ struct Report {
     degraded: Option<Degraded>,
     fair: Option<FairPart>,
     native: Option<NativePart>,
+    notice: Option<notice::NoticePart>,
     /// Per node count, the redis-benchmark ceiling in lock cycles/s.
     ceilings: Vec<(usize, f64)>,
     notes: Vec<String>,
@@ -3349,6 +3377,7 @@ impl Report {
             degraded: None,
             fair: None,
             native: None,
+            notice: None,
             ceilings: Vec::new(),
             notes: Vec::new(),
             parts: String::new(),
@@ -3574,6 +3603,9 @@ impl Report {
                 h.lost
             );
         }
+        if let Some(notice) = &self.notice {
+            notice.table(&mut out);
+        }
         if let Some(native) = &self.native {
             native.table(self.plan.quick, &mut out);
         }
@@ -3636,6 +3668,7 @@ impl Report {
             "degraded": self.degraded.as_ref().map(Degraded::json),
             "fair": self.fair.as_ref().map(FairPart::json),
             "native": self.native.as_ref().map(NativePart::json),
+            "notice": self.notice.as_ref().map(notice::NoticePart::json),
             "ceilings": self.ceilings.iter().map(|(n, c)| json!({"nodes": n, "lock_cycles_per_s": c})).collect::<Vec<_>>(),
             "targets": self.targets().iter().map(|(t, met)| json!({"target": t, "met": met})).collect::<Vec<_>>(),
             "notes": self.notes,
