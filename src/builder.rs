@@ -481,7 +481,7 @@ impl RedlockBuilder {
 
     /// Whether auto-extended locks (and [`Redlock::with_lock`], elections'
     /// leadership, fair locks, semaphore permits, a reader-writer lock's
-    /// writer) have their keys watched by the nodes themselves
+    /// writer and readers) have their keys watched by the nodes themselves
     /// (`CLIENT TRACKING`), so that a holder learns within a round trip
     /// that its key was deleted, expired early, evicted or overwritten on a
     /// node — instead of at its next renewal, up to a third of its ttl
@@ -497,8 +497,9 @@ impl RedlockBuilder {
     /// `+client|tracking` or `+mget`) and Redis Cluster nodes fall back to
     /// detection at renewal time, and say so once at `info` level through
     /// `tracing`; `quorumlock doctor` shows which nodes can be watched.
-    /// Readers' holds of a reader-writer lock are renewed on schedule
-    /// only. [`HeldKeyTracking::Off`] turns it off.
+    /// A reader's hold is watched in the readers' set it shares with every
+    /// other reader, whose every arrival and departure costs each watching
+    /// manager one read. [`HeldKeyTracking::Off`] turns it off.
     ///
     /// Defaults to [`HeldKeyTracking::WhereAvailable`].
     ///

@@ -103,6 +103,18 @@ impl fmt::Debug for Primitive {
     }
 }
 
+/// Where a holding's keys keep its token on a node, so that reading them
+/// tells whether it is still held there ([`Shape::token_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenAt {
+    /// Each key's value is the token, as a string: a lock's, a fair lock's,
+    /// a permit's slot, a writer's.
+    Value,
+    /// The token is a member of the sorted set at each key: a reader's
+    /// hold, in the readers' set it shares with every other reader.
+    Member,
+}
+
 /// What a holding is on the nodes beyond its keys and token: how a node
 /// extends (or restores) and releases it. Each primitive implements it
 /// beside its commands (a lock's is `ShapeRef::LOCK`); the node runs
@@ -130,14 +142,14 @@ pub(crate) trait Shape: fmt::Debug + Send + Sync + 'static {
         false
     }
 
-    /// Whether each of a holding's keys holds just its token, as a string,
-    /// so that reading the keys tells whether it is still held there —
-    /// whatever its release and extension touch besides. Then the nodes
-    /// may watch an auto-extended holding's keys (`node::Tracking`), and a
-    /// change to one renews it at once. Every holding of
-    /// [`token_keys`](Self::token_keys); others say so themselves.
-    fn keys_hold_token(&self) -> bool {
-        self.token_keys()
+    /// Where a holding's keys keep its token, if reading them tells
+    /// whether it is still held there — whatever its release and extension
+    /// touch besides. Then the nodes may watch an auto-extended holding's
+    /// keys (`node::Tracking`), and a change to one renews it at once.
+    /// Every holding of [`token_keys`](Self::token_keys) as
+    /// [`TokenAt::Value`]; others say so themselves.
+    fn token_at(&self) -> Option<TokenAt> {
+        self.token_keys().then_some(TokenAt::Value)
     }
 
     /// Whether extending (or restoring) a holding touches its keys alone:

@@ -7,7 +7,7 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
-use crate::contract::{Extension, Release, Shape};
+use crate::contract::{Extension, Release, Shape, TokenAt};
 use crate::error::NodeError;
 use crate::keys::Layout;
 use crate::lock::node::{EXTEND, LockShape};
@@ -219,8 +219,8 @@ fn ints(reply: &Value) -> Result<Vec<i64>, NodeError> {
 /// lock's (`extend.lua`); its release hands the turn on.
 impl Shape for Line {
     /// Its lock key holds the token.
-    fn keys_hold_token(&self) -> bool {
-        true
+    fn token_at(&self) -> Option<TokenAt> {
+        Some(TokenAt::Value)
     }
 
     /// The lock's `extend.lua`.

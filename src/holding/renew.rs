@@ -4,8 +4,8 @@
 //! node (in chunks of `MAX_BATCH`). No timer or task per lock or per node.
 //! It holds the [`Core`] weakly, and knows locks only by their [`LockState`].
 //!
-//! Where the nodes track keys for us ([`Tracking`]), a lock whose keys hold
-//! just its token is watched as well: a change to one of its keys by
+//! Where the nodes track keys for us ([`Tracking`]), a lock whose keys tell
+//! by a read whether it still holds there is watched as well: a change to one of its keys by
 //! anyone else makes it due at once ([`Renewer::renew_now`]), so the
 //! restoring renewal puts a deleted key back, or finds another owner and
 //! reports the loss, within a round trip instead of at the next scheduled
@@ -151,11 +151,12 @@ impl Renewer {
         let w = core.validity(ttl);
         let plan = Plan::for_deadline(held.status().deadline, w);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // Only holdings whose keys hold just the token can be checked by
-        // reading them: locks (fenced ones, so elections, too), fair
-        // locks, permits, a writer's hold; not a reader's.
-        let watched =
-            self.setting == HeldKeyTracking::WhereAvailable && held.holding.shape.keys_hold_token();
+        // Holdings whose keys tell by a read whether they still hold: every
+        // one today (locks, fenced ones so elections too, fair locks,
+        // permits, a writer's hold by the keys' values; a reader's by its
+        // token's membership of the readers' set).
+        let token_at = held.holding.shape.token_at();
+        let watched = self.setting == HeldKeyTracking::WhereAvailable && token_at.is_some();
         let keys = held.holding.keys.clone();
         let token = held.token().as_str().to_owned();
         self.registry().insert(
@@ -170,8 +171,8 @@ impl Renewer {
                 watched,
             },
         );
-        if watched {
-            self.tracking(core).watch(id, &keys, &token);
+        if let (true, Some(token_at)) = (watched, token_at) {
+            self.tracking(core).watch(id, &keys, &token, token_at);
         }
         self.wake.notify_one();
     }

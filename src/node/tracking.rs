@@ -24,7 +24,8 @@
 //!   to every manager; the default mode pushes only changes to keys read
 //!   here, that is, to held keys.
 //! - **Read, then compare.** An invalidation is one-shot: once sent, the
-//!   key is no longer tracked until it is read again. And our own renewals,
+//!   key is no longer tracked until it is read again (a reader's hold:
+//!   `ZSCORE` of its token in the readers' set, which tracks the set). And our own renewals,
 //!   sent on the data connection (another client, so `NOLOOP` cannot hide
 //!   them), invalidate the key too. So every invalidated key is read again
 //!   at once (`MGET`), which both registers it anew and tells what it holds
@@ -48,6 +49,7 @@ use std::time::Duration;
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc};
 
+use crate::contract::TokenAt;
 use crate::error::NodeError;
 use crate::node::pubsub::Nodes;
 use crate::node::{Node, install_crypto_provider};
@@ -113,22 +115,41 @@ struct NodeWatch {
     closing: Notify,
 }
 
-/// The keys watched on one node: each with its watchers (id and the token
-/// the key should hold), and those to read (again).
+/// One watcher of a key: its id, its token, and where the key keeps it.
+#[derive(Debug)]
+struct Watcher {
+    id: u64,
+    token: Arc<str>,
+    at: TokenAt,
+}
+
+/// The keys watched on one node: each with its watchers, and those to read
+/// (again).
 #[derive(Debug, Default)]
 pub(crate) struct Watched {
-    keys: HashMap<Arc<str>, Vec<(u64, Arc<str>)>>,
+    keys: HashMap<Arc<str>, Vec<Watcher>>,
     pending: HashSet<Arc<str>>,
 }
 
+/// What one read of watched keys asks a node: the values of the keys that
+/// should hold a token (`MGET`), and per reader watching a sorted set
+/// whether its token is still a member (`ZSCORE`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    values: Vec<Arc<str>>,
+    members: Vec<(Arc<str>, u64, Arc<str>)>,
+}
+
 impl Watched {
-    /// Watches `keys` for `id`, expecting `token`; each is read (again).
-    pub(crate) fn add(&mut self, id: u64, keys: &[Arc<str>], token: &Arc<str>) {
+    /// Watches `keys` for `id`, whose token is `token`, kept `at` each key;
+    /// each is read (again).
+    pub(crate) fn add(&mut self, id: u64, keys: &[Arc<str>], token: &Arc<str>, at: TokenAt) {
         for key in keys {
-            self.keys
-                .entry(key.clone())
-                .or_default()
-                .push((id, token.clone()));
+            self.keys.entry(key.clone()).or_default().push(Watcher {
+                id,
+                token: token.clone(),
+                at,
+            });
             self.pending.insert(key.clone());
         }
     }
@@ -137,7 +158,7 @@ impl Watched {
     pub(crate) fn remove(&mut self, id: u64, keys: &[Arc<str>]) {
         for key in keys {
             if let Some(watchers) = self.keys.get_mut(key) {
-                watchers.retain(|(watcher, _)| *watcher != id);
+                watchers.retain(|watcher| watcher.id != id);
                 if watchers.is_empty() {
                     self.keys.remove(key);
                     self.pending.remove(key);
@@ -176,17 +197,45 @@ impl Watched {
         keys
     }
 
-    /// The watchers of `key` that it no longer serves: `value` is what a
-    /// read found there, which is not their token.
+    /// What reading `keys` asks: each key with a watcher of its value
+    /// once, and each member watcher's token in its set.
+    pub(crate) fn reads(&self, keys: &[Arc<str>]) -> Reads {
+        let mut reads = Reads::default();
+        for key in keys {
+            let Some(watchers) = self.keys.get(key) else {
+                continue;
+            };
+            if watchers.iter().any(|w| w.at == TokenAt::Value) {
+                reads.values.push(key.clone());
+            }
+            for watcher in watchers.iter().filter(|w| w.at == TokenAt::Member) {
+                reads
+                    .members
+                    .push((key.clone(), watcher.id, watcher.token.clone()));
+            }
+        }
+        reads
+    }
+
+    /// The watchers of `key`'s value that it no longer serves: `value` is
+    /// what a read found there, which is not their token.
     pub(crate) fn changed(&self, key: &str, value: Option<&[u8]>) -> Vec<u64> {
         let Some(watchers) = self.keys.get(key) else {
             return Vec::new();
         };
         watchers
             .iter()
-            .filter(|(_, token)| value != Some(token.as_bytes()))
-            .map(|(id, _)| *id)
+            .filter(|w| w.at == TokenAt::Value && value != Some(w.token.as_bytes()))
+            .map(|w| w.id)
             .collect()
+    }
+
+    /// Whether `id` still watches `key` (it may have been forgotten while
+    /// the read was out).
+    fn watches(&self, key: &str, id: u64) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|watchers| watchers.iter().any(|w| w.id == id))
     }
 }
 
@@ -212,13 +261,13 @@ impl Tracking {
     /// `token`: a change that leaves another value (or none) there calls
     /// `on_change(id)`. Starts a node's task on its first watched key.
     /// Without a tokio runtime nothing is watched.
-    pub(crate) fn watch(&self, id: u64, keys: &[Arc<str>], token: &str) {
+    pub(crate) fn watch(&self, id: u64, keys: &[Arc<str>], token: &str, at: TokenAt) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let token: Arc<str> = token.into();
         for (i, node) in self.nodes.iter().enumerate() {
-            node.watched().add(id, keys, &token);
+            node.watched().add(id, keys, &token, at);
             if !node.started.swap(true, Ordering::AcqRel) {
                 runtime.spawn(run(
                     node.clone(),
@@ -465,17 +514,51 @@ async fn read(
     keys: &[Arc<str>],
     on_change: &OnChange,
 ) -> Result<(), NodeError> {
-    let mut mget = redis::cmd("MGET");
-    for key in keys {
-        mget.arg(&**key);
+    let reads = watch.watched().reads(keys);
+    // One round trip: the values (`MGET`), then each reader's membership
+    // (`ZSCORE`). Each answers for itself: a set that is no longer one
+    // (`WRONGTYPE`) tells its reader it changed, not the others.
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    if !reads.values.is_empty() {
+        let mget = pipe.cmd("MGET");
+        for key in &reads.values {
+            mget.arg(&**key);
+        }
     }
-    let values: Vec<Option<Vec<u8>>> = mget.query_async(conn).await?;
+    for (key, _, token) in &reads.members {
+        pipe.cmd("ZSCORE").arg(&**key).arg(&**token);
+    }
+    if pipe.is_empty() {
+        return Ok(());
+    }
+    let mut replies = pipe
+        .query_async::<Vec<redis::RedisResult<Value>>>(conn)
+        .await?
+        .into_iter();
+    let values: Vec<Option<Vec<u8>>> = if reads.values.is_empty() {
+        Vec::new()
+    } else {
+        match replies.next() {
+            Some(reply) => redis::from_redis_value(reply?).map_err(redis::RedisError::from)?,
+            None => return Err(NodeError::UnexpectedReply("no reply to MGET".into())),
+        }
+    };
     let changed: Vec<u64> = {
         let watched = watch.watched();
-        keys.iter()
+        let mut changed: Vec<u64> = reads
+            .values
+            .iter()
             .zip(&values)
             .flat_map(|(key, value)| watched.changed(key, value.as_deref()))
-            .collect()
+            .collect();
+        for ((key, id, _), reply) in reads.members.iter().zip(replies) {
+            let member = matches!(reply, Ok(ref score) if *score != Value::Nil);
+            if !member && watched.watches(key, *id) {
+                changed.push(*id);
+            }
+        }
+        changed
     };
     for id in changed {
         tracing::debug!(op = "track", "a held key changed: renewing at once");
@@ -554,7 +637,7 @@ mod tests {
     #[test]
     fn a_watched_key_is_read_once_when_added_and_again_when_invalidated() {
         let mut w = Watched::default();
-        w.add(1, &keys(&["a", "b"]), &"t1".into());
+        w.add(1, &keys(&["a", "b"]), &"t1".into(), TokenAt::Value);
         let mut first = w.take_pending(10);
         first.sort();
         assert_eq!(first, keys(&["a", "b"]));
@@ -592,7 +675,7 @@ mod tests {
     #[test]
     fn reads_are_bounded() {
         let mut w = Watched::default();
-        w.add(1, &keys(&["a", "b", "c"]), &"t".into());
+        w.add(1, &keys(&["a", "b", "c"]), &"t".into(), TokenAt::Value);
         assert_eq!(w.take_pending(2).len(), 2);
         assert_eq!(w.take_pending(2).len(), 1);
     }
@@ -600,8 +683,8 @@ mod tests {
     #[test]
     fn a_key_still_holding_its_token_calls_for_nothing() {
         let mut w = Watched::default();
-        w.add(1, &keys(&["a"]), &"t1".into());
-        w.add(2, &keys(&["a"]), &"t2".into());
+        w.add(1, &keys(&["a"]), &"t1".into(), TokenAt::Value);
+        w.add(2, &keys(&["a"]), &"t2".into(), TokenAt::Value);
         assert_eq!(
             w.changed("a", Some(b"t1")),
             [2],
@@ -616,8 +699,8 @@ mod tests {
     #[test]
     fn forgotten_keys_are_neither_read_nor_reported() {
         let mut w = Watched::default();
-        w.add(1, &keys(&["a"]), &"t1".into());
-        w.add(2, &keys(&["a", "b"]), &"t2".into());
+        w.add(1, &keys(&["a"]), &"t1".into(), TokenAt::Value);
+        w.add(2, &keys(&["a", "b"]), &"t2".into(), TokenAt::Value);
         w.remove(2, &keys(&["a", "b"]));
         assert_eq!(w.take_pending(10), keys(&["a"]));
         assert_eq!(w.changed("a", None), [1]);
@@ -625,5 +708,31 @@ mod tests {
         w.invalidated(None);
         assert!(w.take_pending(10).is_empty());
         assert!(w.changed("a", None).is_empty());
+    }
+
+    #[test]
+    fn a_readers_set_is_read_per_reader_and_its_values_once() {
+        let mut w = Watched::default();
+        w.add(1, &keys(&["lock"]), &"t1".into(), TokenAt::Value);
+        w.add(2, &keys(&["rw:readers"]), &"r2".into(), TokenAt::Member);
+        w.add(3, &keys(&["rw:readers"]), &"r3".into(), TokenAt::Member);
+        let reads = w.reads(&keys(&["lock", "rw:readers", "unwatched"]));
+        assert_eq!(reads.values, keys(&["lock"]), "a set's value is not read");
+        assert_eq!(
+            reads.members,
+            [
+                ("rw:readers".into(), 2, "r2".into()),
+                ("rw:readers".into(), 3, "r3".into())
+            ]
+        );
+        // A read value says nothing to readers: their own reads do.
+        assert!(w.changed("rw:readers", None).is_empty());
+        assert!(w.watches("rw:readers", 2));
+        w.remove(2, &keys(&["rw:readers"]));
+        assert!(
+            !w.watches("rw:readers", 2),
+            "forgotten while the read was out"
+        );
+        assert!(w.watches("rw:readers", 3));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
-use crate::contract::{Extension, Release, Shape};
+use crate::contract::{Extension, Release, Shape, TokenAt};
 use crate::error::NodeError;
 use crate::node::{Deadline, Node, Prepared, Step, unexpected};
 use crate::request::{Ttl, channel};
@@ -132,10 +132,15 @@ pub(crate) fn hold_reply(reply: &Value) -> Result<bool, NodeError> {
 }
 
 impl Shape for RwShape {
-    /// The writer's key holds its token; readers share a sorted set, which
-    /// every other reader's arrival and departure changes.
-    fn keys_hold_token(&self) -> bool {
-        !self.read
+    /// The writer's key holds its token; a reader's token is a member of
+    /// the readers' sorted set (which every other reader's arrival and
+    /// departure changes too).
+    fn token_at(&self) -> Option<TokenAt> {
+        Some(if self.read {
+            TokenAt::Member
+        } else {
+            TokenAt::Value
+        })
     }
 
     /// `extend.lua`.

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 
 use redis::{Cmd, Value};
 
-use crate::contract::{Extension, Release, Shape};
+use crate::contract::{Extension, Release, Shape, TokenAt};
 use crate::error::NodeError;
 use crate::node::{Deadline, Node, Prepared, Step, unexpected};
 use crate::request::{Keys, Ttl, channel};
@@ -150,8 +150,8 @@ pub(crate) fn permit_reply(reply: &Value) -> Result<PermitReply, NodeError> {
 /// A permit: a holding whose one key is its slot's.
 impl Shape for Permits {
     /// The slot's key holds the permit's token, as a lock's key does.
-    fn keys_hold_token(&self) -> bool {
-        true
+    fn token_at(&self) -> Option<TokenAt> {
+        Some(TokenAt::Value)
     }
 
     /// `extend.lua`.

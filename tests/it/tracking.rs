@@ -198,6 +198,143 @@ async fn a_held_permit_and_a_held_writer_taken_on_a_majority_are_lost_before_the
     }
 }
 
+/// The sorted set on node `i` that has `token` as a member: a reader's.
+async fn set_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
+    let mut c = conn(&nodes[i].url()).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut c)
+        .await
+        .expect("KEYS");
+    for key in keys {
+        let score: redis::RedisResult<Option<f64>> = redis::cmd("ZSCORE")
+            .arg(&key)
+            .arg(token)
+            .query_async(&mut c)
+            .await;
+        if score.ok().flatten().is_some() {
+            return key;
+        }
+    }
+    panic!("no sorted set has the token on node {i}");
+}
+
+/// Whether `token` is a member of the set `key` on each node.
+async fn members(nodes: &RedisNodes, key: &str, token: &str) -> Vec<bool> {
+    let mut found = Vec::new();
+    for server in nodes.iter() {
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(key)
+            .arg(token)
+            .query_async(&mut conn(&server.url()).await)
+            .await
+            .expect("ZSCORE");
+        found.push(score.is_some());
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_read_whose_set_a_writer_took_on_a_majority_is_lost_before_its_renewal() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    let reader = locks
+        .rwlock("table")
+        .try_read(LONG_TTL)
+        .await
+        .expect("reader");
+    reader.auto_extend();
+    let scheduled = first_scheduled_renewal(&reader.lease());
+    let token = reader.token().as_str().to_owned();
+    let readers = set_holding(&nodes, 0, &token).await;
+    let writer = format!(
+        "{}:writer",
+        readers.strip_suffix(":readers").expect("a readers' key")
+    );
+
+    // On two nodes the readers go and a writer comes in, in one
+    // transaction each: no moment for the reader's restore between.
+    for i in [0, 1] {
+        let mut c = conn(&nodes[i].url()).await;
+        let () = redis::pipe()
+            .atomic()
+            .del(&readers)
+            .ignore()
+            .set(&writer, "another-writer")
+            .ignore()
+            .query_async(&mut c)
+            .await
+            .expect("take the lock for a writer");
+    }
+
+    let reason = no_hang("the reader's lost()", reader.lost()).await;
+    assert_eq!(reason, LossReason::TokenGone);
+    assert!(
+        Instant::now() < scheduled,
+        "found before any scheduled renewal could run"
+    );
+    let writers = values(&nodes, &writer).await;
+    assert_eq!(writers[0].as_deref(), Some("another-writer"));
+    assert_eq!(writers[1].as_deref(), Some("another-writer"));
+    assert_eq!(
+        &members(&nodes, &readers, &token).await[..2],
+        [false, false],
+        "no reader restored beside the writer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_read_whose_set_was_deleted_but_not_taken_is_restored_at_once() {
+    let nodes = RedisNodes::start(3).expect("nodes");
+    let locks = builder(&nodes).build().expect("config");
+    let reader = locks
+        .rwlock("table")
+        .try_read(LONG_TTL)
+        .await
+        .expect("reader");
+    reader.auto_extend();
+    // Another reader beside it, through another manager: its arrival and
+    // departure change the set too, and cost the watched reader nothing.
+    let others = builder(&nodes).build().expect("config");
+    let other = others
+        .rwlock("table")
+        .try_read(LONG_TTL)
+        .await
+        .expect("another reader");
+    other.release().await.expect("release");
+    let granted = reader.started();
+    let scheduled = first_scheduled_renewal(&reader.lease());
+    let token = reader.token().as_str().to_owned();
+    let readers = set_holding(&nodes, 0, &token).await;
+
+    for i in [0, 1] {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(&readers)
+            .query_async(&mut conn(&nodes[i].url()).await)
+            .await
+            .expect("DEL");
+        assert_eq!(deleted, 1);
+    }
+
+    // Renewals announce nothing: poll the lease until one moved it.
+    no_hang("the restoring renewal", async {
+        while reader.started() == granted {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        Instant::now() < scheduled,
+        "restored by a renewal that was not the scheduled one"
+    );
+    assert_eq!(reader.loss_reason(), None, "still held");
+    assert_eq!(
+        members(&nodes, &readers, &token).await,
+        [true, true, true],
+        "the reader is back in the set on every node"
+    );
+}
+
 /// Whether a `CLIENT LIST` line is a connection with tracking on (flag `t`).
 fn tracks(client: &str) -> bool {
     client
