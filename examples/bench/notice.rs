@@ -193,9 +193,10 @@ async fn lost_after_take(
             let (reason, when) = watcher.await?;
             match reason {
                 None => {
-                    return Err(
-                        format!("a taken lock's lost() did not resolve in {NOTICE_WAIT:?}").into(),
-                    );
+                    return Err(format!(
+                        "a taken lock's lost() did not resolve in {NOTICE_WAIT:?}"
+                    )
+                    .into());
                 }
                 Some(LossReason::TokenGone) => {}
                 Some(_) => wrong += 1,
