@@ -40,6 +40,8 @@
 //! working on one row: `BENCH_SPEED_NODES=1,5` (default `1,3,5`) and
 //! `BENCH_SPEED_TASKS=1,2,4,8,16,64,256` (default `1,16,64,256`); with
 //! `BENCH_SPEED_NO_CEILING=1` the `redis-benchmark` ceiling is skipped.
+//! `BENCH_HELD_TRACKING=off` holds the held part's locks without the nodes
+//! watching their keys (`HeldKeyTracking::Off`), for what watching costs.
 //!
 //! It starts its own nodes (or uses `QUORUMLOCK_NODES=redis://…,redis://…`;
 //! the degraded and fair parts always start their own, since they pause one).
@@ -1702,7 +1704,14 @@ async fn held_locks(urls: &[String], plan: Plan) -> Result<HeldRow, BoxError> {
         urls.len(),
         plan.held_for
     ));
-    let locks = Redlock::new(urls)?;
+    let locks = if std::env::var("BENCH_HELD_TRACKING").as_deref() == Ok("off") {
+        Redlock::builder()
+            .nodes(urls)
+            .held_key_tracking(quorumlock::HeldKeyTracking::Off)
+            .build()?
+    } else {
+        Redlock::new(urls)?
+    };
     // Connect and load scripts before the memory baseline.
     library_cycle(&locks, "bench:held:warmup").await;
     locks.settle().await;
