@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use quorumlock::testkit::{RedisNodes, ServerOptions};
 use quorumlock::{HeldKeyTracking, Lease, LossReason, Redlock, Retry};
+use redis::Value;
 use support::{LOCK_COMMANDS, builder, conn, no_hang, values};
 use tokio::time::Instant;
 
@@ -45,6 +46,30 @@ async fn taken(nodes: &RedisNodes, which: &[usize], key: &str, other: &str) {
             .await
             .expect("take the key");
     }
+}
+
+/// `key` deleted on `which` servers, as an operator's `DEL`: it was there.
+async fn deleted(nodes: &RedisNodes, which: &[usize], key: &str) {
+    for &i in which {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut conn(&nodes[i].url()).await)
+            .await
+            .expect("DEL");
+        assert_eq!(deleted, 1);
+    }
+}
+
+/// When a renewal moved `lease` on from `granted`. Renewals announce
+/// nothing: polls the lease.
+async fn renewed_after(lease: &Lease, granted: Instant) -> Instant {
+    no_hang("the restoring renewal", async {
+        while lease.started() == granted {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    Instant::now()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,24 +107,8 @@ async fn a_held_lock_whose_keys_were_deleted_but_not_taken_is_restored_at_once()
     let scheduled = first_scheduled_renewal(&guard.lease());
     let token = guard.token().as_str().to_owned();
 
-    for i in [0, 1] {
-        let mut c = conn(&nodes[i].url()).await;
-        let deleted: i64 = redis::cmd("DEL")
-            .arg("restored")
-            .query_async(&mut c)
-            .await
-            .expect("DEL");
-        assert_eq!(deleted, 1);
-    }
-
-    // Renewals announce nothing: poll the lease until one moved it.
-    no_hang("the restoring renewal", async {
-        while guard.started() == granted {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let seen = Instant::now();
+    deleted(&nodes, &[0, 1], "restored").await;
+    let seen = renewed_after(&guard.lease(), granted).await;
     assert!(
         seen < scheduled,
         "restored by a renewal that was not the scheduled one"
@@ -148,9 +157,14 @@ async fn turned_off_a_held_lock_hears_nothing_until_its_renewal() {
     );
 }
 
-/// The key on node `i` whose value is `token`: where a holding of another
-/// primitive keeps it.
-async fn key_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
+/// The first key on node `i` for which `read` (a command on that key)
+/// answers what `holds` accepts.
+async fn key_where(
+    nodes: &RedisNodes,
+    i: usize,
+    read: impl Fn(&str) -> redis::Cmd,
+    holds: impl Fn(Value) -> bool,
+) -> Option<String> {
     let mut c = conn(&nodes[i].url()).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
@@ -158,13 +172,22 @@ async fn key_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
         .await
         .expect("KEYS");
     for key in keys {
-        let value: redis::RedisResult<Option<String>> =
-            redis::cmd("GET").arg(&key).query_async(&mut c).await;
-        if value.ok().flatten().as_deref() == Some(token) {
-            return key;
+        let answer: redis::RedisResult<Value> = read(&key).query_async(&mut c).await;
+        if answer.is_ok_and(&holds) {
+            return Some(key);
         }
     }
-    panic!("no key holds the token on node {i}");
+    None
+}
+
+/// The key on node `i` whose value is `token`: where a holding of another
+/// primitive keeps it.
+async fn key_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
+    let get = |key: &str| redis::cmd("GET").arg(key).clone();
+    let is_token = |value| value == Value::BulkString(token.as_bytes().to_vec());
+    key_where(nodes, i, get, is_token)
+        .await
+        .unwrap_or_else(|| panic!("no key holds the token on node {i}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,23 +223,10 @@ async fn a_held_permit_and_a_held_writer_taken_on_a_majority_are_lost_before_the
 
 /// The sorted set on node `i` that has `token` as a member: a reader's.
 async fn set_holding(nodes: &RedisNodes, i: usize, token: &str) -> String {
-    let mut c = conn(&nodes[i].url()).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut c)
+    let score = |key: &str| redis::cmd("ZSCORE").arg(key).arg(token).clone();
+    key_where(nodes, i, score, |score| score != Value::Nil)
         .await
-        .expect("KEYS");
-    for key in keys {
-        let score: redis::RedisResult<Option<f64>> = redis::cmd("ZSCORE")
-            .arg(&key)
-            .arg(token)
-            .query_async(&mut c)
-            .await;
-        if score.ok().flatten().is_some() {
-            return key;
-        }
-    }
-    panic!("no sorted set has the token on node {i}");
+        .unwrap_or_else(|| panic!("no sorted set has the token on node {i}"))
 }
 
 /// Whether `token` is a member of the set `key` on each node.
@@ -307,24 +317,9 @@ async fn a_held_read_whose_set_was_deleted_but_not_taken_is_restored_at_once() {
     let token = reader.token().as_str().to_owned();
     let readers = set_holding(&nodes, 0, &token).await;
 
-    for i in [0, 1] {
-        let deleted: i64 = redis::cmd("DEL")
-            .arg(&readers)
-            .query_async(&mut conn(&nodes[i].url()).await)
-            .await
-            .expect("DEL");
-        assert_eq!(deleted, 1);
-    }
-
-    // Renewals announce nothing: poll the lease until one moved it.
-    no_hang("the restoring renewal", async {
-        while reader.started() == granted {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    deleted(&nodes, &[0, 1], &readers).await;
     assert!(
-        Instant::now() < scheduled,
+        renewed_after(&reader.lease(), granted).await < scheduled,
         "restored by a renewal that was not the scheduled one"
     );
     assert_eq!(reader.loss_reason(), None, "still held");
