@@ -289,6 +289,22 @@ pub enum NodeError {
     /// ask it ([`NotAsked`](Self::NotAsked)) until it answers again.
     #[error("not waited for: its last requests timed out, none answered since")]
     Unresponsive,
+    /// Not waited for: an acquisition another owner refused on other nodes
+    /// could still be granted only by this node (and the others still
+    /// answering), which had not answered `behind` after the attempt began,
+    /// several times as long as the others took. The attempt gave up
+    /// rather than keep the keys it got while waiting, and released them;
+    /// `lock` tries again. Its request still went out, and is released
+    /// behind it. Says nothing of the node's health.
+    #[error(
+        "not waited for: refused by other nodes, the attempt was left to this one, which had not answered {} after it began",
+        show_ms(*behind)
+    )]
+    #[non_exhaustive]
+    Outpaced {
+        /// How long after the attempt began it gave up on the node.
+        behind: Duration,
+    },
     /// Not asked: the node's last requests all timed out, with no answer
     /// since, so calls are not sent to it while it is probed (on a backoff,
     /// up to a couple of seconds apart) until it answers again. Counts as a

@@ -5,6 +5,8 @@
 //! a leader read's and an inspection's tokens, where a claim stands
 //! ([`standing`]). No I/O.
 
+use std::time::Duration;
+
 use crate::error::{NodeError, NodeFailure};
 use crate::quorum::{Decision, Tally, Vote, quorum};
 
@@ -33,7 +35,46 @@ pub(crate) trait Decide {
     fn waits_for_unresponsive(&self) -> bool {
         false
     }
+
+    /// Whether the round is contested and left to the nodes still
+    /// answering: some node refused, none of the answers so far decides,
+    /// and only yeses from nodes still answering could. An acquisition
+    /// says so (see [`Round::contested`](crate::round::Round)): the engine
+    /// then waits for those nodes only a while longer than the others took
+    /// (see [`contest_patience`]). No other rule does: a refused extension
+    /// or release waits for every answer it may need.
+    fn contested(&self) -> bool {
+        false
+    }
 }
+
+/// How long after its start a fan-out still waits for the nodes that alone
+/// could decide a [contested](Decide::contested) round, given that the
+/// answers so far came within `answered` of it: [`CONTEST_PATIENCE`] times
+/// that, and never less than [`CONTEST_PATIENCE_FLOOR`].
+///
+/// A contested attempt that waits for a node far behind the others holds
+/// the keys it got on the fast nodes meanwhile. If the one refusing it
+/// already holds a quorum (the slow node among its keys), the wait is for
+/// a "no" and only keeps the next owner from a quorum of fast nodes: then
+/// each handoff needs the slow node, and a lock with one slow node of five
+/// hands off at the pace of that node's round trips. Giving the attempt up
+/// releases its keys at once, and the wake-up its cleanup announces lets
+/// the next attempt go. A contest between two attempts costs a retry.
+pub(crate) fn contest_patience(answered: Duration) -> Duration {
+    answered
+        .saturating_mul(CONTEST_PATIENCE)
+        .max(CONTEST_PATIENCE_FLOOR)
+}
+
+/// See [`contest_patience`]: how many times as long as the answers so far
+/// took a contested round waits for the nodes that could still decide it.
+pub(crate) const CONTEST_PATIENCE: u32 = 4;
+
+/// See [`contest_patience`]: the least a contested round waits for the
+/// nodes that could still decide it, from its start, so that a healthy
+/// node's answer a scheduler's hiccup late still counts.
+pub(crate) const CONTEST_PATIENCE_FLOOR: Duration = Duration::from_millis(2);
 
 /// Whether a fan-out to `nodes` nodes, `pending` of them still to answer,
 /// waits only on `unresponsive` nodes (see

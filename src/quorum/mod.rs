@@ -168,6 +168,10 @@ impl Tally {
         self.yes
     }
 
+    pub(crate) fn no(&self) -> usize {
+        self.no
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }

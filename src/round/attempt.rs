@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Core, Holding, Round, fan_out, release_in_background};
+use super::{Core, Holding, Round, fan_out_with, release_in_background};
 use crate::contract::ShapeRef;
 use crate::error::{Error, NodeError};
 use crate::node::{Deadline, Node};
@@ -151,11 +151,12 @@ async fn ask<A: Acquire>(
     Requests<impl Future<Output = Result<A::Answer, NodeError>> + Send + 'static + use<A>>,
 ) {
     let deadline = core.timeout_within(start, window.deadline());
-    fan_out(
-        core.nodes(),
-        acquire.rule(),
+    let nodes = core.nodes();
+    fan_out_with(
+        nodes,
         "acquire",
         deadline,
+        Round::acquiring(nodes.len(), acquire.rule()),
         |node, _, deadline| {
             acquire.call(NodeCall {
                 core: core.clone(),

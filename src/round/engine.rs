@@ -15,7 +15,7 @@ use super::Core;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::metrics;
 use crate::node::{Deadline, Heard, Node};
-use crate::quorum::decide::{Decide, waits_only_on};
+use crate::quorum::decide::{Decide, contest_patience, waits_only_on};
 use crate::quorum::{Answer, Decision, Rule, Shortfall, Tally, Vote};
 use crate::round::calls::Requests;
 use crate::round::follower::Straggle;
@@ -31,6 +31,9 @@ pub(crate) struct Round<T = bool> {
     /// decision.
     pub(crate) answers: Vec<Option<T>>,
     rule: Rule,
+    /// Whether a [contested](Decide::contested) round says so (an
+    /// acquisition's, see [`Round::acquiring`]).
+    gives_up_contests: bool,
 }
 
 /// A node's answer is its vote: the round is decided once `rule` says so.
@@ -56,6 +59,13 @@ impl<T: Answer> Decide for Round<T> {
     fn decided(&self) -> bool {
         self.tally.decides(self.rule)
     }
+
+    fn contested(&self) -> bool {
+        self.gives_up_contests
+            && self.rule == Rule::Quorum
+            && self.tally.no() > 0
+            && self.decision == Decision::Pending
+    }
 }
 
 impl<T: Answer> Round<T> {
@@ -67,6 +77,18 @@ impl<T: Answer> Round<T> {
             failures: Vec::new(),
             answers: vec![None; nodes],
             rule,
+            gives_up_contests: false,
+        }
+    }
+
+    /// An acquisition's round of `nodes` nodes, none heard yet: decided by
+    /// `rule`, and when [contested](Decide::contested), not waiting long for
+    /// the nodes that alone could grant it (see
+    /// [`contest_patience`](crate::quorum::decide::contest_patience)).
+    pub(crate) fn acquiring(nodes: usize, rule: Rule) -> Self {
+        Self {
+            gives_up_contests: true,
+            ..Self::new(nodes, rule)
         }
     }
 
@@ -250,20 +272,51 @@ where
             .map(|(i, node)| (i, call(i, node, shared))),
         Some(shared),
     );
-    while let Some((i, answer)) = calls.next().await {
+    let start = Instant::now();
+    // Set while the round is contested: until when the nodes that alone
+    // could decide it are waited for.
+    let mut patience: Option<Instant> = None;
+    loop {
+        let next = match patience {
+            None => calls.next().await,
+            Some(until) => match tokio::time::timeout_at(until, calls.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let behind = until.saturating_duration_since(start);
+                    give_up(&calls, |n| {
+                        record(&mut decide, n, Err(NodeError::Outpaced { behind }));
+                    });
+                    break;
+                }
+            },
+        };
+        let Some((i, answer)) = next else {
+            break;
+        };
         record(&mut decide, i, answer);
         if decide.decided() {
             break;
         }
         if waits_only_on_unresponsive(nodes, &calls, &decide) {
-            let pending: Vec<usize> = calls.nodes().collect();
-            for n in pending {
-                record(&mut decide, n, Err(NodeError::Unresponsive));
-            }
+            give_up(&calls, |n| {
+                record(&mut decide, n, Err(NodeError::Unresponsive))
+            });
             break;
         }
+        patience = decide
+            .contested()
+            .then(|| start + contest_patience(start.elapsed()));
     }
     (decide, calls)
+}
+
+/// Hands every node of `calls`, still in flight, to `fail`: a fan-out no
+/// longer waits for them (their requests are left to its caller).
+fn give_up<F>(calls: &Requests<F>, mut fail: impl FnMut(usize)) {
+    let pending: Vec<usize> = calls.nodes().collect();
+    for n in pending {
+        fail(n);
+    }
 }
 
 /// Whether the fan-out's `calls` still in flight are only to nodes that
@@ -387,7 +440,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::quorum::decide::Batch;
+    use crate::quorum::decide::{Batch, CONTEST_PATIENCE_FLOOR};
     use crate::round::tests::{freeze, nodes};
 
     /// A fake request: `answer` after `ms` milliseconds.
@@ -415,6 +468,76 @@ mod tests {
             [Some(true), Some(true), None]
         );
         assert_eq!(Instant::now(), start + Duration::from_millis(20));
+    }
+
+    /// An acquisition's fan-out to five nodes: node `i` answers `votes[i]`
+    /// after `delays[i]` ms. Returns the round, its nodes still in flight,
+    /// and how long it took.
+    async fn acquiring(delays: [u64; 5], votes: [bool; 5]) -> (Round, Vec<usize>, Duration) {
+        let nodes = nodes(5);
+        let start = Instant::now();
+        let (round, stragglers) = fan_out_with(
+            &nodes,
+            "test",
+            start + FAR,
+            Round::acquiring(5, Rule::Quorum),
+            |i, _, _| after(delays[i], votes[i]),
+        )
+        .await;
+        (round, stragglers.nodes().collect(), start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_contested_acquisition_does_not_wait_long_for_a_node_far_behind() {
+        // Two yes, two no in 1 ms: only node 4 could grant it, 40 ms away.
+        // It is given up on at four times the others' 1 ms, floored at 2.
+        let (round, left, took) =
+            acquiring([1, 1, 1, 1, 40], [true, true, false, false, true]).await;
+        assert_eq!(took, Duration::from_millis(4));
+        assert_eq!(round.decision, Decision::Impossible);
+        assert!(matches!(
+            &round.failures[..],
+            [failure] if *failure.node == *"127.0.0.1:1004"
+                && matches!(failure.error, NodeError::Outpaced { behind } if behind == took)
+        ));
+        assert_eq!(left, [4], "its request is left in flight, for the cleanup");
+        // Answers at once: the floor.
+        let (round, _, took) = acquiring([0, 0, 0, 0, 40], [true, true, false, false, true]).await;
+        assert_eq!(took, CONTEST_PATIENCE_FLOOR);
+        assert_eq!(round.decision, Decision::Impossible);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_within_the_patience_or_an_uncontested_round_is_waited_for() {
+        // Contested, node 4 answers at 3 ms, within 4 x 1 ms: granted.
+        let (round, _, took) = acquiring([1, 1, 1, 1, 3], [true, true, false, false, true]).await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(took, Duration::from_millis(3));
+        // The answers trickling in stretch the patience: the last at 10 ms
+        // gives node 4 until 40 ms.
+        let (round, _, took) =
+            acquiring([1, 5, 10, 10, 35], [true, true, false, false, true]).await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(took, Duration::from_millis(35));
+        // Nobody refused (two yes, two failed to answer in time is not a
+        // refusal; here two yes and node 4 far behind with nodes 2 and 3
+        // slower still): waited for, however long.
+        let (round, _, took) =
+            acquiring([1, 1, 500, 500, 400], [true, true, true, true, true]).await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(took, Duration::from_millis(400));
+        // A round not of an acquisition is never given up early.
+        let nodes = nodes(5);
+        let delays = [1, 1, 1, 1, 400];
+        let (round, _) = fan_out(
+            &nodes,
+            Rule::Quorum,
+            "test",
+            Instant::now() + FAR,
+            |i, _, _| after(delays[i], i != 2 && i != 3),
+        )
+        .await;
+        assert_eq!(round.decision, Decision::Reached);
     }
 
     #[tokio::test(start_paused = true)]

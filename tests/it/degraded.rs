@@ -324,3 +324,47 @@ async fn a_split_vote_is_not_left_to_an_unresponsive_node() {
         "the attempt's grants are cleaned up, the paused node's too"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contested_attempt_does_not_wait_for_a_slow_node_and_leaves_nothing() {
+    // Another owner holds nodes 0, 1 and the slow node 4 (+300 ms each
+    // way): a quorum. Our attempt gets nodes 2 and 3 at once, is refused on
+    // 0 and 1, and only node 4 could grant it. It does not wait 600 ms for
+    // that node's "no" while keeping nodes 2 and 3 from the next owner: it
+    // gives up on it and releases them (node 4's request is released
+    // behind it on the same connection).
+    let nodes = RedisNodes::start(5).expect("nodes");
+    let proxies = support::proxies(&nodes).await;
+    let locks = Redlock::builder()
+        .nodes(proxies.iter().map(FaultProxy::url))
+        .retry(Retry::none())
+        .build()
+        .expect("config");
+    warm(&locks, TTL).await;
+    for n in [0, 1, FROZEN] {
+        let _: () = conn(&nodes[n].url())
+            .await
+            .set_ex("contest:x", "someone-else", 60)
+            .await
+            .expect("SET");
+    }
+    let ms = Duration::from_millis(300);
+    proxies[FROZEN].set(Faults::latency(ms, ms, Duration::ZERO));
+    let err = no_hang("try_lock", locks.try_lock("contest:x", TTL))
+        .await
+        .expect_err("another owner holds a quorum");
+    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    let slow = format!("127.0.0.1:{}", proxies[FROZEN].port());
+    let failures: Vec<_> = err.node_failures().iter().collect();
+    assert!(
+        matches!(&failures[..], [f] if *f.node == *slow && matches!(f.error, NodeError::Outpaced { .. })),
+        "waited for the slow node's answer: {err}"
+    );
+    no_hang("settle", locks.settle()).await;
+    let other = Some("someone-else".to_owned());
+    assert_eq!(
+        values(&nodes, "contest:x").await,
+        [other.clone(), other.clone(), None, None, other],
+        "the attempt's grants are cleaned up"
+    );
+}

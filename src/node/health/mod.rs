@@ -77,7 +77,9 @@ impl Heard {
         match answer {
             Ok(_) => Self::Answer,
             Err(NodeError::Timeout(_)) => Self::Timeout,
-            Err(NodeError::Unresponsive | NodeError::NotAsked { .. }) => Self::Nothing,
+            Err(
+                NodeError::Unresponsive | NodeError::NotAsked { .. } | NodeError::Outpaced { .. },
+            ) => Self::Nothing,
             // The client's own timers (connecting, say): no answer either.
             Err(NodeError::Redis(e)) if e.is_timeout() => Self::Timeout,
             // Only an error with a code came from the server; the others
