@@ -22,11 +22,9 @@ end
 if ARGV[1] == 'w' and redis.call('GET', KEYS[1]) == ARGV[2] then
   return 1
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-end
 if ARGV[1] == 'r' then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
+  -- A writer, or one waiting: one EXISTS asks for both.
+  if redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then
     return 0
   end
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
@@ -34,6 +32,9 @@ if ARGV[1] == 'r' then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
   return 1
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
 end
 local waiting = redis.call('GET', KEYS[3])
 if redis.call('ZCARD', KEYS[2]) > 0 then

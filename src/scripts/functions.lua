@@ -376,7 +376,9 @@ redis.register_function('quorumlock_semaphore_acquire', function(KEYS, ARGV)
   end
   local slot = tonumber(ARGV[1]) + 2
   if redis.call('SET', KEYS[slot], ARGV[2], 'NX', 'PX', ARGV[3]) then
-    if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    -- Absent (the node's first permit of it), the limit key is set without
+    -- asking for its ttl first.
+    if not limit or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
       redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
     end
     return {1}
@@ -467,8 +469,11 @@ redis.register_function('quorumlock_semaphore_release', function(KEYS, ARGV)
       redis.pcall('PUBLISH', ARGV[4], ARGV[3])
     end
   end
-  for i = 3, #KEYS do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
+  -- Whether any slot is still held, asked of up to 64 slots per EXISTS (one
+  -- command where a call of its own per slot cost the node more than the
+  -- rest of the release).
+  for first = 3, #KEYS, 64 do
+    if redis.call('EXISTS', unpack(KEYS, first, math.min(first + 63, #KEYS))) > 0 then
       return released
     end
   end
@@ -504,11 +509,9 @@ redis.register_function('quorumlock_rw_acquire', function(KEYS, ARGV)
   if ARGV[1] == 'w' and redis.call('GET', KEYS[1]) == ARGV[2] then
     return 1
   end
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    return 0
-  end
   if ARGV[1] == 'r' then
-    if redis.call('EXISTS', KEYS[3]) == 1 then
+    -- A writer, or one waiting: one EXISTS asks for both.
+    if redis.call('EXISTS', KEYS[1], KEYS[3]) > 0 then
       return 0
     end
     redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
@@ -516,6 +519,9 @@ redis.register_function('quorumlock_rw_acquire', function(KEYS, ARGV)
       redis.call('PEXPIRE', KEYS[2], ttl)
     end
     return 1
+  end
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
   end
   local waiting = redis.call('GET', KEYS[3])
   if redis.call('ZCARD', KEYS[2]) > 0 then

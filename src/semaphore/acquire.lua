@@ -25,7 +25,9 @@ if limit and limit ~= ARGV[4] then
 end
 local slot = tonumber(ARGV[1]) + 2
 if redis.call('SET', KEYS[slot], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  -- Absent (the node's first permit of it), the limit key is set without
+  -- asking for its ttl first.
+  if not limit or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
   end
   return {1}
