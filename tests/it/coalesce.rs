@@ -378,7 +378,9 @@ async fn mixed_requests_in_one_nodes_batches_are_each_answered() {
         .build()
         .expect("config");
     support::warm(&locks, TTL).await;
-    const HOLDERS: usize = 16;
+    // Three requests each in flight: more than a one-node manager sends
+    // side by side (32) before its requests batch.
+    const HOLDERS: usize = 32;
     const ROUNDS: usize = 20;
     let holders = (0..HOLDERS).map(|h| {
         let (locks, url) = (locks.clone(), url.clone());
@@ -460,7 +462,9 @@ async fn batches_survive_a_flushed_script_cache() {
     // connection that knows them cached. (A flush at any moment could also
     // land between a lone call's `SCRIPT LOAD` and its `EVALSHA`, which
     // fails that call alone as it always has.)
-    const TASKS: usize = 32;
+    // More than a one-node manager sends side by side (32) before its
+    // requests batch.
+    const TASKS: usize = 64;
     const WAVES: usize = 10;
     let wave = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
     let tasks = (0..TASKS).map(|t| {
@@ -584,7 +588,9 @@ async fn permits_and_reads_survive_a_flushed_script_cache() {
     let Some(locks) = scripting_node(test, &url, Redlock::builder().node(url.clone())).await else {
         return;
     };
-    const TASKS: usize = 32;
+    // More than a one-node manager sends side by side (32) before its
+    // requests batch.
+    const TASKS: usize = 64;
     const WAVES: usize = 8;
     let wave = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
     let tasks = (0..TASKS).map(|t| {
