@@ -289,10 +289,12 @@ pub enum NodeError {
     /// ask it ([`NotAsked`](Self::NotAsked)) until it answers again.
     #[error("not waited for: its last requests timed out, none answered since")]
     Unresponsive,
-    /// Not waited for: an acquisition another owner refused on other nodes
-    /// could still be granted only by this node (and the others still
-    /// answering), which had not answered `behind` after the attempt began,
-    /// several times as long as the others took. The attempt gave up
+    /// Not waited for: an acquisition another owner refused on other nodes,
+    /// which a quorum had answered, could still be granted only by this
+    /// node (and the others still answering, at most `N - Q`), which had
+    /// not answered `behind` after the attempt began, several times as long
+    /// as the others took. Not counted as unreachable: the attempt fails
+    /// as [`Error::Contended`](crate::Error::Contended). The attempt gave up
     /// rather than keep the keys it got while waiting, and released them;
     /// `lock` tries again. Its request still went out, and is released
     /// behind it. Says nothing of the node's health.

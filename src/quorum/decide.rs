@@ -36,9 +36,10 @@ pub(crate) trait Decide {
         false
     }
 
-    /// Whether the round is contested and left to the nodes still
-    /// answering: some node refused, none of the answers so far decides,
-    /// and only yeses from nodes still answering could. An acquisition
+    /// Whether the round is contested and left to a few nodes far behind:
+    /// some node refused, none of the answers so far decides (only yeses
+    /// from nodes still answering could), and a quorum has answered (the
+    /// nodes still answering are at most `N - Q`). An acquisition
     /// says so (see [`Round::contested`](crate::round::Round)): the engine
     /// then waits for those nodes only a while longer than the others took
     /// (see [`contest_patience`]). No other rule does: a refused extension
@@ -289,7 +290,7 @@ mod tests {
         assert!(!batch.reachable(), "no node answered");
         assert!(!batch.hopeless(), "timeouts are not incompatibility");
         assert_eq!(
-            batch.tally(1).map(Tally::shortfall),
+            batch.tally(1).map(|t| t.shortfall(0)),
             Some(Shortfall::Unreachable)
         );
         let mut batch = Batch::new(3, 1);

@@ -145,9 +145,11 @@ impl Tally {
     }
 
     /// Classifies a failed tally. Failures beyond `N - Q` alone make a
-    /// quorum impossible, whatever the answering nodes said.
-    pub(crate) fn shortfall(&self) -> Shortfall {
-        if self.failed > self.nodes - self.quorum {
+    /// quorum impossible, whatever the answering nodes said; `excused` of
+    /// them (nodes a contested attempt gave up on, not unreachable) do not
+    /// count.
+    pub(crate) fn shortfall(&self, excused: usize) -> Shortfall {
+        if self.failed.saturating_sub(excused) > self.nodes - self.quorum {
             Shortfall::Unreachable
         } else {
             Shortfall::Refused
@@ -296,17 +298,20 @@ mod tests {
         t.record(Vote::Failed);
         t.record(Vote::No);
         t.record(Vote::No);
-        assert_eq!(t.shortfall(), Shortfall::Refused);
+        assert_eq!(t.shortfall(0), Shortfall::Refused);
 
         let mut t = Tally::new(5);
         t.record(Vote::Failed);
         t.record(Vote::Failed);
         t.record(Vote::Failed);
-        assert_eq!(t.shortfall(), Shortfall::Unreachable);
+        assert_eq!(t.shortfall(0), Shortfall::Unreachable);
+        // Two of the three failures are nodes a contested attempt gave up
+        // on: one failure alone does not rule a quorum out.
+        assert_eq!(t.shortfall(2), Shortfall::Refused);
 
         let mut t = Tally::new(1);
         t.record(Vote::Failed);
-        assert_eq!(t.shortfall(), Shortfall::Unreachable);
+        assert_eq!(t.shortfall(0), Shortfall::Unreachable);
     }
 
     #[test]

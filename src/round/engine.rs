@@ -61,10 +61,12 @@ impl<T: Answer> Decide for Round<T> {
     }
 
     fn contested(&self) -> bool {
+        let tally = &self.tally;
         self.gives_up_contests
             && self.rule == Rule::Quorum
-            && self.tally.no() > 0
+            && tally.no() > 0
             && self.decision == Decision::Pending
+            && tally.pending() <= tally.nodes() - tally.quorum()
     }
 }
 
@@ -133,7 +135,14 @@ impl<T: Answer> Round<T> {
         if self.incompatible() {
             return self.incompatible_error(resource);
         }
-        match self.tally.shortfall() {
+        // Nodes given up on in a contest answered nothing, but they are
+        // not unreachable: only the others' failures make it unavailable.
+        let outpaced = self
+            .failures
+            .iter()
+            .filter(|f| matches!(f.error, NodeError::Outpaced { .. }))
+            .count();
+        match self.tally.shortfall(outpaced) {
             Shortfall::Unreachable => Error::Unavailable {
                 resource: resource.to_owned(),
                 nodes: self.tally.nodes(),
@@ -519,6 +528,11 @@ mod tests {
             acquiring([1, 5, 10, 10, 35], [true, true, false, false, true]).await;
         assert_eq!(round.decision, Decision::Reached);
         assert_eq!(took, Duration::from_millis(35));
+        // Refused early, but most nodes have yet to answer: not a node far
+        // behind the others, waited for.
+        let (round, _, took) = acquiring([1, 30, 30, 30, 1], [false, true, true, true, true]).await;
+        assert_eq!(round.decision, Decision::Reached);
+        assert_eq!(took, Duration::from_millis(30));
         // Nobody refused (two yes, two failed to answer in time is not a
         // refusal; here two yes and node 4 far behind with nodes 2 and 3
         // slower still): waited for, however long.
