@@ -173,8 +173,9 @@ def stale_soak(root, run, git=git):
 
 def soak_quote(run):
     """What the README must say of a soak run."""
+    violations = run['violations'] + run['failed']
     return [f"{run['seeds']} seeds", f"{run['grants']:,} grants",
-            f"{run['violations'] + run['failed']} violations"]
+            f"{violations} violation{'' if violations == 1 else 's'}"]
 
 
 # ---------------------------------------------------------------------------

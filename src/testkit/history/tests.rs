@@ -881,8 +881,22 @@ fn a_loss_or_a_fence_reset_after_a_wipe_is_counted_only_where_the_wipe_reaches()
         all_keys: false,
         ..flush.clone()
     };
-    assert_eq!(kinds(&fenced(del, 0, 200)), ["fence_backwards"]);
+    assert_eq!(kinds(&fenced(del.clone(), 0, 200)), ["fence_backwards"]);
     assert_eq!(kinds(&fenced(flush, 170, 400)), ["fence_backwards"]);
+    // A DEL that removed the earlier grant's own key on one node, after its
+    // call began and before the later grant: that node could grant both
+    // (seed 7387122680166939934 of a soak, two fences of 935). Counted;
+    // judged where the key it removed was another call's.
+    let own = |token: &str| {
+        let mut h = fenced(del.clone(), 0, 200);
+        h.grants[0].token = "a8cf".into();
+        h.wipes[0].removed[0].token = token.into();
+        h
+    };
+    let verdict = check(&own("a8cf"));
+    assert!(verdict.is_ok(), "{verdict}");
+    assert_eq!(verdict.fences_reset_by_wipes, 1);
+    assert_eq!(kinds(&own("c80a")), ["fence_backwards"]);
 }
 
 /// Seed 15310746350384510228 of a soak: client 1's fenced call drew fence
