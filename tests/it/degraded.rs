@@ -9,7 +9,7 @@ use crate::support;
 use std::time::Duration;
 
 use futures::FutureExt;
-use quorumlock::testkit::{FaultProxy, Faults, RedisNodes};
+use quorumlock::testkit::{FaultProxy, Faults, RedisNodes, RedisServer};
 use quorumlock::{Error, LockGuard, NodeError, Redlock, Retry};
 use redis::AsyncCommands;
 use support::{Paused, conn, holding, no_hang, values, warm};
@@ -292,22 +292,17 @@ async fn a_split_vote_is_not_left_to_an_unresponsive_node() {
     let guard = locks.lock("split:warm", TTL).await.expect("lock");
     guard.release().await.expect("release");
     no_hang("settle", locks.settle()).await;
-    for server in nodes.iter().take(2) {
-        let _: () = conn(&server.url())
-            .await
-            .set_ex("split:x", "someone-else", 60)
-            .await
-            .expect("SET");
-    }
-    let err = no_hang("try_lock", locks.try_lock("split:x", TTL))
-        .await
-        .expect_err("two against two, the fifth paused");
-    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    held_by_another(nodes.iter().take(2), "split:x").await;
     // Counted as failed without waiting, not even asked: not timed out.
-    let frozen = format!("127.0.0.1:{}", nodes[FROZEN].port());
-    let failures: Vec<_> = err.node_failures().iter().collect();
+    let (err, failure) = contended_failing_on(
+        &locks,
+        "split:x",
+        "two against two, the fifth paused",
+        nodes[FROZEN].port(),
+    )
+    .await;
     assert!(
-        matches!(&failures[..], [f] if *f.node == *frozen && matches!(f.error, NodeError::NotAsked { .. })),
+        matches!(failure, NodeError::NotAsked { .. }),
         "waited for the paused node: {err}"
     );
     drop(paused);
@@ -341,23 +336,18 @@ async fn a_contested_attempt_does_not_wait_for_a_slow_node_and_leaves_nothing() 
         .build()
         .expect("config");
     warm(&locks, TTL).await;
-    for n in [0, 1, FROZEN] {
-        let _: () = conn(&nodes[n].url())
-            .await
-            .set_ex("contest:x", "someone-else", 60)
-            .await
-            .expect("SET");
-    }
+    held_by_another([0, 1, FROZEN].map(|n| &nodes[n]), "contest:x").await;
     let ms = Duration::from_millis(300);
     proxies[FROZEN].set(Faults::latency(ms, ms, Duration::ZERO));
-    let err = no_hang("try_lock", locks.try_lock("contest:x", TTL))
-        .await
-        .expect_err("another owner holds a quorum");
-    assert!(matches!(err, Error::Contended { .. }), "{err}");
-    let slow = format!("127.0.0.1:{}", proxies[FROZEN].port());
-    let failures: Vec<_> = err.node_failures().iter().collect();
+    let (err, failure) = contended_failing_on(
+        &locks,
+        "contest:x",
+        "another owner holds a quorum",
+        proxies[FROZEN].port(),
+    )
+    .await;
     assert!(
-        matches!(&failures[..], [f] if *f.node == *slow && matches!(f.error, NodeError::Outpaced { .. })),
+        matches!(failure, NodeError::Outpaced { .. }),
         "waited for the slow node's answer: {err}"
     );
     no_hang("settle", locks.settle()).await;
@@ -367,4 +357,36 @@ async fn a_contested_attempt_does_not_wait_for_a_slow_node_and_leaves_nothing() 
         [other.clone(), other.clone(), None, None, other],
         "the attempt's grants are cleaned up"
     );
+}
+
+/// Another owner's key `key` ("someone-else", for a minute) on `servers`.
+async fn held_by_another(servers: impl IntoIterator<Item = &RedisServer>, key: &str) {
+    for server in servers {
+        let _: () = conn(&server.url())
+            .await
+            .set_ex(key, "someone-else", 60)
+            .await
+            .expect("SET");
+    }
+}
+
+/// `locks.try_lock(key)`, which another owner refuses (`why`): the error,
+/// `Contended`, and the failure of the one node it reports, which must be
+/// the one on `port`.
+async fn contended_failing_on(
+    locks: &Redlock,
+    key: &str,
+    why: &str,
+    port: u16,
+) -> (Error, NodeError) {
+    let err = no_hang("try_lock", locks.try_lock(key, TTL))
+        .await
+        .expect_err(why);
+    assert!(matches!(err, Error::Contended { .. }), "{err}");
+    let node = format!("127.0.0.1:{port}");
+    let failure = match err.node_failures() {
+        [f] if *f.node == *node => f.error.clone(),
+        _ => panic!("not one failure, of {node}: {err}"),
+    };
+    (err, failure)
 }
